@@ -1,0 +1,170 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Sentinel errors, for errors.Is. Every error the package returns matches at most one of
+// ErrLocked, ErrLeaseLost, ErrNotHeld, ErrExpired, ErrInvalidConfig, ErrInvalidKey,
+// ErrUnavailable and ErrClosed; a context error that ended a call stays in the chain.
+var (
+	// ErrLocked reports that another owner holds the lock. The error is a *LockedError
+	// carrying the key and when to retry.
+	ErrLocked = errors.New("guard: lock is held by another owner")
+
+	// ErrLeaseLost reports that a lease ended before it was released: the lock was deleted,
+	// taken by another owner, or not renewed before its local validity ran out. It is the
+	// context.Cause of a lost lease's context. The error is a *LeaseLostError.
+	ErrLeaseLost = errors.New("guard: lease lost")
+
+	// ErrReleased is the context.Cause of a lease's context after a normal release.
+	ErrReleased = errors.New("guard: lease released")
+
+	// ErrNotHeld reports a release of a lock that another owner holds now.
+	ErrNotHeld = errors.New("guard: lock is held by another owner, not released")
+
+	// ErrExpired reports a release of a lock that had already expired in Redis.
+	ErrExpired = errors.New("guard: lock had expired before release")
+
+	// ErrInvalidConfig reports a bad option. The error is a *ConfigError naming the field.
+	ErrInvalidConfig = errors.New("guard: invalid configuration")
+
+	// ErrInvalidKey reports a key that cannot name a lock (empty or too long). The error
+	// is a *KeyError.
+	ErrInvalidKey = errors.New("guard: invalid lock key")
+
+	// ErrUnavailable reports that Redis could not be reached or refused the command. The
+	// error is a *RedisError wrapping the client's error.
+	ErrUnavailable = errors.New("guard: redis unavailable")
+
+	// ErrClosed reports a call on a closed Locker.
+	ErrClosed = errors.New("guard: locker closed")
+)
+
+// LockedError reports that a lock was busy when the acquisition gave up.
+type LockedError struct {
+	// Key is the lock key as the caller gave it.
+	Key string
+	// RetryAfter is the holder's remaining TTL as Redis last reported it: the latest time
+	// at which the lock frees itself if its holder stops renewing. It is a hint, not a
+	// promise: a release can come sooner and a renewal later.
+	RetryAfter time.Duration
+	// Attempts is the number of acquisition round trips that were made.
+	Attempts int
+	// Err is the context error when the context ended the wait, nil when the retry
+	// policy gave up.
+	Err error
+}
+
+func (e *LockedError) Error() string {
+	msg := fmt.Sprintf("guard: lock %s is held by another owner (%d attempts, retry after %s)",
+		quoteKey(e.Key), e.Attempts, e.RetryAfter)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrLocked.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// Unwrap returns the context error that ended the wait, if any.
+func (e *LockedError) Unwrap() error { return e.Err }
+
+// LeaseLostError says why a lease was lost.
+type LeaseLostError struct {
+	// Key is the lock key.
+	Key string
+	// Reason is a short description: "lock deleted or taken by another owner",
+	// "validity expired without renewal", "hold time limit reached" or "locker closed".
+	Reason string
+	// Err is the last renewal error, when renewals failed before validity ran out.
+	Err error
+}
+
+func (e *LeaseLostError) Error() string {
+	msg := "guard: lease lost on " + quoteKey(e.Key) + ": " + e.Reason
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrLeaseLost.
+func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// Unwrap returns the last renewal error, if any.
+func (e *LeaseLostError) Unwrap() error { return e.Err }
+
+// ConfigError reports an invalid option, naming the field.
+type ConfigError struct {
+	// Field is the option's name, such as "TTL" or "RenewEvery".
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "guard: invalid configuration: " + e.Field + ": " + e.Reason
+}
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// KeyError reports a key that cannot name a lock.
+type KeyError struct {
+	// Key is the key, cut to its first 64 bytes when longer.
+	Key string
+	// Len is the key's full length in bytes.
+	Len int
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("guard: invalid lock key %s (%d bytes): %s", quoteKey(e.Key), e.Len, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidKey.
+func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+
+// RedisError reports a failed Redis call.
+type RedisError struct {
+	// Op is the operation: "acquire", "release" or "renew".
+	Op string
+	// Key is the lock key.
+	Key string
+	// Err is the client's error.
+	Err error
+}
+
+func (e *RedisError) Error() string {
+	return "guard: " + e.Op + " " + quoteKey(e.Key) + ": redis: " + e.Err.Error()
+}
+
+// Is reports whether target is ErrUnavailable.
+func (e *RedisError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the client's error.
+func (e *RedisError) Unwrap() error { return e.Err }
+
+// quoteKey quotes a key for messages, cutting very long ones.
+func quoteKey(k string) string {
+	const max = 64
+	if len(k) > max {
+		return fmt.Sprintf("%q…", k[:max])
+	}
+	return fmt.Sprintf("%q", k)
+}
+
+// keyError builds a *KeyError without keeping a huge key alive.
+func keyError(k, reason string) error {
+	e := &KeyError{Key: k, Len: len(k), Reason: reason}
+	if len(k) > 64 {
+		e.Key = strings.Clone(k[:64])
+	}
+	return e
+}

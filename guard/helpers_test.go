@@ -1,0 +1,69 @@
+package guard_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// newLocker returns a Locker on a client of srv, closed at cleanup.
+func newLocker(t testing.TB, srv *redistest.Server, opts ...guard.Option) (*guard.Locker, *redis.Client) {
+	t.Helper()
+	c := srv.Client(t)
+	return lockerOn(t, c, opts...), c
+}
+
+// lockerOn returns a Locker on client c, closed at cleanup.
+func lockerOn(t testing.TB, c redis.UniversalClient, opts ...guard.Option) *guard.Locker {
+	t.Helper()
+	l, err := guard.New(c, opts...)
+	if err != nil {
+		t.Fatalf("guard.New: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// ctxTimeout is a test context bounded so that a hang fails instead of blocking.
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t testing.TB, l *guard.Locker, ctx context.Context, key string, opts ...guard.Option) *guard.Lease {
+	t.Helper()
+	le, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return le
+}
+
+func mustRelease(t testing.TB, le *guard.Lease) {
+	t.Helper()
+	if err := le.Release(context.Background()); err != nil {
+		t.Fatalf("Release(%q): %v", le.Key(), err)
+	}
+}
+
+// lockName is the Redis hash of key under the default prefix (key must need no escaping).
+func lockName(key string) string { return "guard:{" + key + "}" }
+
+// waitUntil polls cond every 5ms until it holds or d passes.
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

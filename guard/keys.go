@@ -1,0 +1,55 @@
+package guard
+
+import (
+	"strconv"
+	"strings"
+)
+
+// redisKeys are the Redis names of one lock. All of them share the hash tag {<encoded
+// key>}, so a script can touch them together on Redis Cluster.
+type redisKeys struct {
+	lock  string // hash: owner → hold count, fencing token, waiter flag
+	fence string // fencing counter and the nonce of the last final release
+}
+
+// channel is the Pub/Sub channel on which the lock's release is announced; release.lua
+// derives the same name.
+func (k redisKeys) channel() string { return k.lock + ":release" }
+
+// redisKeys validates key and builds the Redis names for it.
+func (l *Locker) redisKeys(key string) (redisKeys, error) {
+	if key == "" {
+		return redisKeys{}, keyError(key, "empty")
+	}
+	if len(key) > l.cfg.maxKeyLen {
+		return redisKeys{}, keyError(key, "longer than MaxKeyLen ("+strconv.Itoa(l.cfg.maxKeyLen)+" bytes)")
+	}
+	var b strings.Builder
+	b.Grow(len(l.cfg.prefix) + len(key) + len("{}:fence") + 8)
+	b.WriteString(l.cfg.prefix)
+	b.WriteByte('{')
+	writeEscaped(&b, key)
+	b.WriteByte('}')
+	n := b.Len()
+	b.WriteString(":fence")
+	s := b.String()
+	return redisKeys{lock: s[:n], fence: s}, nil
+}
+
+// writeEscaped writes key so that it cannot end the hash tag early and so that distinct
+// keys stay distinct: '%', '{' and '}' become %25, %7B and %7D. Every other byte, control
+// characters and invalid UTF-8 included, is written as it is.
+func writeEscaped(b *strings.Builder, key string) {
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(c)
+		}
+	}
+}

@@ -1,0 +1,284 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/guardkit/guardkit/ctxid"
+)
+
+// heldState is where a held record is in its life.
+type heldState uint8
+
+const (
+	statePending  heldState = iota // being acquired
+	stateHeld                      // held and renewed
+	stateLost                      // lost; holds remain to be released
+	stateReleased                  // released
+)
+
+// held is one owner's hold on one key in this process, shared by all of that owner's
+// Lease handles for the key (local reentrancy).
+type held struct {
+	l     *Locker
+	hk    holdKey
+	rk    redisKeys
+	s     *settings
+	ready chan struct{} // closed when the acquisition ended, either way
+
+	// Set before ready is closed, read-only after.
+	token    int64
+	acquired time.Time // when the winning attempt was sent
+	life     context.Context
+	end      context.CancelCauseFunc
+
+	// Guarded by l.mu.
+	state      heldState
+	local      int         // Lease handles not yet released
+	validUntil time.Time   // local validity deadline
+	timer      *time.Timer // fires at validUntil
+	renewErr   error       // last renewal error, cleared by a successful renewal
+
+	// Guarded by l.renew.mu.
+	next     time.Time     // next renewal
+	index    int           // position in the renewal heap, -1 when absent
+	inflight chan struct{} // closed when the renewal batch holding h is done
+	stopped  bool          // renewal stopped for good
+}
+
+// hold records a successful acquisition and starts the lease's clocks. l.mu is held.
+func (h *held) hold(g granted) {
+	h.token = g.token
+	h.acquired = g.sent
+	h.life, h.end = context.WithCancelCause(context.Background())
+	h.state = stateHeld
+	h.local = 1
+	h.index = -1
+	h.validUntil = h.validity(g.sent, h.s.ttl)
+	h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)
+	h.l.renew.add(h, g.sent)
+}
+
+// holdLimit is when MaxHold ends the lease, zero when there is no limit.
+func (h *held) holdLimit() time.Time {
+	if h.s.maxHold <= 0 {
+		return time.Time{}
+	}
+	return h.acquired.Add(h.s.maxHold)
+}
+
+// validity is the local deadline after a successful call sent at sent that set the TTL
+// to ttl.
+func (h *held) validity(sent time.Time, ttl time.Duration) time.Time {
+	v := sent.Add(ttl - h.s.driftMargin())
+	if lim := h.holdLimit(); !lim.IsZero() && lim.Before(v) {
+		v = lim
+	}
+	return v
+}
+
+// renewed moves the validity deadline after a successful renewal.
+func (h *held) renewed(sent time.Time, ttl time.Duration) {
+	h.l.mu.Lock()
+	defer h.l.mu.Unlock()
+	if h.state != stateHeld {
+		return
+	}
+	h.renewErr = nil
+	if v := h.validity(sent, ttl); v.After(h.validUntil) {
+		h.validUntil = v
+		h.timer.Reset(time.Until(v))
+	}
+}
+
+// renewFailed records a transient renewal error, reported if validity runs out.
+func (h *held) renewFailed(err error) {
+	h.l.mu.Lock()
+	h.renewErr = err
+	h.l.mu.Unlock()
+}
+
+// expire runs when the validity timer fires.
+func (h *held) expire() {
+	h.l.mu.Lock()
+	if h.state != stateHeld || time.Now().Before(h.validUntil) {
+		h.l.mu.Unlock() // renewed meanwhile, or already over
+		return
+	}
+	reason, err := "validity expired without renewal", h.renewErr
+	if lim := h.holdLimit(); !lim.IsZero() && !time.Now().Before(lim) {
+		reason, err = "hold time limit reached", nil
+	}
+	h.l.mu.Unlock()
+	h.lose(reason, err)
+}
+
+// lose ends a held lease: its contexts are cancelled with a *LeaseLostError, renewal
+// stops and the owner's next acquisition of the key starts afresh in Redis.
+func (h *held) lose(reason string, err error) {
+	l := h.l
+	l.mu.Lock()
+	if h.state != stateHeld {
+		l.mu.Unlock()
+		return
+	}
+	h.state = stateLost
+	if l.held[h.hk] == h {
+		delete(l.held, h.hk)
+	}
+	h.timer.Stop()
+	l.mu.Unlock()
+	l.renew.remove(h, false)
+	h.end(&LeaseLostError{Key: h.hk.key, Reason: reason, Err: err})
+}
+
+// releaseOne drops one local hold; the last one releases the lock in Redis.
+func (h *held) releaseOne(ctx context.Context) error {
+	l := h.l
+	l.mu.Lock()
+	h.local--
+	if h.local > 0 {
+		lost := h.state == stateLost
+		l.mu.Unlock()
+		if lost {
+			return context.Cause(h.life)
+		}
+		return nil
+	}
+	prev := h.state
+	h.state = stateReleased
+	if l.held[h.hk] == h {
+		delete(l.held, h.hk)
+	}
+	h.timer.Stop()
+	l.mu.Unlock()
+
+	l.renew.remove(h, true)
+	code, err := l.releaseRemote(ctx, h)
+	h.end(ErrReleased)
+	switch {
+	case prev == stateLost:
+		return context.Cause(h.life)
+	case err != nil:
+		return err
+	case code == -1:
+		return fmt.Errorf("guard: release %s: %w", quoteKey(h.hk.key), ErrExpired)
+	case code == -2:
+		return fmt.Errorf("guard: release %s: %w", quoteKey(h.hk.key), ErrNotHeld)
+	}
+	return nil
+}
+
+// newLease makes a Lease handle on h. l.mu is held.
+func (h *held) newLease(parent context.Context, reentrant bool) *Lease {
+	le := &Lease{h: h, reentrant: reentrant}
+	ctx := context.WithValue(context.WithoutCancel(parent), leaseKey{}, le)
+	le.ctx, le.cancel = context.WithCancelCause(ctx)
+	le.stop = context.AfterFunc(h.life, func() { le.cancel(context.Cause(h.life)) })
+	return le
+}
+
+// Lease is one hold on a lock. It is safe for concurrent use.
+//
+// Its Context ends when the lease is lost or released: guarded work should run under it
+// (or under a context from Bind) so that it stops when exclusivity ends. Every Lease must
+// be released, including reentrant ones; Release is idempotent.
+type Lease struct {
+	h         *held
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	stop      func() bool
+	reentrant bool
+
+	once sync.Once
+	err  error
+}
+
+// Key returns the lock key.
+func (le *Lease) Key() string { return le.h.hk.key }
+
+// Owner returns the owner ID the lock is held for.
+func (le *Lease) Owner() ctxid.ID { return le.h.hk.owner }
+
+// Token returns the fencing token: strictly greater than every token issued before for
+// this key, and the same for every reentrant hold of one acquisition. Pass it to the
+// storage the guarded work writes, and have the storage reject writes with a token lower
+// than the highest it has seen: that is what keeps a paused or partitioned former holder
+// from overwriting newer data after its lease ran out.
+func (le *Lease) Token() int64 { return le.h.token }
+
+// Reentrant reports whether the owner already held the lock when this Lease was made,
+// in this process or, through Redis, in another one.
+func (le *Lease) Reentrant() bool { return le.reentrant }
+
+// Context returns a context that carries the owner and the Lease (see LeaseFromContext)
+// and ends when the lease is lost (cause: a *LeaseLostError matching ErrLeaseLost) or
+// released (cause: ErrReleased). It carries the values of the context the lease was
+// acquired with, but not its cancellation.
+func (le *Lease) Context() context.Context { return le.ctx }
+
+// Err returns nil while the lease is held, and context.Cause of its Context after.
+func (le *Lease) Err() error {
+	if le.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(le.ctx)
+}
+
+// ValidUntil returns the local validity deadline: the time, on this process's monotonic
+// clock, until which the lock is known to be held. It moves forward with each renewal.
+func (le *Lease) ValidUntil() time.Time {
+	le.h.l.mu.Lock()
+	defer le.h.l.mu.Unlock()
+	return le.h.validUntil
+}
+
+// Bind returns a context derived from ctx that carries the owner and the Lease and is
+// cancelled, with the lease's cause, when the lease ends. Call the returned function when
+// done with it.
+func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = context.WithValue(ctxid.NewContext(ctx, le.h.hk.owner), leaseKey{}, le)
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(le.ctx, func() { cancel(context.Cause(le.ctx)) })
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// Release drops this hold. The last hold of the owner in this process releases the lock
+// in Redis, with ctx's values but not its cancellation (a cancelled request still frees
+// its lock), bounded by the ReleaseTimeout option. Later calls return the first result.
+//
+// It returns nil when the hold was dropped; the lease's *LeaseLostError (ErrLeaseLost)
+// when the lease had been lost; an error matching ErrExpired when the lock had expired in
+// Redis, ErrNotHeld when another owner holds it now, ErrUnavailable when Redis could not
+// be reached (the lock then expires after its TTL).
+func (le *Lease) Release(ctx context.Context) error {
+	le.once.Do(func() {
+		if !le.stop() && le.h.life.Err() != nil {
+			le.cancel(context.Cause(le.h.life)) // lost: keep that cause, not ErrReleased
+		}
+		le.err = le.h.releaseOne(ctx)
+		le.cancel(ErrReleased)
+	})
+	return le.err
+}
+
+type leaseKey struct{}
+
+// LeaseFromContext returns the innermost Lease carried by ctx.
+func LeaseFromContext(ctx context.Context) (*Lease, bool) {
+	le, ok := ctx.Value(leaseKey{}).(*Lease)
+	return le, ok
+}
+
+// TokenFromContext returns the fencing token of the innermost Lease carried by ctx.
+func TokenFromContext(ctx context.Context) (int64, bool) {
+	if le, ok := LeaseFromContext(ctx); ok {
+		return le.Token(), true
+	}
+	return 0, false
+}

@@ -1,0 +1,363 @@
+package guard
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/ctxid"
+)
+
+var (
+	//go:embed scripts/acquire.lua
+	acquireSrc string
+	//go:embed scripts/release.lua
+	releaseSrc string
+	//go:embed scripts/renew.lua
+	renewSrc string
+
+	acquireScript = redis.NewScript(acquireSrc)
+	releaseScript = redis.NewScript(releaseSrc)
+	renewScript   = redis.NewScript(renewSrc)
+)
+
+// Locker hands out leases on Redis locks. It is safe for concurrent use; create one per
+// Redis deployment and share it. Its zero value is not usable: call New.
+//
+// A Locker keeps, per process, a table of the leases it holds, one Pub/Sub subscription
+// that wakes waiters when a lock is released, and one watchdog that renews every held
+// lease in pipelined batches.
+type Locker struct {
+	client redis.UniversalClient
+	cfg    settings
+	nonce  string        // random prefix of attempt and release nonces
+	seq    atomic.Uint64 // suffix of nonces
+	done   chan struct{} // closed by Close
+
+	mu     sync.Mutex
+	held   map[holdKey]*held // leases held or being acquired, by key and owner
+	closed bool
+
+	waits waiters
+	renew renewer
+	bg    sync.WaitGroup // compensating releases in flight
+}
+
+// maxOwnerLen bounds owner IDs set by callers with ctxid.NewContext; ctxid.New makes
+// 22-byte IDs. '#' is refused too: it separates an owner from its fields in Redis.
+const maxOwnerLen = 128
+
+// holdKey identifies the holds of one owner on one key in this process.
+type holdKey struct {
+	key   string
+	owner ctxid.ID
+}
+
+// New returns a Locker that keeps its locks in client, which may be a *redis.Client, a
+// *redis.ClusterClient, a failover client or a *redis.Ring (all keys of one lock share a
+// hash tag). It fails with a *ConfigError when an option is invalid.
+//
+// Redis 6.2 or newer is required. A client with ContextTimeoutEnabled lets context
+// deadlines cut Redis calls short; without it a call on a stalled server lasts up to the
+// client's read timeout.
+func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if client == nil {
+		return nil, &ConfigError{Field: "client", Reason: "must not be nil"}
+	}
+	cfg := defaultSettings()
+	if err := cfg.apply(opts, scopeLocker|scopeCall, "New"); err != nil {
+		return nil, err
+	}
+	var b [9]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("guard: reading random nonce prefix: %w", err)
+	}
+	l := &Locker{
+		client: client,
+		cfg:    cfg,
+		nonce:  base64.RawURLEncoding.EncodeToString(b[:]) + ":",
+		done:   make(chan struct{}),
+		held:   make(map[holdKey]*held),
+	}
+	l.waits.l = l
+	l.renew.l = l
+	return l, nil
+}
+
+// Acquire takes the lock named key for the owner in ctx, waiting while another owner
+// holds it as the Retry option says (by default until ctx ends). When ctx carries no
+// owner, a fresh one is made (see package ctxid); the returned Lease's Context carries it.
+//
+// If the owner already holds the lock in this process, Acquire returns at once with a
+// reentrant Lease and makes no Redis call; if it holds the lock through another process
+// (a downstream service reached with the same owner), Redis counts the hold. Each Lease
+// must be released; the lock is freed when the last hold is released.
+//
+// Errors: a *LockedError (ErrLocked) when the wait gave up, with ctx.Err() in its chain
+// when ctx ended it; ErrInvalidKey, ErrInvalidConfig, ErrUnavailable (a *RedisError),
+// ErrClosed.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	s, err := l.callSettings(opts, "Acquire")
+	if err != nil {
+		return nil, err
+	}
+	return l.acquire(ctx, key, s, s.retry)
+}
+
+// TryAcquire is Acquire with a single attempt: a lock held by another owner fails at once
+// with a *LockedError. The Retry option is ignored.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	s, err := l.callSettings(opts, "TryAcquire")
+	if err != nil {
+		return nil, err
+	}
+	return l.acquire(ctx, key, s, NoRetry())
+}
+
+// Close stops the Locker's background work: renewal, the Pub/Sub subscription and
+// pending compensating releases. Leases still held are lost at once (their contexts are
+// cancelled with ErrLeaseLost) and expire in Redis after their TTL; release them before
+// closing to free them sooner. Calls after Close fail with ErrClosed. Close does not close
+// the Redis client.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.done)
+	var hs []*held
+	for _, h := range l.held {
+		if h.state == stateHeld {
+			hs = append(hs, h)
+		}
+	}
+	l.mu.Unlock()
+	for _, h := range hs {
+		h.lose("locker closed", nil)
+	}
+	l.renew.close()
+	l.waits.close()
+	l.bg.Wait()
+	return nil
+}
+
+// callSettings resolves the settings of one call.
+func (l *Locker) callSettings(opts []Option, where string) (*settings, error) {
+	if len(opts) == 0 {
+		return &l.cfg, nil
+	}
+	s := l.cfg
+	if err := s.apply(opts, scopeCall, where); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPolicy) (*Lease, error) {
+	rk, err := l.redisKeys(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
+	}
+	ctx, owner := ctxid.Ensure(ctx)
+	if owner == "" || len(owner) > maxOwnerLen || strings.IndexByte(string(owner), '#') >= 0 {
+		return nil, fmt.Errorf("guard: acquire %s: owner %q: %w", quoteKey(key), owner, ctxid.ErrInvalid)
+	}
+	var deadline time.Time
+	if p.limit == limitMaxWait {
+		deadline = time.Now().Add(p.maxWait)
+	}
+	hk := holdKey{key: key, owner: owner}
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, ErrClosed
+		}
+		h := l.held[hk]
+		if h == nil {
+			h = &held{l: l, hk: hk, rk: rk, s: s, ready: make(chan struct{})}
+			l.held[hk] = h
+			l.mu.Unlock()
+			return l.acquireRemote(ctx, h, p, deadline)
+		}
+		if h.state == stateHeld {
+			h.local++
+			le := h.newLease(ctx, true)
+			l.mu.Unlock()
+			return le, nil
+		}
+		ready := h.ready
+		l.mu.Unlock()
+		// Another goroutine of the same owner is acquiring this key: its outcome decides.
+		if p.limit == limitAttempts && p.attempts == 1 {
+			return nil, &LockedError{Key: key}
+		}
+		if err := waitReady(ctx, ready, deadline, l.done); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return nil, err
+			}
+			return nil, &LockedError{Key: key, Err: ctx.Err()}
+		}
+	}
+}
+
+// acquireRemote acquires h in Redis for its owner and publishes the outcome to the
+// owner's other goroutines waiting on h.ready.
+func (l *Locker) acquireRemote(ctx context.Context, h *held, p RetryPolicy, deadline time.Time) (*Lease, error) {
+	g, err := l.wait(ctx, h, p, deadline)
+	l.mu.Lock()
+	if err == nil && l.closed {
+		err = ErrClosed
+	}
+	if err != nil {
+		delete(l.held, h.hk)
+		close(h.ready)
+		l.mu.Unlock()
+		if g.acquired { // closed while acquiring: give it back
+			h.state = stateReleased
+			l.releaseRemote(context.Background(), h)
+		}
+		return nil, err
+	}
+	h.hold(g)
+	le := h.newLease(ctx, g.holds > 1)
+	close(h.ready)
+	l.mu.Unlock()
+	return le, nil
+}
+
+func waitReady(ctx context.Context, ready <-chan struct{}, deadline time.Time, done <-chan struct{}) error {
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timeout:
+		return context.DeadlineExceeded
+	case <-done:
+		return ErrClosed
+	}
+}
+
+// granted is the outcome of one acquire attempt.
+type granted struct {
+	acquired bool
+	token    int64
+	holds    int64         // the owner's hold count in Redis after the attempt
+	pttl     time.Duration // the holder's remaining TTL when busy, <0 if unknown
+	sent     time.Time     // when the attempt was sent: validity is measured from here
+}
+
+// attempt makes one acquire round trip.
+func (l *Locker) attempt(ctx context.Context, h *held) (granted, error) {
+	nonce := l.newNonce()
+	sent := time.Now()
+	v, err := acquireScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
+		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds()).Slice()
+	if err != nil {
+		if !isServerError(err) {
+			// The script may have run: undo it, if it did, so the lock is not left held.
+			l.compensate(h, nonce)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return granted{}, fmt.Errorf("guard: acquire %s: %w", quoteKey(h.hk.key), errors.Join(cerr, err))
+		}
+		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
+	}
+	g, err := parseGranted(v)
+	if err != nil {
+		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
+	}
+	g.sent = sent
+	return g, nil
+}
+
+func parseGranted(v []any) (granted, error) {
+	if len(v) >= 2 {
+		if ok, _ := v[0].(int64); ok == 1 && len(v) == 3 {
+			s, _ := v[1].(string)
+			token, err := strconv.ParseInt(s, 10, 64)
+			holds, _ := v[2].(int64)
+			if err == nil && holds > 0 {
+				return granted{acquired: true, token: token, holds: holds}, nil
+			}
+		} else if ok == 0 {
+			pttl, _ := v[1].(int64)
+			return granted{pttl: time.Duration(pttl) * time.Millisecond}, nil
+		}
+	}
+	return granted{}, fmt.Errorf("unexpected acquire reply %v", v)
+}
+
+// compensate undoes, in the background, the acquire attempt with nonce if it took effect.
+func (l *Locker) compensate(h *held, nonce string) {
+	l.mu.Lock()
+	closed := l.closed
+	if !closed {
+		l.bg.Add(1)
+	}
+	l.mu.Unlock()
+	run := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+		defer cancel()
+		_ = releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
+			string(h.hk.owner), l.newNonce(), nonce, h.s.fenceRetention.Milliseconds()).Err()
+	}
+	if closed {
+		run()
+		return
+	}
+	go func() {
+		defer l.bg.Done()
+		run()
+	}()
+}
+
+// releaseRemote drops one Redis-side hold of h and wakes local waiters when the lock is
+// freed. It returns the script's outcome code.
+func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
+	defer cancel()
+	code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
+		string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds()).Int64()
+	if err != nil {
+		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: err}
+	}
+	if code == 1 {
+		l.waits.wake(h.rk)
+	}
+	return code, nil
+}
+
+func (l *Locker) newNonce() string {
+	return l.nonce + strconv.FormatUint(l.seq.Add(1), 36)
+}
+
+// isServerError reports whether err is an error reply from Redis, after which the
+// command is known not to have taken effect (scripts check memory before their first
+// write and are atomic).
+func isServerError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+}

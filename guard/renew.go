@@ -1,0 +1,241 @@
+package guard
+
+import (
+	"container/heap"
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// renewBatchWindow lets renewals due within this window share one pipeline.
+const renewBatchWindow = 5 * time.Millisecond
+
+// renewer is the Locker's watchdog: one goroutine, started when the first lease is held
+// and ended when none is, renews every due lease in one pipelined round trip.
+type renewer struct {
+	l *Locker
+
+	mu      sync.Mutex
+	q       renewHeap
+	running bool
+	closed  bool
+	wake    chan struct{}
+	quit    chan struct{}
+	loop    sync.WaitGroup
+}
+
+// add schedules h's first renewal. l.mu is held.
+func (r *renewer) add(h *held, sent time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	if r.wake == nil {
+		r.wake = make(chan struct{}, 1)
+		r.quit = make(chan struct{})
+	}
+	h.next = sent.Add(h.s.renewInterval())
+	heap.Push(&r.q, h)
+	switch {
+	case !r.running:
+		r.running = true
+		r.loop.Add(1)
+		go r.run()
+	case r.q[0] == h:
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// remove stops h's renewal. With wait, it also waits for a renewal of h already in
+// flight, so that no renewal of h is sent after remove returns.
+func (r *renewer) remove(h *held, wait bool) {
+	r.mu.Lock()
+	h.stopped = true
+	if h.index >= 0 {
+		heap.Remove(&r.q, h.index)
+	}
+	inflight := h.inflight
+	r.mu.Unlock()
+	if wait && inflight != nil {
+		<-inflight
+	}
+}
+
+func (r *renewer) close() {
+	r.mu.Lock()
+	r.closed = true
+	if r.quit != nil {
+		close(r.quit)
+	}
+	r.mu.Unlock()
+	r.loop.Wait()
+}
+
+func (r *renewer) run() {
+	defer r.loop.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		if len(r.q) == 0 || r.closed {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		if d := r.q[0].next.Sub(now); d > 0 {
+			r.mu.Unlock()
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-r.wake:
+			case <-r.quit:
+			}
+			continue
+		}
+		horizon := now.Add(renewBatchWindow)
+		var batch []*held
+		for len(r.q) > 0 && !r.q[0].next.After(horizon) {
+			batch = append(batch, heap.Pop(&r.q).(*held))
+		}
+		done := make(chan struct{})
+		for _, h := range batch {
+			h.inflight = done
+		}
+		r.mu.Unlock()
+
+		sent := time.Now()
+		errs, ttls := r.send(batch, sent)
+
+		r.mu.Lock()
+		for i, h := range batch {
+			h.inflight = nil
+			if h.stopped {
+				continue
+			}
+			interval := h.s.renewInterval()
+			switch {
+			case errs[i] == nil:
+				h.next = sent.Add(interval)
+			case errs[i] == errNotOwner:
+				continue
+			default: // transient: retry sooner, until validity runs out
+				h.next = time.Now().Add(max(interval/4, time.Millisecond))
+			}
+			if ttls[i] > 0 {
+				heap.Push(&r.q, h)
+			}
+		}
+		close(done)
+		r.mu.Unlock()
+
+		for i, h := range batch {
+			switch {
+			case errs[i] == nil:
+				if ttls[i] > 0 {
+					h.renewed(sent, ttls[i])
+				}
+			case errs[i] == errNotOwner:
+				h.lose("lock deleted or taken by another owner", nil)
+			default:
+				h.renewFailed(errs[i])
+			}
+		}
+	}
+}
+
+var errNotOwner = &LeaseLostError{Reason: "not the owner"}
+
+// send renews batch in one pipeline. For each lease it returns nil, errNotOwner or the
+// Redis error, and the TTL it asked for (0 when MaxHold allows no more renewal, in which
+// case nothing was sent for it).
+func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration) {
+	errs := make([]error, len(batch))
+	ttls := make([]time.Duration, len(batch))
+	cmds := make([]*redis.Cmd, len(batch))
+	timeout := time.Duration(0)
+	for i, h := range batch {
+		ttls[i] = h.s.ttl
+		if lim := h.holdLimit(); !lim.IsZero() {
+			ttls[i] = min(ttls[i], lim.Sub(sent))
+		}
+		if timeout == 0 || h.s.ttl < timeout {
+			timeout = h.s.ttl
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+
+	exec := func(idx []int) {
+		pipe := r.l.client.Pipeline()
+		for _, i := range idx {
+			h := batch[i]
+			cmds[i] = renewScript.EvalSha(ctx, pipe, []string{h.rk.lock}, string(h.hk.owner), ttls[i].Milliseconds())
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	idx := make([]int, 0, len(batch))
+	for i := range batch {
+		if ttls[i] >= time.Millisecond {
+			idx = append(idx, i)
+		} else {
+			ttls[i] = 0
+		}
+	}
+	if len(idx) == 0 {
+		return errs, ttls
+	}
+	exec(idx)
+	var missing []int
+	for _, i := range idx {
+		if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		if err := renewScript.Load(ctx, r.l.client).Err(); err == nil {
+			exec(missing)
+		}
+	}
+	for _, i := range idx {
+		n, err := cmds[i].Int64()
+		switch {
+		case err != nil:
+			errs[i] = &RedisError{Op: "renew", Key: batch[i].hk.key, Err: err}
+		case n != 1:
+			errs[i] = errNotOwner
+		}
+	}
+	return errs, ttls
+}
+
+// renewHeap orders leases by next renewal.
+type renewHeap []*held
+
+func (q renewHeap) Len() int           { return len(q) }
+func (q renewHeap) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
+func (q renewHeap) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index = i
+	q[j].index = j
+}
+func (q *renewHeap) Push(x any) {
+	h := x.(*held)
+	h.index = len(*q)
+	*q = append(*q, h)
+}
+func (q *renewHeap) Pop() any {
+	old := *q
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
+	h.index = -1
+	*q = old[:len(old)-1]
+	return h
+}

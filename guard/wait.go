@@ -1,0 +1,399 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// How long a new waiter waits for its release-notification subscription to be confirmed
+// before it falls back to sleeping on its backoff alone.
+const confirmWait = time.Second
+
+// wait acquires h in Redis under retry policy p. Between attempts it sleeps until the
+// lock's release is announced (Pub/Sub, or a release by this process), its backoff
+// delay, the holder's TTL, its deadline or the end of ctx, whichever comes first. Only
+// one goroutine per key and process makes attempts at a time (the key's gate); the
+// others queue behind it, so Redis sees one waiter per process however many goroutines
+// wait.
+func (l *Locker) wait(ctx context.Context, h *held, p RetryPolicy, deadline time.Time) (granted, error) {
+	subscribed := l.waits.subscribed(h.rk)
+	var (
+		kw       *keyWait
+		timer    *time.Timer
+		attempts int
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if kw != nil {
+			kw.drain()
+		}
+		attempts++
+		g, err := l.attempt(ctx, h)
+		if err != nil || g.acquired {
+			return g, err
+		}
+		busy := func(cause error) error {
+			return &LockedError{Key: h.hk.key, RetryAfter: max(g.pttl, 0), Attempts: attempts, Err: cause}
+		}
+		if p.limit == limitAttempts && attempts >= p.attempts ||
+			!deadline.IsZero() && !time.Now().Before(deadline) {
+			return granted{}, busy(nil)
+		}
+		if kw == nil {
+			kw = l.waits.join(ctx, h.rk)
+			defer l.waits.leave(kw)
+			if err := kw.enter(ctx, deadline, l.done); err != nil {
+				return granted{}, l.waitError(err, busy)
+			}
+			defer kw.exit()
+			kw.awaitSubscribed(ctx, deadline, confirmWait)
+			if !subscribed {
+				continue // the lock may have been freed before the subscription existed
+			}
+		}
+		delay := p.delay().Delay(attempts)
+		if g.pttl >= 0 && g.pttl+time.Millisecond < delay {
+			delay = g.pttl + time.Millisecond
+		}
+		if !deadline.IsZero() {
+			delay = min(delay, time.Until(deadline))
+		}
+		if timer == nil {
+			timer = time.NewTimer(delay)
+		} else {
+			timer.Reset(delay)
+		}
+		select {
+		case <-kw.notify:
+		case <-timer.C:
+		case <-ctx.Done():
+			return granted{}, busy(ctx.Err())
+		case <-l.done:
+			return granted{}, ErrClosed
+		}
+	}
+}
+
+// waitError turns the error of a wait that ended before an attempt into the call's error.
+func (l *Locker) waitError(err error, busy func(error) error) error {
+	switch {
+	case errors.Is(err, ErrClosed):
+		return err
+	case errors.Is(err, errDeadline):
+		return busy(nil)
+	}
+	return busy(err)
+}
+
+var errDeadline = errors.New("guard: retry policy deadline")
+
+// keyWait is the waiting state of one key in this process.
+type keyWait struct {
+	channel string
+	refs    int           // goroutines waiting; guarded by waiters.mu
+	idle    time.Time     // when refs fell to zero; guarded by waiters.mu
+	gate    chan struct{} // holds a token while one goroutine makes attempts
+	notify  chan struct{} // a release was seen since the last drain
+	ok      chan struct{} // closed at the first confirmation of the subscription
+	okOnce  bool          // ok is closed; guarded by waiters.mu
+	live    bool          // the subscription is confirmed now; guarded by waiters.mu
+}
+
+func (kw *keyWait) drain() {
+	select {
+	case <-kw.notify:
+	default:
+	}
+}
+
+func (kw *keyWait) signal() {
+	select {
+	case kw.notify <- struct{}{}:
+	default:
+	}
+}
+
+// enter takes the key's gate.
+func (kw *keyWait) enter(ctx context.Context, deadline time.Time, done <-chan struct{}) error {
+	select {
+	case kw.gate <- struct{}{}:
+		return nil
+	default:
+	}
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case kw.gate <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timeout:
+		return errDeadline
+	case <-done:
+		return ErrClosed
+	}
+}
+
+func (kw *keyWait) exit() { <-kw.gate }
+
+// awaitSubscribed waits, at most d, for the key's subscription to be confirmed.
+func (kw *keyWait) awaitSubscribed(ctx context.Context, deadline time.Time, d time.Duration) {
+	select {
+	case <-kw.ok:
+		return
+	default:
+	}
+	if !deadline.IsZero() {
+		d = min(d, time.Until(deadline))
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-kw.ok:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// waiters multiplexes release notifications for every key this process waits on over
+// one Pub/Sub connection.
+type waiters struct {
+	l      *Locker
+	active atomic.Int32 // len(keys), readable without mu
+
+	mu     sync.Mutex
+	keys   map[string]*keyWait // by channel
+	ps     *redis.PubSub
+	closed bool
+	loop   sync.WaitGroup
+}
+
+// subscribed reports whether release notifications for k already reach this process.
+func (w *waiters) subscribed(k redisKeys) bool {
+	if w.active.Load() == 0 {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kw := w.keys[k.channel()]
+	return kw != nil && kw.live
+}
+
+// join registers a waiter for k, subscribing to its channel if it is the first.
+func (w *waiters) join(ctx context.Context, k redisKeys) *keyWait {
+	ch := k.channel()
+	w.mu.Lock()
+	kw := w.keys[ch]
+	if kw != nil {
+		kw.refs++
+		w.mu.Unlock()
+		return kw
+	}
+	kw = &keyWait{
+		channel: ch,
+		refs:    1,
+		gate:    make(chan struct{}, 1),
+		notify:  make(chan struct{}, 1),
+		ok:      make(chan struct{}),
+	}
+	if w.closed {
+		w.mu.Unlock()
+		return kw // not subscribed: the caller polls, and sees the Locker closing
+	}
+	if w.keys == nil {
+		w.keys = make(map[string]*keyWait)
+	}
+	w.keys[ch] = kw
+	w.active.Store(int32(len(w.keys)))
+	if w.ps == nil {
+		w.ps = w.l.client.Subscribe(context.WithoutCancel(ctx))
+		w.loop.Add(1)
+		go w.receive(w.ps)
+	}
+	ps := w.ps
+	w.mu.Unlock()
+	// A failed subscribe leaves the key unconfirmed: its waiters poll on their backoff.
+	_ = ps.Subscribe(context.WithoutCancel(ctx), ch)
+	return kw
+}
+
+// leave unregisters a waiter. The subscription is dropped later by the receive loop, so
+// that a key under steady contention keeps it.
+func (w *waiters) leave(kw *keyWait) {
+	w.mu.Lock()
+	kw.refs--
+	if kw.refs == 0 {
+		kw.idle = time.Now()
+	}
+	w.mu.Unlock()
+}
+
+// wake tells this process's waiters on k that the lock was released here.
+func (w *waiters) wake(k redisKeys) {
+	if w.active.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	kw := w.keys[k.channel()]
+	w.mu.Unlock()
+	if kw != nil {
+		kw.signal()
+	}
+}
+
+// Receive-loop tuning.
+const (
+	receivePoll   = time.Second      // read timeout of the receive loop
+	idleUnsub     = 10 * time.Second // drop a key's subscription after this long unused
+	pingIdle      = 5 * time.Second  // ping the connection after this long without traffic
+	reconnectWait = 100 * time.Millisecond
+)
+
+// receive dispatches Pub/Sub traffic until the Locker closes.
+func (w *waiters) receive(ps *redis.PubSub) {
+	defer w.loop.Done()
+	ctx := context.Background()
+	lastTraffic, lastSweep := time.Now(), time.Now()
+	failures := 0
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, receivePoll)
+		if err != nil {
+			if w.isClosed() {
+				return
+			}
+			var ne net.Error
+			if !(errors.As(err, &ne) && ne.Timeout()) {
+				// The connection broke; go-redis reconnects and resubscribes on the next
+				// receive. Notifications sent meanwhile are lost: waiters then wake on
+				// their backoff or the holder's TTL.
+				w.unconfirmAll()
+				failures++
+				if !w.sleep(min(reconnectWait*time.Duration(failures), 2*time.Second)) {
+					return
+				}
+				continue
+			}
+			if time.Since(lastTraffic) > pingIdle {
+				_ = ps.Ping(ctx)
+			}
+		} else {
+			failures = 0
+			lastTraffic = time.Now()
+			switch m := msg.(type) {
+			case *redis.Message:
+				w.dispatch(m.Channel)
+			case *redis.Subscription:
+				w.confirm(ps, m)
+			}
+		}
+		if time.Since(lastSweep) > idleUnsub/2 {
+			lastSweep = time.Now()
+			w.sweep(ps)
+		}
+	}
+}
+
+func (w *waiters) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// sleep waits d unless the Locker closes first; it reports whether it slept.
+func (w *waiters) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.l.done:
+		return false
+	}
+}
+
+func (w *waiters) dispatch(ch string) {
+	w.mu.Lock()
+	kw := w.keys[ch]
+	w.mu.Unlock()
+	if kw != nil {
+		kw.signal()
+	}
+}
+
+func (w *waiters) confirm(ps *redis.PubSub, m *redis.Subscription) {
+	w.mu.Lock()
+	kw := w.keys[m.Channel]
+	resubscribe := false
+	switch {
+	case kw == nil:
+	case m.Kind == "subscribe":
+		kw.live = true
+		if !kw.okOnce {
+			kw.okOnce = true
+			close(kw.ok)
+		}
+	case m.Kind == "unsubscribe":
+		// An unsubscribe of an idle key crossed a new waiter's subscribe.
+		kw.live = false
+		resubscribe = true
+	}
+	w.mu.Unlock()
+	if resubscribe {
+		_ = ps.Subscribe(context.Background(), m.Channel)
+	}
+	if kw != nil && m.Kind == "subscribe" {
+		// A release may have been announced before the subscription took effect.
+		kw.signal()
+	}
+}
+
+// unconfirmAll marks every subscription as not confirmed after the connection broke.
+func (w *waiters) unconfirmAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, kw := range w.keys {
+		kw.live = false
+	}
+}
+
+// sweep drops the subscriptions of keys nobody has waited on for idleUnsub.
+func (w *waiters) sweep(ps *redis.PubSub) {
+	var drop []string
+	w.mu.Lock()
+	for ch, kw := range w.keys {
+		if kw.refs == 0 && time.Since(kw.idle) > idleUnsub {
+			delete(w.keys, ch)
+			drop = append(drop, ch)
+		}
+	}
+	w.active.Store(int32(len(w.keys)))
+	w.mu.Unlock()
+	if len(drop) > 0 {
+		_ = ps.Unsubscribe(context.Background(), drop...)
+	}
+}
+
+func (w *waiters) close() {
+	w.mu.Lock()
+	w.closed = true
+	ps := w.ps
+	w.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close()
+	}
+	w.loop.Wait()
+}
