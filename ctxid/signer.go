@@ -284,14 +284,12 @@ func (k *signingKey) verify(signed, macField string) bool {
 // copy of ctx carrying the token's owner and hop count when the token
 // verifies. Otherwise the inbound owner is ignored and the returned context
 // carries a fresh owner with zero hops; the error is nil for an empty token
-// (the caller sent none) and the [Verify] error otherwise, for logging. Any
-// owner ctx already had is replaced, because the request is a new owner
-// unless a trusted caller says otherwise.
+// (the caller sent none) and the [Signer.Verify] error otherwise, for
+// logging. Any owner ctx already had is replaced, because the request is a
+// new owner unless a trusted caller says otherwise.
 //
 // With a nil Signer every non-empty token is rejected with [ErrUnknownKey]
 // (and so [ErrUntrusted]): without a key, inbound owners are never trusted.
-//
-// [Verify]: Signer.Verify
 func (s *Signer) Accept(ctx context.Context, token string) (context.Context, ID, error) {
 	var err error
 	if token != "" {
