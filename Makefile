@@ -1,0 +1,35 @@
+# guardkit — make test, make demo, make bench, make lint.
+GO      ?= go
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PKGS    := ./...
+
+.PHONY: all test bench lint demo redis-server
+
+all: lint test
+
+## test: install redis-server when missing, then vet and run every test with the race detector.
+test: redis-server
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 9m $(PKGS)
+
+## redis-server: install Debian's redis-server when it is not on PATH (tests start their own).
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server not found: installing it with apt-get"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null; \
+	}
+	@redis-server --version
+
+## bench: the library's own benchmarks (round trips per operation are reported).
+bench: redis-server
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
+
+## lint: gofmt and go vet.
+lint:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## demo: an example service under real contention (see examples/).
+demo:
+	$(GO) run ./examples/demo

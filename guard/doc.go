@@ -1,0 +1,89 @@
+// Package guard puts a Redis lock around a piece of work: a lease that is exclusive across
+// every process sharing the Redis, renewed while the work runs, released when it ends,
+// and reentrant for the same owner however deep the call chain goes.
+//
+// # Usage
+//
+// Build one Locker per Redis and share it:
+//
+//	locker, err := guard.New(redisClient, guard.TTL(10*time.Second))
+//
+// Take a lease, run the work under its context, release it:
+//
+//	lease, err := locker.Acquire(ctx, "order:42")
+//	if err != nil {
+//		return err // *LockedError (ErrLocked) when busy; ctx.Err() in the chain when ctx ended the wait
+//	}
+//	defer lease.Release(ctx)
+//	ctx, cancel := lease.Bind(ctx) // cancelled if the lease is lost
+//	defer cancel()
+//	return pay(ctx, order, lease.Token()) // pass the fencing token to storage
+//
+// # Owners and reentrancy
+//
+// A lock is held by an owner: a random ID carried in the context (package ctxid). Acquire
+// uses the owner in its context and attaches a fresh one when there is none; the lease's
+// Context and Bind carry it on. A nested Acquire of a key the owner already holds in this
+// process returns at once without a Redis call; one in another process reached with the
+// same owner (see ctxid's signed tokens) is counted in Redis. The lock is free again when
+// every hold has been released.
+//
+// The owner is the request, not the goroutine: goroutines started with a request's
+// context share its owner and reenter its locks. Use ctxid.Fork for work that must be
+// excluded from its siblings.
+//
+// # Leases
+//
+// Every lock has a TTL (default 30s). While a lease is held, a watchdog resets the TTL
+// every RenewEvery (default TTL/3); all leases due together are renewed in one pipelined
+// round trip. A lease is lost when a renewal finds the lock deleted or owned by another
+// owner, or when its local validity — TTL minus DriftMargin from the moment the last
+// successful acquire or renewal was sent, on the monotonic clock — runs out. A renewal
+// that fails for a transient reason is retried until then. A lost lease's context is
+// cancelled with a *LeaseLostError (ErrLeaseLost) as its cause.
+//
+// Release drops one hold; the last one deletes the lock in a script that checks the
+// owner, even when the caller's context is already cancelled.
+//
+// # Waiting
+//
+// A busy attempt learns the holder's remaining TTL in the same round trip. The waiter then
+// sleeps until the earliest of: the lock's release being announced (one Pub/Sub
+// subscription per Locker, shared by all keys), the Retry policy's backoff, the holder's
+// TTL, the policy's or the context's deadline. Within one process, only one goroutine per
+// key makes attempts; the others queue behind it. Retry policies are immutable values:
+// NoRetry, Attempts, MaxWait, UntilCanceled, with Fixed or Exponential backoff.
+//
+// # Fencing
+//
+// Each first acquisition of a key gets a fencing token greater than every token issued for
+// that key before, and reentrant holds share it. Tokens never fall below the Redis
+// server's clock in microseconds, so they keep rising after Redis restarts empty. A lock
+// held in Redis cannot by itself stop a paused or partitioned former holder from writing
+// after its lease ran out; a storage that rejects writes carrying a token lower than the
+// highest it has seen can.
+//
+// # Redis data
+//
+// For key k and prefix p (default "guard:"), the lock is the hash p{k} (field per owner →
+// hold count, plus the token), the fencing counter is p{k}:fence and the release channel
+// p{k}:release. In k, '%', '{' and '}' are written %25, %7B and %7D, so every name of a
+// lock shares one Redis Cluster hash tag whatever bytes the key holds. Each acquire,
+// release and renewal is one script call; scripts carry a nonce so that a call the client
+// retries after a timeout takes effect once. An acquire whose outcome is unknown (a
+// network error) is undone in the background if it took effect.
+//
+// # Errors
+//
+// Sentinels for errors.Is — ErrLocked, ErrLeaseLost, ErrReleased, ErrNotHeld, ErrExpired,
+// ErrInvalidConfig, ErrInvalidKey, ErrUnavailable, ErrClosed — and typed errors for
+// errors.As: *LockedError, *LeaseLostError, *ConfigError, *KeyError, *RedisError. Bad
+// options fail in New (or in the call that received them) with a *ConfigError naming the
+// field.
+//
+// # Concurrency
+//
+// Locker and Lease are safe for concurrent use. A Locker's background goroutines (the
+// watchdog, the Pub/Sub receiver, compensating releases) end with Close; the watchdog also
+// ends by itself whenever no lease is held.
+package guard
