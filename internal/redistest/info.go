@@ -1,0 +1,124 @@
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// infoTimeout bounds one INFO round trip, so a paused server fails the test
+// instead of hanging it.
+const infoTimeout = 2 * time.Second
+
+// CommandCalls returns how many times the server has executed each command
+// since it started, from INFO commandstats: lowercase command name (with
+// "|subcommand" where Redis reports one, e.g. "config|get") to calls, e.g.
+// "evalsha", "publish". Take the difference of two snapshots to measure what
+// a piece of code made the server do; the INFO calls of this method are
+// counted under "info".
+func (s *Server) CommandCalls(tb testing.TB) map[string]int64 {
+	tb.Helper()
+	info := s.info(tb, "commandstats")
+	calls := make(map[string]int64)
+	for _, line := range strings.Split(info, "\r\n") {
+		name, stats, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					tb.Fatalf("redistest: INFO commandstats line %q: %v", line, err)
+				}
+				calls[strings.ToLower(strings.TrimPrefix(name, "cmdstat_"))] = n
+			}
+		}
+	}
+	return calls
+}
+
+// Stat returns an integer field of INFO (all sections), e.g.
+// "total_reads_processed", "total_commands_processed", "connected_clients".
+// It fails the test when the field is missing or not an integer.
+func (s *Server) Stat(tb testing.TB, field string) int64 {
+	tb.Helper()
+	info := s.info(tb, "everything")
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				tb.Fatalf("redistest: INFO field %s=%q is not an integer", field, v)
+			}
+			return n
+		}
+	}
+	tb.Fatalf("redistest: INFO has no field %q", field)
+	return 0
+}
+
+// info runs INFO section on a connection of its own, so it neither shares
+// nor disturbs the state of the clients under test.
+func (s *Server) info(tb testing.TB, section string) string {
+	tb.Helper()
+	reply, err := roundTrip(s.Addr(), infoTimeout, "INFO", section)
+	if err != nil {
+		tb.Fatalf("redistest: INFO %s on %s (is the server paused or killed?): %v", section, s.Addr(), err)
+	}
+	return reply
+}
+
+// roundTrip sends one command on a new connection and returns its simple,
+// integer or bulk string reply. It exists so that readiness checks and INFO
+// need no client pool and leave no goroutine behind.
+func roundTrip(addr string, timeout time.Duration, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return "", err
+	}
+	var req strings.Builder
+	fmt.Fprintf(&req, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&req, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(conn, req.String()); err != nil {
+		return "", err
+	}
+	rd := bufio.NewReader(conn)
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", fmt.Errorf("redis error: %s", line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", fmt.Errorf("unexpected bulk header %q", line)
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	default:
+		return "", fmt.Errorf("unexpected reply %q", line)
+	}
+}

@@ -1,0 +1,374 @@
+package redistest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// portAttempts bounds how often Start picks a new port when another
+	// process took the free port between our probe and redis-server's bind.
+	portAttempts = 5
+	// readyTimeout bounds the wait for a fresh redis-server to answer PING.
+	readyTimeout = 5 * time.Second
+	// rebindTimeout bounds how long Restart retries its old port.
+	rebindTimeout = 3 * time.Second
+	// signalTimeout bounds the wait for SIGSTOP or SIGKILL to take effect.
+	signalTimeout = 5 * time.Second
+	// logTailBytes is how much of the logs a failure message quotes.
+	logTailBytes = 2048
+)
+
+// errPortInUse reports that redis-server could not bind its port.
+var errPortInUse = errors.New("redistest: port already in use")
+
+// Option configures a server started by [Start] or [StartN].
+type Option func(*config)
+
+type config struct {
+	args []string
+}
+
+// Args appends extra redis-server command-line arguments, for example
+// Args("--maxmemory", "2mb"). They come after the harness's own arguments, so
+// they can override them. Default: none.
+func Args(extra ...string) Option {
+	return func(c *config) { c.args = append(c.args, extra...) }
+}
+
+// Server is one redis-server process on a fixed loopback address. The address
+// survives [Server.Restart]; the process and its dataset do not.
+type Server struct {
+	bin   string
+	base  string // parent of each run's directory, removed by the testing framework
+	extra []string
+	port  int
+
+	mu     sync.Mutex
+	runs   int
+	proc   *process // nil while not running
+	paused bool
+}
+
+// process is one started redis-server and the channel closed once it has
+// been reaped.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Start starts a redis-server on a free 127.0.0.1 port, without persistence
+// (--save "" --appendonly no) and with its directory and log file under
+// tb.TempDir(), waits until it answers PING, and registers tb.Cleanup to stop
+// it. It fails the test when redis-server is not on PATH or does not become
+// ready; it never skips.
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("redistest: redis-server is not on PATH (%v); run `make test`, which installs it, or `apt-get install redis-server`", err)
+	}
+	var cfg config
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	s := &Server{bin: bin, base: tb.TempDir(), extra: cfg.args}
+	// Registered after TempDir so that it runs first: the server stops
+	// before its directory is removed.
+	tb.Cleanup(s.Stop)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			tb.Fatalf("redistest: find a free port: %v", err)
+		}
+		s.port = port
+		err = s.launch()
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errPortInUse) || attempt == portAttempts {
+			tb.Fatalf("redistest: start redis-server: %v", err)
+		}
+	}
+}
+
+// StartN starts n independent servers with the same options, as [Start] does.
+func StartN(tb testing.TB, n int, opts ...Option) []*Server {
+	tb.Helper()
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = Start(tb, opts...)
+	}
+	return servers
+}
+
+// Addr returns the server's address, "127.0.0.1:port". It does not change
+// across restarts.
+func (s *Server) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// PID returns the process ID of the running redis-server, or 0 when it is
+// not running. It changes after [Server.Restart].
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.cmd.Process.Pid
+}
+
+// Client returns a new go-redis client for the server, closed at tb's cleanup.
+// Each opts function is applied to the options after Addr is set, so it may
+// change any field, including Addr (to go through a [Proxy]).
+func (s *Server) Client(tb testing.TB, opts ...func(*redis.Options)) *redis.Client {
+	tb.Helper()
+	o := &redis.Options{Addr: s.Addr()}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(o)
+		}
+	}
+	c := redis.NewClient(o)
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Pause stops the server with SIGSTOP and returns once the process is
+// stopped. Connections stay open and the kernel still accepts new ones, but
+// nothing is answered until [Server.Resume].
+func (s *Server) Pause(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.running(tb, "Pause")
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		tb.Fatalf("redistest: pause redis-server pid %d: %v", p.cmd.Process.Pid, err)
+	}
+	if err := waitStopped(p.cmd.Process.Pid, signalTimeout); err != nil {
+		tb.Fatalf("redistest: pause redis-server pid %d: %v", p.cmd.Process.Pid, err)
+	}
+	s.paused = true
+}
+
+// Resume continues a server stopped by [Server.Pause] with SIGCONT.
+func (s *Server) Resume(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.running(tb, "Resume")
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		tb.Fatalf("redistest: resume redis-server pid %d: %v", p.cmd.Process.Pid, err)
+	}
+	s.paused = false
+}
+
+// Kill ends the server with SIGKILL, paused or not, and waits until the
+// process has been reaped. Killing a server that is not running does nothing.
+func (s *Server) Kill(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.kill(); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+}
+
+// Restart kills the server if it is running and starts a new redis-server on
+// the same address with an empty dataset and the same arguments. It retries
+// the bind for a few seconds in case the port is not yet free.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.kill(); err != nil {
+		tb.Fatalf("redistest: restart: %v", err)
+	}
+	deadline := time.Now().Add(rebindTimeout)
+	for {
+		err := s.launch()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errPortInUse) || time.Now().After(deadline) {
+			tb.Fatalf("redistest: restart redis-server on %s: %v", s.Addr(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop ends the server with SIGKILL, which also ends a paused server, and
+// waits until the process has been reaped. It is idempotent, needs no
+// testing.TB so it can run as cleanup (Start registers it), and leaves the
+// server restartable with [Server.Restart]. A graceful SIGTERM would buy
+// nothing, as there is no persistence, and would cost up to 100 ms waiting
+// for Redis's next cron tick.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_ = s.kill()
+}
+
+// running returns the current process or fails the test naming op.
+// s.mu must be held.
+func (s *Server) running(tb testing.TB, op string) *process {
+	tb.Helper()
+	if s.proc == nil {
+		tb.Fatalf("redistest: %s: redis-server on %s is not running", op, s.Addr())
+	}
+	return s.proc
+}
+
+// kill sends SIGKILL to the current process, if any, and waits for it to be
+// reaped. s.mu must be held.
+func (s *Server) kill() error {
+	p := s.proc
+	if p == nil {
+		return nil
+	}
+	s.proc = nil
+	s.paused = false
+	// ErrProcessDone means it already exited on its own; it is reaped below.
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill redis-server pid %d: %w", p.cmd.Process.Pid, err)
+	}
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(signalTimeout):
+		return fmt.Errorf("redis-server pid %d did not exit %v after SIGKILL", p.cmd.Process.Pid, signalTimeout)
+	}
+}
+
+// launch starts a redis-server on s.port in a fresh directory and waits until
+// it answers PING. On failure the process is gone and the error quotes the
+// end of its logs; it wraps errPortInUse when the port was taken.
+// s.mu must be held.
+func (s *Server) launch() error {
+	s.runs++
+	// A fresh directory per run guarantees an empty dataset even when Args
+	// turned persistence on.
+	dir := filepath.Join(s.base, "run"+strconv.Itoa(s.runs))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("create directory: %w", err)
+	}
+	logFile := filepath.Join(dir, "redis.log")
+	// Output before the log file is open (bad arguments) goes to stdio.
+	stdio, err := os.Create(filepath.Join(dir, "stdio.log"))
+	if err != nil {
+		return fmt.Errorf("create stdio log: %w", err)
+	}
+	args := append([]string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--dir", dir,
+		"--logfile", logFile,
+	}, s.extra...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = dir
+	// An *os.File needs no copying goroutine, so Wait never blocks on a
+	// forked child that still holds the output open.
+	cmd.Stdout, cmd.Stderr = stdio, stdio
+	cmd.SysProcAttr = sysProcAttr()
+	err = cmd.Start()
+	_ = stdio.Close() // the child has its own descriptor
+	if err != nil {
+		return fmt.Errorf("run %s: %w", s.bin, err)
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+
+	if err := waitReady(s.Addr(), p.exited, readyTimeout); err != nil {
+		_ = cmd.Process.Kill()
+		<-p.exited
+		tail := logTail(dir)
+		if strings.Contains(tail, "Address already in use") {
+			err = fmt.Errorf("%w: %w", errPortInUse, err)
+		}
+		return fmt.Errorf("redis-server %s on %s: %w\n--- end of redis logs ---\n%s", strings.Join(args, " "), s.Addr(), err, tail)
+	}
+	s.proc = p
+	return nil
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		return 0, err
+	}
+	return port, nil
+}
+
+// waitReady polls PING until the server answers PONG, the process exits or
+// the timeout passes.
+func waitReady(addr string, exited <-chan struct{}, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for {
+		select {
+		case <-exited:
+			return errors.New("process exited before answering PING")
+		default:
+		}
+		reply, err := roundTrip(addr, 200*time.Millisecond, "PING")
+		if err == nil && reply == "PONG" {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("PING answered %q", reply)
+		}
+		lastErr = err
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no PONG within %v: %w", timeout, lastErr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// logTail returns the end of the run's log file and of its stdio output.
+func logTail(dir string) string {
+	var b strings.Builder
+	for _, name := range []string{"redis.log", "stdio.log"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		if len(data) > logTailBytes {
+			data = data[len(data)-logTailBytes:]
+		}
+		fmt.Fprintf(&b, "[%s]\n%s\n", name, strings.TrimRight(string(data), "\n"))
+	}
+	if b.Len() == 0 {
+		return "(no output)"
+	}
+	return b.String()
+}
