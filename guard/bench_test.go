@@ -1,0 +1,133 @@
+package guard_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+func reportRoundTrips(b *testing.B, c *redistest.Counter, per int) {
+	b.ReportMetric(float64(c.RoundTrips())/float64(per), "roundtrips/op")
+}
+
+// BenchmarkAcquireRelease: uncontended acquire + release, one key per goroutine.
+func BenchmarkAcquireRelease(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client(b)
+	counter := redistest.NewCounter()
+	c.AddHook(counter)
+	l := lockerOn(b, c)
+	ctx := context.Background()
+	mustRelease(b, mustAcquire(b, l, ctx, "warm-up"))
+	var id atomic.Int64
+	b.ReportAllocs()
+	counter.Reset()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		key := "bench:" + strconv.FormatInt(id.Add(1), 10)
+		for pb.Next() {
+			le, err := l.TryAcquire(ctx, key)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := le.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	reportRoundTrips(b, counter, b.N)
+}
+
+// BenchmarkReentrantAcquire: nested acquisition of a lease this process holds.
+func BenchmarkReentrantAcquire(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client(b)
+	counter := redistest.NewCounter()
+	c.AddHook(counter)
+	l := lockerOn(b, c)
+	outer := mustAcquire(b, l, context.Background(), "outer")
+	defer mustRelease(b, outer)
+	ctx := outer.Context()
+	b.ReportAllocs()
+	counter.Reset()
+	b.ResetTimer()
+	for b.Loop() {
+		le, err := l.Acquire(ctx, "outer")
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = le.Release(ctx)
+	}
+	reportRoundTrips(b, counter, b.N)
+}
+
+// BenchmarkContendedHandoff: 8 goroutines in each of two Lockers take turns on one key.
+// handoff-µs is the mean gap between one holder's release and the next holder's entry.
+func BenchmarkContendedHandoff(b *testing.B) {
+	srv := redistest.Start(b)
+	counter := redistest.NewCounter()
+	var lockers []*guard.Locker
+	for range 2 {
+		c := srv.Client(b)
+		c.AddHook(counter)
+		lockers = append(lockers, lockerOn(b, c))
+	}
+	ctx := context.Background()
+	var (
+		mu       sync.Mutex
+		lastExit time.Time
+		gaps     time.Duration
+		handoffs int
+		left     atomic.Int64
+		wg       sync.WaitGroup
+	)
+	left.Store(int64(b.N))
+	b.ReportAllocs()
+	counter.Reset()
+	b.ResetTimer()
+	for _, l := range lockers {
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				octx, _ := ctxid.Fork(ctx)
+				for left.Add(-1) >= 0 {
+					le, err := l.Acquire(octx, "hot")
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					now := time.Now()
+					mu.Lock()
+					if !lastExit.IsZero() {
+						gaps += now.Sub(lastExit)
+						handoffs++
+					}
+					mu.Unlock()
+					mu.Lock()
+					lastExit = time.Now()
+					mu.Unlock()
+					if err := le.Release(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	b.StopTimer()
+	reportRoundTrips(b, counter, b.N)
+	if handoffs > 0 {
+		b.ReportMetric(float64(gaps.Microseconds())/float64(handoffs), "handoff-µs")
+	}
+}

@@ -1,0 +1,97 @@
+package guard_test
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// TestRetriedScriptsTakeEffectOnce makes go-redis send acquire and release twice (the
+// first reply is dropped and the connection closed, so the client retries) and checks
+// that hold counts and fencing tokens stay exact.
+func TestRetriedScriptsTakeEffectOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	pc := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = pc.Close() })
+	a := lockerOn(t, pc)
+	b, c := newLocker(t, srv)
+	ctx, owner := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
+	mustRelease(t, mustAcquire(t, a, ctx, "warm-up")) // load scripts, so EVALSHA hits
+	holds := func() int {
+		n, _ := c.HGet(ctx, lockName("idem"), string(owner)).Int()
+		return n
+	}
+	evalsha := func() int64 { return srv.CommandCalls(t)["evalsha"] }
+
+	before := evalsha()
+	proxy.DropNextReply()
+	la := mustAcquire(t, a, ctx, "idem")
+	if ran := evalsha() - before; ran != 2 {
+		t.Fatalf("acquire ran %d times on the server, want 2 (the client's retry)", ran)
+	}
+	fence, _ := c.Get(ctx, lockName("idem")+":fence").Result()
+	if holds() != 1 || fence != strconv.FormatInt(la.Token(), 10) {
+		t.Fatalf("after a retried acquire: holds %d, fence %q, token %d; want 1 and the token", holds(), fence, la.Token())
+	}
+
+	lb := mustAcquire(t, b, ctx, "idem") // same owner, another Locker: Redis counts 2
+	if holds() != 2 {
+		t.Fatalf("holds = %d, want 2", holds())
+	}
+	before = evalsha()
+	proxy.DropNextReply()
+	mustRelease(t, la)
+	if ran := evalsha() - before; ran != 2 || holds() != 1 {
+		t.Fatalf("retried partial release ran %d times and left %d holds, want 2 and 1", ran, holds())
+	}
+	mustRelease(t, lb)
+
+	la = mustAcquire(t, a, ctx, "idem")
+	before = evalsha()
+	proxy.DropNextReply()
+	if err := la.Release(ctx); err != nil {
+		t.Fatalf("retried final release = %v, want nil (the first run released)", err)
+	}
+	if ran := evalsha() - before; ran != 2 {
+		t.Fatalf("final release ran %d times, want 2", ran)
+	}
+	if n, _ := c.Exists(ctx, lockName("idem")).Result(); n != 0 {
+		t.Fatal("lock left after the final release")
+	}
+}
+
+// TestAmbiguousAcquireCompensated: an acquire whose reply never arrives (and is not
+// retried) is undone in the background, long before the TTL.
+func TestAmbiguousAcquireCompensated(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	pc := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = pc.Close() })
+	l := lockerOn(t, pc, guard.TTL(time.Minute))
+	c := srv.Client(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
+
+	proxy.DropNextReply()
+	_, err := l.Acquire(ctx, "ambiguous")
+	var re *guard.RedisError
+	if !errors.Is(err, guard.ErrUnavailable) || !errors.As(err, &re) || re.Op != "acquire" {
+		t.Fatalf("Acquire with a lost reply = %v, want a *RedisError (ErrUnavailable)", err)
+	}
+	waitUntil(t, 3*time.Second, "the compensating release", func() bool {
+		n, _ := c.Exists(ctx, lockName("ambiguous")).Result()
+		return n == 0
+	})
+	// The fencing counter proves the lost acquire did take the lock before it was undone.
+	if n, _ := c.Exists(ctx, lockName("ambiguous")+":fence").Result(); n != 1 {
+		t.Fatal("the acquire never ran on the server; the test proves nothing")
+	}
+}

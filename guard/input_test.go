@@ -1,0 +1,164 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// hashTag returns the part of a Redis key that Redis Cluster hashes.
+func hashTag(k string) string {
+	if i := strings.IndexByte(k, '{'); i >= 0 {
+		if j := strings.IndexByte(k[i+1:], '}'); j > 0 {
+			return k[i+1 : i+1+j]
+		}
+	}
+	return k
+}
+
+func TestHostileKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv, guard.MaxKeyLen(2<<20))
+	ctx := ctxTimeout(t, 10*time.Second)
+	keys := []string{
+		"{", "}", "{}", "}{", "a{b}c", "%7D", "%", "\x00", "nul\x00in", "line\nbreak", "tab\t",
+		"emoji 🔒", "ünïcödé", "\xff\xfe invalid utf-8", " ", strings.Repeat("k", 1<<20),
+	}
+	seen := map[string]string{}
+	for _, k := range keys {
+		le, err := l.Acquire(ctx, k)
+		if err != nil {
+			t.Fatalf("Acquire(%.20q): %v", k, err)
+		}
+		if le.Key() != k {
+			t.Fatalf("Key() = %.20q, want %.20q", le.Key(), k)
+		}
+		names, _ := c.Keys(ctx, "guard:*").Result()
+		var lock, fence string
+		for _, n := range names {
+			if strings.HasSuffix(n, ":fence") {
+				if _, old := seen[n]; !old {
+					fence = n
+				}
+			} else {
+				lock = n
+			}
+		}
+		if lock == "" || fence == "" {
+			t.Fatalf("key %.20q: lock %.30q fence %.30q among %d keys", k, lock, fence, len(names))
+		}
+		if hashTag(lock) != hashTag(fence) || hashTag(lock+":release") != hashTag(lock) || !strings.HasPrefix(lock, "guard:{") {
+			t.Fatalf("key %.20q: names %.40q and %.40q do not share one hash tag", k, lock, fence)
+		}
+		if prev, dup := seen[fence]; dup {
+			t.Fatalf("keys %.20q and %.20q map to the same lock", k, prev)
+		}
+		seen[fence] = k
+		other, err := l.TryAcquire(context.Background(), k)
+		if !errors.Is(err, guard.ErrLocked) {
+			t.Fatalf("key %.20q not exclusive: %v %v", k, other, err)
+		}
+		mustRelease(t, le)
+		if n, _ := c.Exists(ctx, lock).Result(); n != 0 {
+			t.Fatalf("key %.20q left its lock", k)
+		}
+	}
+}
+
+func TestInvalidKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	counter := redistest.NewCounter()
+	c.AddHook(counter)
+	for _, k := range []string{"", strings.Repeat("x", 1025), strings.Repeat("x", 1<<20)} {
+		_, err := l.Acquire(context.Background(), k)
+		var ke *guard.KeyError
+		if !errors.Is(err, guard.ErrInvalidKey) || !errors.As(err, &ke) || ke.Len != len(k) || len(ke.Key) > 64 {
+			t.Fatalf("Acquire(len %d) = %v, want a *KeyError", len(k), err)
+		}
+	}
+	if n := counter.RoundTrips(); n != 0 {
+		t.Fatalf("invalid keys made %d Redis calls, want 0", n)
+	}
+	le, err := l.Acquire(context.Background(), strings.Repeat("x", 1024))
+	if err != nil {
+		t.Fatalf("a key of exactly MaxKeyLen: %v", err)
+	}
+	mustRelease(t, le)
+}
+
+func TestInvalidOwner(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	for _, o := range []ctxid.ID{"#t", "a#b", ctxid.ID(strings.Repeat("o", 200))} {
+		_, err := l.Acquire(ctxid.NewContext(context.Background(), o), "k")
+		if !errors.Is(err, ctxid.ErrInvalid) {
+			t.Fatalf("owner %.20q: %v, want ctxid.ErrInvalid", o, err)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	cases := []struct {
+		field string
+		opts  []guard.Option
+	}{
+		{"TTL", []guard.Option{guard.TTL(0)}},
+		{"TTL", []guard.Option{guard.TTL(-time.Second)}},
+		{"TTL", []guard.Option{guard.TTL(3 * time.Millisecond)}},
+		{"RenewEvery", []guard.Option{guard.TTL(time.Second), guard.RenewEvery(time.Second)}},
+		{"RenewEvery", []guard.Option{guard.RenewEvery(0)}},
+		{"RenewEvery", []guard.Option{guard.TTL(time.Second), guard.RenewEvery(2 * time.Second)}},
+		{"DriftMargin", []guard.Option{guard.DriftMargin(-time.Millisecond)}},
+		{"DriftMargin", []guard.Option{guard.TTL(time.Second), guard.DriftMargin(time.Second)}},
+		{"MaxKeyLen", []guard.Option{guard.MaxKeyLen(0)}},
+		{"Prefix", []guard.Option{guard.Prefix("app{")}},
+		{"ReleaseTimeout", []guard.Option{guard.ReleaseTimeout(0)}},
+		{"MaxHold", []guard.Option{guard.MaxHold(-1)}},
+		{"FenceRetention", []guard.Option{guard.FenceRetention(time.Millisecond)}},
+		{"Retry", []guard.Option{guard.Retry(guard.Attempts(0, nil))}},
+		{"Retry", []guard.Option{guard.Retry(guard.MaxWait(0, nil))}},
+		{"Retry", []guard.Option{guard.Retry(guard.UntilCanceled(guard.Fixed(0, 0)))}},
+		{"Retry", []guard.Option{guard.Retry(guard.UntilCanceled(guard.Exponential(time.Second, time.Millisecond)))}},
+	}
+	for _, tc := range cases {
+		_, err := guard.New(c, tc.opts...)
+		var ce *guard.ConfigError
+		if !errors.Is(err, guard.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("New(%s case) = %v, want a *ConfigError naming %s", tc.field, err, tc.field)
+		}
+	}
+	if _, err := guard.New(nil); !errors.Is(err, guard.ErrInvalidConfig) {
+		t.Errorf("New(nil) = %v", err)
+	}
+
+	l := lockerOn(t, c)
+	_, err := l.Acquire(context.Background(), "k", guard.Prefix("other:"))
+	var ce *guard.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Prefix" {
+		t.Errorf("Acquire with a Locker-only option = %v, want a *ConfigError naming Prefix", err)
+	}
+	if _, err := l.Acquire(context.Background(), "k", guard.TTL(0)); !errors.As(err, &ce) || ce.Field != "TTL" {
+		t.Errorf("Acquire with TTL(0) = %v", err)
+	}
+}
+
+func TestPerCallTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	ctx := ctxTimeout(t, 5*time.Second)
+	le := mustAcquire(t, l, ctx, "short", guard.TTL(2*time.Second))
+	defer mustRelease(t, le)
+	pttl, _ := c.PTTL(ctx, lockName("short")).Result()
+	if pttl <= 0 || pttl > 2*time.Second {
+		t.Fatalf("PTTL = %s, want ≤ 2s", pttl)
+	}
+}

@@ -1,0 +1,187 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// A backoff so long that only a release notification can explain a prompt acquisition.
+var sleepy = guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0)))
+
+// TestWakeOnRelease: a waiter in another process acquires right after the release.
+func TestWakeOnRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	holder, _ := newLocker(t, srv)
+	waiter, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	held := mustAcquire(t, holder, ctx, "wake")
+	got := make(chan error, 1)
+	go func() {
+		le, err := waiter.Acquire(ctx, "wake", sleepy)
+		if err == nil {
+			err = le.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // let it fail, subscribe and sleep
+	mustRelease(t, held)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter did not wake on the release (backoff 1m, holder TTL 30s)")
+	}
+}
+
+// TestWakeLocalWaiters: many goroutines of one process waiting on one key all get it in
+// turn, woken by releases alone.
+func TestWakeLocalWaiters(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	other, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	held := mustAcquire(t, other, ctx, "queue")
+
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			le, err := l.Acquire(ctx, "queue", sleepy)
+			if err != nil {
+				t.Errorf("Acquire: %v", err)
+				return
+			}
+			time.Sleep(time.Millisecond)
+			if err := le.Release(ctx); err != nil {
+				t.Errorf("Release: %v", err)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	mustRelease(t, held)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(8 * time.Second):
+		t.Fatal("local waiters stranded")
+	}
+}
+
+// TestWakeAfterPubSubKilled: with the Pub/Sub connection killed, waiters still acquire,
+// through resubscription or their backoff.
+func TestWakeAfterPubSubKilled(t *testing.T) {
+	srv := redistest.Start(t)
+	holder, c := newLocker(t, srv)
+	waiter, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	held := mustAcquire(t, holder, ctx, "pubsub")
+	got := make(chan error, 1)
+	go func() {
+		le, err := waiter.Acquire(ctx, "pubsub", guard.Retry(guard.UntilCanceled(guard.Fixed(300*time.Millisecond, 0))))
+		if err == nil {
+			err = le.Release(ctx)
+		}
+		got <- err
+	}()
+	waitUntil(t, 3*time.Second, "a Pub/Sub subscriber", func() bool {
+		n, _ := c.PubSubNumSub(ctx, lockName("pubsub")+":release").Result()
+		return n[lockName("pubsub")+":release"] == 1
+	})
+	if err := c.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+	}
+	mustRelease(t, held)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter stranded after its Pub/Sub connection was killed")
+	}
+}
+
+// TestWakeOnExpiry: a holder that vanished without releasing frees the lock after its TTL,
+// and the waiter sleeps no longer than that TTL.
+func TestWakeOnExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	ghost, _ := newLocker(t, srv, guard.TTL(500*time.Millisecond))
+	waiter, waiterClient := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	mustAcquire(t, ghost, ctx, "ghost")
+	_ = ghost.Close() // stops renewing without releasing: the lock expires in Redis
+	if n, _ := waiterClient.Exists(ctx, lockName("ghost")).Result(); n != 1 {
+		t.Fatal("closing the Locker released the lock; it must only stop renewing it")
+	}
+	start := time.Now()
+	got := mustAcquire(t, waiter, ctx, "ghost", sleepy)
+	mustRelease(t, got)
+	if d := time.Since(start); d > 3*time.Second || d < 300*time.Millisecond {
+		t.Fatalf("waiter took %s for a lock with 500ms TTL left", d)
+	}
+}
+
+// TestCancelDuringWait: cancelling the context ends the wait promptly, with
+// context.Canceled in the chain.
+func TestCancelDuringWait(t *testing.T) {
+	srv := redistest.Start(t)
+	holder, _ := newLocker(t, srv)
+	waiter, _ := newLocker(t, srv)
+	held := mustAcquire(t, holder, ctxTimeout(t, 5*time.Second), "cancel")
+	defer mustRelease(t, held)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, "cancel", sleepy)
+		got <- err
+	}()
+	time.Sleep(150 * time.Millisecond)
+	cancelled := time.Now()
+	cancel()
+	err := <-got
+	if d := time.Since(cancelled); d > 50*time.Millisecond {
+		t.Fatalf("Acquire returned %s after cancel, want ≤ 50ms", d)
+	}
+	var le *guard.LockedError
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, guard.ErrLocked) || !errors.As(err, &le) || le.Attempts < 1 {
+		t.Fatalf("err = %v, want a *LockedError wrapping context.Canceled", err)
+	}
+}
+
+func TestRetryPolicies(t *testing.T) {
+	srv := redistest.Start(t)
+	holder, _ := newLocker(t, srv)
+	waiter, _ := newLocker(t, srv)
+	held := mustAcquire(t, holder, ctxTimeout(t, 5*time.Second), "busy")
+	defer mustRelease(t, held)
+
+	_, err := waiter.Acquire(context.Background(), "busy", guard.Retry(guard.Attempts(3, guard.Fixed(10*time.Millisecond, 0))))
+	var le *guard.LockedError
+	if !errors.As(err, &le) || le.Attempts != 3 || le.Err != nil {
+		t.Fatalf("Attempts(3): %v", err)
+	}
+	start := time.Now()
+	_, err = waiter.Acquire(context.Background(), "busy", guard.Retry(guard.MaxWait(200*time.Millisecond, guard.Exponential(10*time.Millisecond, 50*time.Millisecond))))
+	if !errors.As(err, &le) || le.Err != nil || time.Since(start) < 200*time.Millisecond {
+		t.Fatalf("MaxWait(200ms): %v after %s", err, time.Since(start))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = waiter.Acquire(ctx, "busy")
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("context deadline: %v", err)
+	}
+}
