@@ -37,7 +37,7 @@
 // never by name, so parallel test binaries and other Redis instances on the
 // machine are never touched. On Linux each redis-server also receives SIGKILL
 // when the test binary dies (Pdeathsig), so an aborted run leaves no server
-// behind.
+// behind. The package needs a Unix system; it is exercised on Linux.
 //
 // # Concurrency
 //

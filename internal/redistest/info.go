@@ -49,18 +49,25 @@ func (s *Server) CommandCalls(tb testing.TB) map[string]int64 {
 // It fails the test when the field is missing or not an integer.
 func (s *Server) Stat(tb testing.TB, field string) int64 {
 	tb.Helper()
-	info := s.info(tb, "everything")
+	v, ok := infoField(s.info(tb, "everything"), field)
+	if !ok {
+		tb.Fatalf("redistest: INFO has no field %q", field)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		tb.Fatalf("redistest: INFO field %s=%q is not an integer", field, v)
+	}
+	return n
+}
+
+// infoField returns the value of field in an INFO reply.
+func infoField(info, field string) (string, bool) {
 	for _, line := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				tb.Fatalf("redistest: INFO field %s=%q is not an integer", field, v)
-			}
-			return n
+			return v, true
 		}
 	}
-	tb.Fatalf("redistest: INFO has no field %q", field)
-	return 0
+	return "", false
 }
 
 // info runs INFO section on a connection of its own, so it neither shares

@@ -41,9 +41,17 @@ type config struct {
 	args []string
 }
 
+// ownedArgs are the redis-server arguments the harness sets itself; letting
+// a test change them could expose a server beyond loopback or lose track of
+// its files and process.
+var ownedArgs = []string{"--bind", "--port", "--dir", "--logfile", "--daemonize", "--unixsocket", "--tls-port", "--pidfile"}
+
 // Args appends extra redis-server command-line arguments, for example
 // Args("--maxmemory", "2mb"). They come after the harness's own arguments, so
-// they can override them. Default: none.
+// they can override settings such as --save. The arguments that decide where
+// the server listens and writes (--bind, --port, --tls-port, --unixsocket,
+// --dir, --logfile, --pidfile, --daemonize) belong to the harness: Start
+// fails the test when Args names one. Default: none.
 func Args(extra ...string) Option {
 	return func(c *config) { c.args = append(c.args, extra...) }
 }
@@ -84,6 +92,13 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&cfg)
+		}
+	}
+	for _, a := range cfg.args {
+		for _, owned := range ownedArgs {
+			if strings.EqualFold(a, owned) {
+				tb.Fatalf("redistest: Args(%q): the harness sets %s itself (servers stay on 127.0.0.1 in the test's directory)", a, owned)
+			}
 		}
 	}
 	s := &Server{bin: bin, base: tb.TempDir(), extra: cfg.args}
@@ -302,7 +317,7 @@ func (s *Server) launch() error {
 		close(p.exited)
 	}()
 
-	if err := waitReady(s.Addr(), p.exited, readyTimeout); err != nil {
+	if err := waitReady(s.Addr(), cmd.Process.Pid, p.exited, readyTimeout); err != nil {
 		_ = cmd.Process.Kill()
 		<-p.exited
 		tail := logTail(dir)
@@ -328,30 +343,47 @@ func freePort() (int, error) {
 	return port, nil
 }
 
-// waitReady polls PING until the server answers PONG, the process exits or
-// the timeout passes.
-func waitReady(addr string, exited <-chan struct{}, timeout time.Duration) error {
+// waitReady polls until the process with the given PID answers PING on
+// addr, the process exits or the timeout passes. The PID check matters when
+// another test binary's server holds the port: it would answer PING while
+// ours fails to bind.
+func waitReady(addr string, pid int, exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	var lastErr error
 	for {
 		select {
 		case <-exited:
 			return errors.New("process exited before answering PING")
 		default:
 		}
-		reply, err := roundTrip(addr, 200*time.Millisecond, "PING")
-		if err == nil && reply == "PONG" {
+		err := ready(addr, pid)
+		if err == nil {
 			return nil
 		}
-		if err == nil {
-			err = fmt.Errorf("PING answered %q", reply)
-		}
-		lastErr = err
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no PONG within %v: %w", timeout, lastErr)
+			return fmt.Errorf("not ready within %v: %w", timeout, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// ready reports whether addr answers PING and is served by process pid.
+func ready(addr string, pid int) error {
+	const timeout = 200 * time.Millisecond
+	reply, err := roundTrip(addr, timeout, "PING")
+	if err != nil {
+		return err
+	}
+	if reply != "PONG" {
+		return fmt.Errorf("PING answered %q", reply)
+	}
+	info, err := roundTrip(addr, timeout, "INFO", "server")
+	if err != nil {
+		return err
+	}
+	if got, ok := infoField(info, "process_id"); !ok || got != strconv.Itoa(pid) {
+		return fmt.Errorf("%s is served by process_id %q, not by pid %d", addr, got, pid)
+	}
+	return nil
 }
 
 // logTail returns the end of the run's log file and of its stdio output.

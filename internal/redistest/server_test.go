@@ -137,7 +137,10 @@ func TestPauseResume(t *testing.T) {
 func TestKillRestart(t *testing.T) {
 	ctx := context.Background()
 	srv := Start(t)
-	rdb := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	rdb := srv.Client(t, func(o *redis.Options) {
+		o.MaxRetries = -1
+		o.DialerRetries = 1
+	})
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +166,40 @@ func TestKillRestart(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatalf("PING after Restart: %v", err)
+	}
+}
+
+func TestRestartWaitsForBusyPort(t *testing.T) {
+	srv := Start(t)
+	srv.Kill(t)
+	ln, err := net.Listen("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+
+	// A port held by another process is reported as such, and the dead
+	// redis-server is reaped.
+	srv.mu.Lock()
+	err = srv.launch()
+	srv.mu.Unlock()
+	if !errors.Is(err, errPortInUse) {
+		t.Fatalf("launch on a busy port: err = %v, want errPortInUse", err)
+	}
+	if srv.PID() != 0 {
+		t.Fatalf("PID() after a failed launch = %d, want 0", srv.PID())
+	}
+
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		time.Sleep(300 * time.Millisecond)
+		_ = ln.Close()
+	}()
+	srv.Restart(t)
+	<-released
+	if err := srv.Client(t).Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING after Restart on a released port: %v", err)
 	}
 }
 
@@ -197,6 +234,13 @@ func TestArgs(t *testing.T) {
 	}
 	if got["maxmemory"] != "1048576" {
 		t.Fatalf("CONFIG GET maxmemory after Restart = %q, want 1048576", got["maxmemory"])
+	}
+}
+
+func TestArgsCannotMoveTheServer(t *testing.T) {
+	msg := expectFatal(t, func(tb testing.TB) { Start(tb, Args("--bind", "0.0.0.0")) })
+	if !strings.Contains(msg, "--bind") {
+		t.Fatalf("message %q does not name --bind", msg)
 	}
 }
 
