@@ -105,6 +105,9 @@ type ConfigError struct {
 	Field string
 	// Reason says what is wrong with it.
 	Reason string
+	// Err is the underlying error, when there is one: a key template's *keyfunc.SyntaxError
+	// or *keyfunc.BindError.
+	Err error
 }
 
 func (e *ConfigError) Error() string {
@@ -113,6 +116,9 @@ func (e *ConfigError) Error() string {
 
 // Is reports whether target is ErrInvalidConfig.
 func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Unwrap returns the underlying error, if any.
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // KeyError reports a key that cannot name a lock.
 type KeyError struct {

@@ -1,14 +1,16 @@
 package guard
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
 )
 
-// Option configures a Locker (passed to New, where it sets the Locker's defaults) or one
-// acquisition (passed to Acquire, TryAcquire and the decorators, where it overrides them).
-// Each option's comment says where it applies and what its default is. Options are values:
+// Option configures a Locker (passed to New, where it sets the Locker's defaults), one
+// acquisition (passed to Acquire, TryAcquire and the decorators, where it overrides them)
+// or a decorator (Wrap, WrapE and Do only: the key, the Locker, the conditions). Each
+// option's comment says where it applies and what its default is. Options are values:
 // build them once and reuse them freely.
 type Option struct {
 	name  string
@@ -22,6 +24,7 @@ type scope uint8
 const (
 	scopeLocker scope = 1 << iota // New
 	scopeCall                     // New (as a default), Acquire, TryAcquire, decorators
+	scopeWrap                     // decorators only: Wrap, WrapE, Do
 )
 
 // settings is the resolved configuration of a Locker or of one call.
@@ -37,7 +40,33 @@ type settings struct {
 	releaseTimeout time.Duration
 	maxHold        time.Duration // 0: no limit
 	fenceRetention time.Duration
+
+	wrap wrapSettings // read by the decorators, ignored by the engine
 }
+
+// wrapSettings are the options that only the decorators read.
+type wrapSettings struct {
+	locker  *Locker // nil: Default() at call time
+	key     keySpec
+	skip    any // func(context.Context, Req) bool, checked against Req by Wrap
+	minHold time.Duration
+}
+
+// keySpec is how a decorator names its lock: the last of Key, RawKey and KeyFunc given.
+type keySpec struct {
+	kind keyKind
+	text string // the template (keyTemplate) or the key (keyRaw)
+	fn   any    // func(context.Context, Req) (string, error), for keyFunc
+}
+
+type keyKind uint8
+
+const (
+	keyNone keyKind = iota
+	keyTemplate
+	keyRaw
+	keyFunc
+)
 
 func defaultSettings() settings {
 	return settings{
@@ -90,6 +119,10 @@ func (s *settings) validate() error {
 		return &ConfigError{Field: "MaxHold", Reason: fmt.Sprintf("must be ≥ 0 (0 means no limit), got %s", s.maxHold)}
 	case s.fenceRetention < time.Second:
 		return &ConfigError{Field: "FenceRetention", Reason: fmt.Sprintf("must be ≥ 1s, got %s", s.fenceRetention)}
+	case s.wrap.minHold < 0:
+		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must be ≥ 0 (0 means none), got %s", s.wrap.minHold)}
+	case s.maxHold > 0 && s.wrap.minHold > s.maxHold:
+		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must not exceed MaxHold (%s), got %s", s.maxHold, s.wrap.minHold)}
 	}
 	return s.retry.validate("Retry")
 }
@@ -101,7 +134,11 @@ func (s *settings) apply(opts []Option, allowed scope, where string) error {
 			continue
 		}
 		if o.scope&allowed == 0 {
-			return &ConfigError{Field: o.name, Reason: "cannot be set on " + where + "; set it on New"}
+			hint := "set it on New"
+			if o.scope == scopeWrap {
+				hint = "it applies to Wrap, WrapE and Do only"
+			}
+			return &ConfigError{Field: o.name, Reason: "cannot be set on " + where + "; " + hint}
 		}
 		o.apply(s)
 	}
@@ -173,4 +210,77 @@ func MaxHold(d time.Duration) Option {
 // Applies to New. Default 1h.
 func FenceRetention(d time.Duration) Option {
 	return Option{name: "FenceRetention", scope: scopeLocker, apply: func(s *settings) { s.fenceRetention = d }}
+}
+
+// Key names the lock of a decorated call with a key template (see package keyfunc):
+// literal text with placeholders such as "account:{req.From}", where {req.Path} reads a
+// field of the wrapped function's request by `key` tag, Go name or `json` tag, through
+// nested structs, pointers and maps, and {req} is the request itself. Rendered values
+// are escaped so that different requests never share a key by accident (keyfunc's
+// "Escaping").
+//
+// The template is parsed once, by Wrap: a syntax error, an unknown source or a field that
+// Req does not have fails there. A request whose value is missing (a nil pointer on the
+// path) or empty fails the call with an error matching ErrInvalidKey. Do has no request,
+// so its template must have no placeholders. Never build the text from request data: it
+// is parsed as a template; use a {req...} placeholder, KeyFunc or RawKey.
+//
+// Applies to Wrap, WrapE and Do, which need exactly one key: the last of Key, RawKey and
+// KeyFunc given wins. No default.
+func Key(template string) Option {
+	return Option{name: "Key", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyTemplate, text: template} }}
+}
+
+// RawKey names the lock of a decorated call with key exactly as given: braces are not
+// placeholders. It is how Do takes a key computed in code, such as "order:" + id.
+// Applies to Wrap, WrapE and Do; the last of Key, RawKey and KeyFunc given wins. No
+// default.
+func RawKey(key string) Option {
+	return Option{name: "RawKey", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyRaw, text: key} }}
+}
+
+// KeyFunc names the lock of a decorated call with a function of the call's context and
+// request, for keys a template cannot express. Req must be the wrapped function's
+// request type; Wrap checks it. An error from f fails the call with an error matching
+// ErrInvalidKey, with f's error in its chain. A nil f is ignored.
+// Applies to Wrap and WrapE; the last of Key, RawKey and KeyFunc given wins. No default.
+func KeyFunc[Req any](f func(ctx context.Context, req Req) (string, error)) Option {
+	if f == nil {
+		return Option{}
+	}
+	return Option{name: "KeyFunc", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyFunc, fn: f} }}
+}
+
+// Use makes a decorator take its locks from l. A nil l is ignored.
+// Applies to Wrap, WrapE and Do. Default: the Locker given to SetDefault, looked up at
+// each call.
+func Use(l *Locker) Option {
+	if l == nil {
+		return Option{}
+	}
+	return Option{name: "Use", scope: scopeWrap, apply: func(s *settings) { s.wrap.locker = l }}
+}
+
+// SkipIf makes a decorated call run without a lock when skip reports true for its
+// context and request: no owner, key or Redis call, and the function gets the caller's
+// context as it is. Req must be the wrapped function's request type; Wrap checks it. A
+// nil skip is ignored.
+// Applies to Wrap and WrapE. Default: never skip.
+func SkipIf[Req any](skip func(ctx context.Context, req Req) bool) Option {
+	if skip == nil {
+		return Option{}
+	}
+	return Option{name: "SkipIf", scope: scopeWrap, apply: func(s *settings) { s.wrap.skip = skip }}
+}
+
+// MinHold keeps the lock of a decorated call for at least d after it was acquired, like
+// ShedLock's lockAtLeastFor: a scheduled job that runs on every node then runs once per
+// period even when it finishes quickly and the nodes' clocks differ a little. The call
+// returns as soon as the function does; when that is sooner than d, the lock is released
+// in the background at acquisition + d (renewed until then, and released at once if the
+// Locker is closed; Close waits for such releases). A lease lost while the function ran
+// is released at once. d must be ≥ 0 and not above MaxHold.
+// Applies to Wrap, WrapE and Do. Default 0: release when the function returns.
+func MinHold(d time.Duration) Option {
+	return Option{name: "MinHold", scope: scopeWrap, apply: func(s *settings) { s.wrap.minHold = d }}
 }

@@ -1,0 +1,373 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/guardkit/guardkit/keyfunc"
+)
+
+// defaultLocker is the Locker of decorators given no Use option.
+var defaultLocker atomic.Pointer[Locker]
+
+// SetDefault makes l the Locker that decorators use when they were given no Use option,
+// for programs that talk to one Redis. Decorators look it up at each call, so it may be
+// set after they are built (at init, say) and replaced later; nil unsets it. It is safe
+// for concurrent use.
+func SetDefault(l *Locker) { defaultLocker.Store(l) }
+
+// Default returns the Locker set by SetDefault, or nil when there is none.
+func Default() *Locker { return defaultLocker.Load() }
+
+// errNoLocker fails a decorated call that has no Locker to use.
+var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard.Use(locker) or call guard.SetDefault(locker) first"}
+
+// Wrap returns a function that calls fn under the lock that its options name, for the
+// common service method shape func(ctx, req) (resp, error):
+//
+//	svc.Transfer = guard.Wrap(svc.Transfer, guard.Key("account:{req.From}"))
+//
+// Wrap needs a key (Key, RawKey or KeyFunc) and takes the Locker from Use or, at each
+// call, from Default. It panics, like regexp.MustCompile, when the options are invalid:
+// a malformed key template, a placeholder that Req cannot fill, a bad TTL or Retry, a
+// typed option for another request type. WrapE returns the same error instead.
+//
+// The returned function may be called concurrently. Each call:
+//
+//   - runs fn at once, unlocked, when a SkipIf predicate reports true;
+//   - renders the key from the request, and acquires the lock for the owner in ctx (a
+//     fresh owner when ctx has none), waiting as the Retry option says (by default until
+//     ctx ends). When it gives up it returns a *LockedError (ErrLocked) with the holder's
+//     remaining TTL as RetryAfter, and ctx's error in its chain when ctx ended the wait;
+//   - calls fn with a context derived from ctx that carries the owner and the Lease
+//     (LeaseFromContext, TokenFromContext for the fencing token) and is cancelled, with
+//     a *LeaseLostError as its cause, if the lease is lost;
+//   - releases the lock when fn returns, whatever it returns, and when it panics (the
+//     panic then goes on) — or, with MinHold, no sooner than that long after acquiring;
+//   - returns fn's result. When the lease was lost while fn ran, the error matches
+//     ErrLeaseLost even if fn succeeded, because exclusivity was not guaranteed; fn's
+//     own error stays in the chain, and resp is still fn's.
+//
+// A guarded call made inside fn with fn's context (or one derived from it) runs for the
+// same owner: on the same key it reenters the lock at once, with the same fencing token
+// and no Redis call, instead of deadlocking; on another key it acquires that one too.
+// Pass fn's context on, not the one the outer caller gave: that one may carry no owner.
+//
+// A release that finds the lock expired or taken in Redis counts as a lost lease: the
+// lock vanished while the lease was still valid here (a restarted or flushed Redis, a
+// failover), so fn may have run unprotected. A release that cannot reach Redis is not
+// reported: fn ran under a valid lease, and the lock frees itself after its TTL.
+//
+// When the Locker comes from Default, a call made while none is set fails with a
+// *ConfigError naming "Locker"; options are checked against that Locker's settings at
+// its first call.
+func Wrap[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Option) func(context.Context, Req) (Resp, error) {
+	g, err := WrapE(fn, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
+// WrapE is Wrap for callers that prefer an error to a panic: it returns a *ConfigError
+// (ErrInvalidConfig) naming the bad option, with a key template's *keyfunc.SyntaxError
+// or *keyfunc.BindError in its chain.
+func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Option) (func(context.Context, Req) (Resp, error), error) {
+	if fn == nil {
+		return nil, &ConfigError{Field: "fn", Reason: "must not be nil"}
+	}
+	d, err := newDecorator(opts, "Wrap", true)
+	if err != nil {
+		return nil, err
+	}
+	key, err := keyOf[Req](d.wrap.key)
+	if err != nil {
+		return nil, err
+	}
+	var skip func(context.Context, Req) bool
+	if d.wrap.skip != nil {
+		var ok bool
+		if skip, ok = d.wrap.skip.(func(context.Context, Req) bool); !ok {
+			return nil, typeMismatch("SkipIf", d.wrap.skip, reflect.TypeFor[Req]())
+		}
+	}
+	return func(ctx context.Context, req Req) (Resp, error) {
+		if skip != nil && skip(ctx, req) {
+			return fn(ctx, req)
+		}
+		var resp Resp
+		k, err := key(ctx, req)
+		if err != nil {
+			return resp, err
+		}
+		b, err := d.binding()
+		if err != nil {
+			return resp, err
+		}
+		err = d.run(ctx, b, k, func(ctx context.Context) (err error) {
+			resp, err = fn(ctx, req)
+			return err
+		})
+		return resp, err
+	}, nil
+}
+
+// Do calls fn under the lock that its options name, as a call of a function decorated by
+// Wrap would, and returns fn's error or the guard's. It is for a closure, or a job of the
+// shape func(ctx) error; results leave through the closure's variables:
+//
+//	err := guard.Do(ctx, func(ctx context.Context) error {
+//		return rebuildIndex(ctx)
+//	}, guard.Key("index:rebuild"), guard.Retry(guard.NoRetry()))
+//
+// Do has no request: its key is a Key template without placeholders or a RawKey, for a
+// key computed in code ("order:" + id); KeyFunc and SkipIf are refused. Do checks its
+// options at every call and returns a *ConfigError when they are invalid; on a hot path
+// decorate the function once with Wrap instead.
+func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return &ConfigError{Field: "fn", Reason: "must not be nil"}
+	}
+	d, err := newDecorator(opts, "Do", false)
+	if err != nil {
+		return err
+	}
+	var key string
+	switch k := d.wrap.key; k.kind {
+	case keyFunc:
+		return &ConfigError{Field: "KeyFunc", Reason: "Do has no request: compute the key in code and pass it with RawKey"}
+	case keyTemplate:
+		tpl, err := keyfunc.Parse(k.text, keyfunc.Sources[struct{}]{})
+		if err != nil {
+			return templateError(err, "Do has no request, so its template cannot have placeholders; pass a computed key with RawKey")
+		}
+		key, _ = tpl.Render(struct{}{}) // a template without placeholders cannot fail
+	case keyRaw:
+		if k.text == "" {
+			return &ConfigError{Field: "RawKey", Reason: "must not be empty"}
+		}
+		key = k.text
+	default:
+		return errNoKey
+	}
+	if d.wrap.skip != nil {
+		return &ConfigError{Field: "SkipIf", Reason: "Do has no request: test the condition before calling Do"}
+	}
+	b, err := d.binding()
+	if err != nil {
+		return err
+	}
+	return d.run(ctx, b, key, fn)
+}
+
+var errNoKey = &ConfigError{Field: "Key", Reason: "required: set Key, RawKey or KeyFunc"}
+
+// decorator is the configuration of one Wrap, or of one Do call.
+type decorator struct {
+	opts  []Option     // re-applied over the settings of a Locker from Default
+	wrap  wrapSettings // the decorator-only options
+	fixed *binding     // the Locker from Use; nil when Default is looked up per call
+	bound atomic.Pointer[binding]
+	where string
+}
+
+// binding is a decorator's call settings resolved against one Locker.
+type binding struct {
+	l   *Locker
+	s   *settings
+	err error
+}
+
+// newDecorator checks opts and resolves them against the Locker they name, or the
+// current default Locker when it is set. keep copies opts for later defaults.
+func newDecorator(opts []Option, where string, keep bool) (*decorator, error) {
+	base := defaultSettings()
+	if l := Default(); l != nil {
+		base = l.cfg
+	}
+	if err := base.apply(opts, scopeCall|scopeWrap, where); err != nil {
+		return nil, err
+	}
+	d := &decorator{wrap: base.wrap, where: where, opts: opts}
+	if keep {
+		d.opts = append([]Option(nil), opts...)
+	}
+	if l := base.wrap.locker; l != nil {
+		if d.fixed = d.bind(l); d.fixed.err != nil {
+			return nil, d.fixed.err
+		}
+	}
+	return d, nil
+}
+
+// bind resolves the decorator's options against l's settings.
+func (d *decorator) bind(l *Locker) *binding {
+	s := l.cfg
+	err := s.apply(d.opts, scopeCall|scopeWrap, d.where)
+	return &binding{l: l, s: &s, err: err}
+}
+
+// binding returns the Locker of a call and the settings to acquire with.
+func (d *decorator) binding() (*binding, error) {
+	if d.fixed != nil {
+		return d.fixed, nil
+	}
+	l := Default()
+	if l == nil {
+		return nil, errNoLocker
+	}
+	b := d.bound.Load()
+	if b == nil || b.l != l {
+		b = d.bind(l)
+		d.bound.Store(b)
+	}
+	return b, b.err
+}
+
+// run calls call under the lock on key: the core of every decorated call.
+func (d *decorator) run(ctx context.Context, b *binding, key string, call func(context.Context) error) error {
+	le, err := b.l.acquire(ctx, key, b.s, b.s.retry)
+	if err != nil {
+		return err
+	}
+	acquired := time.Now()
+	fctx, cancel := le.Bind(ctx)
+	returned := false
+	defer func() {
+		if !returned { // call panicked or ran runtime.Goexit, which goes on after this
+			cancel()
+			_ = d.release(ctx, b.l, le, acquired)
+		}
+	}()
+	err = call(fctx)
+	returned = true
+	cancel()
+
+	lost := le.Err() // nil unless lost: le is not released yet
+	if rerr := d.release(ctx, b.l, le, acquired); lost == nil {
+		lost = lostAtRelease(key, rerr)
+	}
+	switch {
+	case lost == nil:
+		return err
+	case err == nil:
+		return lost
+	}
+	return fmt.Errorf("%w; the function returned: %w", lost, err)
+}
+
+// release releases le now, or in the background at acquired+MinHold. It returns the
+// result of a release made now.
+func (d *decorator) release(ctx context.Context, l *Locker, le *Lease, acquired time.Time) error {
+	if d.wrap.minHold > 0 && le.Err() == nil {
+		if wait := time.Until(acquired.Add(d.wrap.minHold)); wait > 0 {
+			l.releaseAfter(ctx, le, wait)
+			return nil
+		}
+	}
+	return le.Release(ctx)
+}
+
+// releaseAfter releases le after wait, or as soon as le ends (lost, or the Locker
+// closing). Close waits for it.
+func (l *Locker) releaseAfter(ctx context.Context, le *Lease, wait time.Duration) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		_ = le.Release(ctx)
+		return
+	}
+	l.bg.Add(1)
+	l.mu.Unlock()
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer l.bg.Done()
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-le.Context().Done():
+		}
+		_ = le.Release(ctx)
+	}()
+}
+
+// lostAtRelease turns a release result that shows exclusivity was not kept into a lost
+// lease error, and every other result into nil.
+func lostAtRelease(key string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrLeaseLost):
+		return err
+	case errors.Is(err, ErrExpired):
+		return &LeaseLostError{Key: key, Reason: "lock found expired in Redis at release"}
+	case errors.Is(err, ErrNotHeld):
+		return &LeaseLostError{Key: key, Reason: "lock found held by another owner at release"}
+	}
+	return nil // Redis unreachable: fn ran under a valid lease; the lock expires by itself
+}
+
+// keyOf builds the key function of a Wrap from its key option.
+func keyOf[Req any](k keySpec) (func(context.Context, Req) (string, error), error) {
+	switch k.kind {
+	case keyTemplate:
+		tpl, err := keyfunc.Parse(k.text, keyfunc.Sources[Req]{"req": keyfunc.FieldSource[Req]()})
+		if err != nil {
+			return nil, templateError(err, "")
+		}
+		if tpl.Static() {
+			key, _ := tpl.Render(*new(Req)) // a template without placeholders cannot fail
+			return constKey[Req](key), nil
+		}
+		return func(_ context.Context, req Req) (string, error) {
+			key, err := tpl.Render(req)
+			if err != nil {
+				return "", fmt.Errorf("%w: template %q: %w", ErrInvalidKey, tpl.String(), err)
+			}
+			return key, nil
+		}, nil
+	case keyRaw:
+		if k.text == "" {
+			return nil, &ConfigError{Field: "RawKey", Reason: "must not be empty"}
+		}
+		return constKey[Req](k.text), nil
+	case keyFunc:
+		f, ok := k.fn.(func(context.Context, Req) (string, error))
+		if !ok {
+			return nil, typeMismatch("KeyFunc", k.fn, reflect.TypeFor[Req]())
+		}
+		return func(ctx context.Context, req Req) (string, error) {
+			key, err := f(ctx, req)
+			if err != nil {
+				return "", fmt.Errorf("%w: key function: %w", ErrInvalidKey, err)
+			}
+			return key, nil
+		}, nil
+	}
+	return nil, errNoKey
+}
+
+func constKey[Req any](key string) func(context.Context, Req) (string, error) {
+	return func(context.Context, Req) (string, error) { return key, nil }
+}
+
+// templateError reports a key template that does not parse, keeping keyfunc's error.
+func templateError(err error, hint string) error {
+	reason := strings.TrimPrefix(err.Error(), "keyfunc: ")
+	if hint != "" {
+		reason += " (" + hint + ")"
+	}
+	return &ConfigError{Field: "Key", Reason: reason, Err: err}
+}
+
+// typeMismatch reports a typed option (KeyFunc, SkipIf) made for another request type.
+func typeMismatch(field string, f any, want reflect.Type) error {
+	return &ConfigError{Field: field, Reason: fmt.Sprintf("takes a %s request, but the wrapped function's request is %s",
+		reflect.TypeOf(f).In(1), want)}
+}
