@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
@@ -130,4 +132,36 @@ func BenchmarkContendedHandoff(b *testing.B) {
 	if handoffs > 0 {
 		b.ReportMetric(float64(gaps.Microseconds())/float64(handoffs), "handoff-µs")
 	}
+}
+
+// BenchmarkRawSetNX is the physical reference for BenchmarkAcquireRelease: SET NX PX and
+// a compare-and-delete script, with no reentrancy, renewal or fencing.
+func BenchmarkRawSetNX(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client(b)
+	counter := redistest.NewCounter()
+	c.AddHook(counter)
+	del := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	ctx := context.Background()
+	_ = del.Load(ctx, c).Err()
+	var id atomic.Int64
+	b.ReportAllocs()
+	counter.Reset()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		key := "raw:" + strconv.FormatInt(id.Add(1), 10)
+		for pb.Next() {
+			owner := string(ctxid.New())
+			ok, err := c.SetNX(ctx, key, owner, 30*time.Second).Result()
+			if err != nil || !ok {
+				b.Errorf("SET NX: %v %v", ok, err)
+				return
+			}
+			if err := del.Run(ctx, c, []string{key}, owner).Err(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	reportRoundTrips(b, counter, b.N)
 }
