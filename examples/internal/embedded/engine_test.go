@@ -1,0 +1,311 @@
+package embedded
+
+// These tests run the guard engine against the embedded server, one behaviour each, so
+// that a command, script feature or Pub/Sub detail that miniredis lacks fails here
+// rather than in an example.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+)
+
+// server starts an embedded server for one test.
+func server(t *testing.T) *Redis {
+	t.Helper()
+	r, err := startEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// locker makes a Locker with a client of its own, as a separate process would have.
+func locker(t *testing.T, r *Redis, opts ...guard.Option) *guard.Locker {
+	t.Helper()
+	c := newClient(r.Addr)
+	l, err := guard.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		c.Close()
+	})
+	return l
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func lockName(key string) string { return "guard:{" + key + "}" }
+
+func acquire(t *testing.T, l *guard.Locker, ctx context.Context, key string, opts ...guard.Option) *guard.Lease {
+	t.Helper()
+	le, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	return le
+}
+
+func release(t *testing.T, le *guard.Lease) {
+	t.Helper()
+	if err := le.Release(context.Background()); err != nil {
+		t.Fatalf("Release(%q): %v", le.Key(), err)
+	}
+}
+
+func TestEngineAcquireRelease(t *testing.T) {
+	r := server(t)
+	l := locker(t, r)
+	ctx := ctxTimeout(t, 5*time.Second)
+
+	le := acquire(t, l, ctx, "order:1")
+	if le.Token() <= 0 || le.Reentrant() {
+		t.Fatalf("lease: token %d, reentrant %v", le.Token(), le.Reentrant())
+	}
+	if n, err := r.Client.HGet(ctx, lockName("order:1"), string(le.Owner())).Int(); err != nil || n != 1 {
+		t.Fatalf("hold count = %d, %v; want 1", n, err)
+	}
+	if pttl := r.Client.PTTL(ctx, lockName("order:1")).Val(); pttl <= 0 || pttl > 30*time.Second {
+		t.Fatalf("PTTL = %s, want in (0, 30s]", pttl)
+	}
+	_, err := l.TryAcquire(ctx, "order:1") // a fresh owner
+	var busy *guard.LockedError
+	if !errors.As(err, &busy) || busy.RetryAfter <= 0 {
+		t.Fatalf("TryAcquire by another owner = %v, want a *LockedError with RetryAfter > 0", err)
+	}
+	release(t, le)
+	if n := r.Client.Exists(ctx, lockName("order:1")).Val(); n != 0 {
+		t.Fatal("lock still present after release")
+	}
+	le = acquire(t, l, ctx, "order:1")
+	release(t, le)
+}
+
+func TestEngineReentrancyAcrossProcesses(t *testing.T) {
+	r := server(t)
+	a, b := locker(t, r), locker(t, r)
+	ctx, _ := ctxid.Ensure(ctxTimeout(t, 5*time.Second))
+
+	outer := acquire(t, a, ctx, "account:7")
+	local := acquire(t, a, ctx, "account:7") // same process: no Redis call
+	remote := acquire(t, b, ctx, "account:7") // another process, same owner: counted in Redis
+	if !local.Reentrant() || !remote.Reentrant() || remote.Token() != outer.Token() {
+		t.Fatalf("reentrant: local %v, remote %v; tokens outer %d remote %d",
+			local.Reentrant(), remote.Reentrant(), outer.Token(), remote.Token())
+	}
+	if n := r.Client.HGet(ctx, lockName("account:7"), string(outer.Owner())).Val(); n != "2" {
+		t.Fatalf("hold count in Redis = %q, want 2 (one per process)", n)
+	}
+	if _, err := b.TryAcquire(context.Background(), "account:7"); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("another owner's TryAcquire = %v, want ErrLocked", err)
+	}
+	release(t, remote)
+	release(t, local)
+	if n := r.Client.Exists(ctx, lockName("account:7")).Val(); n != 1 {
+		t.Fatal("lock freed while the outer hold remains")
+	}
+	release(t, outer)
+	if n := r.Client.Exists(ctx, lockName("account:7")).Val(); n != 0 {
+		t.Fatal("lock still present after the last release")
+	}
+}
+
+func TestEngineWakeUpOnRelease(t *testing.T) {
+	r := server(t)
+	holder, waiter := locker(t, r), locker(t, r)
+	ctx := ctxTimeout(t, 5*time.Second)
+	le := acquire(t, holder, ctx, "job")
+
+	// The waiter's backoff outlasts its context: only the release notification, sent by
+	// release.lua with PUBLISH, can let it in before its context ends.
+	got := make(chan error, 1)
+	go func() {
+		w, err := waiter.Acquire(ctx, "job", guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))
+		if err == nil {
+			err = w.Release(context.Background())
+		}
+		got <- err
+	}()
+	channel := lockName("job") + ":release"
+	for r.Client.PubSubNumSub(ctx, channel).Val()[channel] == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the waiter never subscribed to the release channel")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	release(t, le)
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+}
+
+func TestEngineMutualExclusion(t *testing.T) {
+	r := server(t)
+	const workers, rounds = 4, 10
+	ctx := ctxTimeout(t, 20*time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*rounds)
+	for range workers {
+		l := locker(t, r)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				errs <- guard.Do(ctx, func(ctx context.Context) error {
+					// A read-modify-write that loses updates unless it is exclusive.
+					n, err := r.Client.Get(ctx, "counter").Int()
+					if err != nil && !errors.Is(err, redis.Nil) {
+						return err
+					}
+					time.Sleep(time.Millisecond)
+					return r.Client.Set(ctx, "counter", n+1, 0).Err()
+				}, guard.Use(l), guard.Key("counter"))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := r.Client.Get(ctx, "counter").Int(); n != workers*rounds {
+		t.Fatalf("counter = %d, want %d: an update was lost", n, workers*rounds)
+	}
+}
+
+func TestEngineRenewalKeepsLockPastTTL(t *testing.T) {
+	r := server(t)
+	l := locker(t, r, guard.TTL(300*time.Millisecond))
+	ctx := ctxTimeout(t, 5*time.Second)
+	le := acquire(t, l, ctx, "long")
+	time.Sleep(900 * time.Millisecond) // three TTLs: the lock lives only if renewed
+	if err := le.Err(); err != nil {
+		t.Fatalf("lease lost while renewed: %v", err)
+	}
+	if n := r.Client.Exists(ctx, lockName("long")).Val(); n != 1 {
+		t.Fatal("lock gone from the server despite renewal")
+	}
+	release(t, le)
+}
+
+func TestEngineUnrenewedLockExpires(t *testing.T) {
+	r := server(t)
+	dead := locker(t, r, guard.TTL(200*time.Millisecond))
+	ctx := ctxTimeout(t, 5*time.Second)
+	acquire(t, dead, ctx, "crashed")
+	dead.Close() // as if the process died: no release, no renewal
+
+	l := locker(t, r)
+	if _, err := l.TryAcquire(ctx, "crashed"); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("TryAcquire before the TTL ran out = %v, want ErrLocked", err)
+	}
+	// The waiter sleeps until the holder's TTL runs out, as reported by PTTL.
+	le := acquire(t, l, ctx, "crashed", guard.Retry(guard.MaxWait(3*time.Second, guard.Fixed(time.Minute, 0))))
+	release(t, le)
+}
+
+func TestEngineLeaseLostWhenLockDeleted(t *testing.T) {
+	r := server(t)
+	l := locker(t, r, guard.TTL(300*time.Millisecond))
+	ctx := ctxTimeout(t, 5*time.Second)
+	le := acquire(t, l, ctx, "flushed")
+	if err := r.Client.Del(ctx, lockName("flushed")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-le.Context().Done():
+	case <-ctx.Done():
+		t.Fatal("the lease was not lost after its lock was deleted")
+	}
+	if err := le.Err(); !errors.Is(err, guard.ErrLeaseLost) {
+		t.Fatalf("lease error = %v, want ErrLeaseLost", err)
+	}
+	if err := le.Release(ctx); !errors.Is(err, guard.ErrLeaseLost) {
+		t.Fatalf("Release of a lost lease = %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestEngineScriptsReloadedAfterFlush(t *testing.T) {
+	r := server(t)
+	l := locker(t, r, guard.TTL(300*time.Millisecond))
+	ctx := ctxTimeout(t, 5*time.Second)
+	le := acquire(t, l, ctx, "a")
+	// Renewal pipelines EVALSHA: after SCRIPT FLUSH it gets NOSCRIPT and must reload.
+	if err := r.Client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if err := le.Err(); err != nil {
+		t.Fatalf("lease lost after SCRIPT FLUSH: %v", err)
+	}
+	release(t, le)
+	if err := r.Client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	le = acquire(t, l, ctx, "b") // acquire falls back from EVALSHA to EVAL
+	release(t, le)
+}
+
+func TestEngineFencingTokensRise(t *testing.T) {
+	r := server(t)
+	l := locker(t, r)
+	ctx := ctxTimeout(t, 5*time.Second)
+	var last int64
+	for i := range 5 {
+		if i == 3 {
+			// Tokens keep rising when the server loses its data: they start from TIME.
+			if err := r.Client.FlushAll(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		le := acquire(t, l, ctx, "fenced")
+		if le.Token() <= last {
+			t.Fatalf("acquisition %d: token %d not above the previous %d", i, le.Token(), last)
+		}
+		last = le.Token()
+		if v := r.Client.Get(ctx, lockName("fenced")+":fence").Val(); v != strconv.FormatInt(last, 10) {
+			t.Fatalf("fence counter = %q, want %d", v, last)
+		}
+		release(t, le)
+	}
+}
+
+func TestEngineNestedDecoratedCalls(t *testing.T) {
+	r := server(t)
+	l := locker(t, r)
+	ctx := ctxTimeout(t, 5*time.Second)
+	var tokens []int64
+	inner := guard.Wrap(func(ctx context.Context, id string) (int64, error) {
+		tok, _ := guard.TokenFromContext(ctx)
+		return tok, nil
+	}, guard.Use(l), guard.Key("order:{req}"))
+	err := guard.Do(ctx, func(ctx context.Context) error {
+		outer, _ := guard.TokenFromContext(ctx)
+		tok, err := inner(ctx, "9") // same key, same owner: reenters
+		tokens = append(tokens, outer, tok)
+		return err
+	}, guard.Use(l), guard.RawKey("order:9"), guard.Retry(guard.NoRetry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokens[0] <= 0 || tokens[0] != tokens[1] {
+		t.Fatalf("tokens outer %d, inner %d: want one positive token", tokens[0], tokens[1])
+	}
+}
