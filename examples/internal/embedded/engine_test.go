@@ -102,7 +102,7 @@ func TestEngineReentrancyAcrossProcesses(t *testing.T) {
 	ctx, _ := ctxid.Ensure(ctxTimeout(t, 5*time.Second))
 
 	outer := acquire(t, a, ctx, "account:7")
-	local := acquire(t, a, ctx, "account:7") // same process: no Redis call
+	local := acquire(t, a, ctx, "account:7")  // same process: no Redis call
 	remote := acquire(t, b, ctx, "account:7") // another process, same owner: counted in Redis
 	if !local.Reentrant() || !remote.Reentrant() || remote.Token() != outer.Token() {
 		t.Fatalf("reentrant: local %v, remote %v; tokens outer %d remote %d",
