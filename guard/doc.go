@@ -19,6 +19,27 @@
 //	defer cancel()
 //	return pay(ctx, order, lease.Token()) // pass the fencing token to storage
 //
+// # Decorating functions
+//
+// Wrap turns a function of the usual service shape func(ctx, req) (resp, error) into one
+// that runs under a lock named by a key template over the request:
+//
+//	transfer := guard.Wrap(svc.Transfer,
+//		guard.Key("account:{req.From}"),
+//		guard.Retry(guard.MaxWait(2*time.Second, nil)))
+//
+// The template is parsed when Wrap is called, and a mistake in it (or in any option)
+// panics there, as regexp.MustCompile does; WrapE returns the error instead. Each call
+// acquires the lock for the owner in ctx, runs the function with a context that carries
+// the lease and ends if the lease is lost, and releases the lock when the function
+// returns or panics. A call whose lease was lost while the function ran returns an error
+// matching ErrLeaseLost, even if the function succeeded. Do does the same for a closure,
+// with a fixed key (Key without placeholders) or one computed in code (RawKey).
+//
+// Decorators take their Locker from the Use option, or from SetDefault for programs with
+// one Redis. KeyFunc computes a key a template cannot express; SkipIf leaves some
+// requests unlocked; MinHold keeps a lock for a minimum time after a quick call.
+//
 // # Owners and reentrancy
 //
 // A lock is held by an owner: a random ID carried in the context (package ctxid). Acquire

@@ -64,8 +64,10 @@ var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard
 // reported: fn ran under a valid lease, and the lock frees itself after its TTL.
 //
 // When the Locker comes from Default, a call made while none is set fails with a
-// *ConfigError naming "Locker"; options are checked against that Locker's settings at
-// its first call.
+// *ConfigError naming "Locker". Options are checked against the settings of the Locker
+// from Use, or of the default Locker when one is set at Wrap time, and again against a
+// default Locker at its first call: a call with options that do not fit it (RenewEvery
+// longer than its TTL, say) fails with a *ConfigError.
 func Wrap[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Option) func(context.Context, Req) (Resp, error) {
 	g, err := WrapE(fn, opts...)
 	if err != nil {
