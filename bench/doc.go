@@ -1,0 +1,26 @@
+// Command bench compares guardkit with other Go Redis lock libraries, side by side, in
+// one run, on one redis-server that it starts itself on a free loopback port.
+//
+// Every library is driven through the same small adapter interface (Lib) in the same
+// scenarios: uncontended try-acquire/release, a contended key, reentrant acquisition,
+// many concurrently held leases under renewal, and a go-redis EVALSHA ceiling. Each cell
+// is repeated several times, interleaved, with the library order rotated; medians are
+// reported, and ratios against the "raw" baseline (SET NX PX + Lua compare-and-delete,
+// polling every millisecond) come from the same run.
+//
+// # Usage
+//
+//	cd bench && go run . -out RESULTS.md -json results.jsonl
+//
+// or `make bench-compare` from the repository root. It prints Markdown tables on
+// standard output and one JSON object per measurement to the -json file. Flags narrow a
+// run (-scenario, -lib), shorten it (-quick) or profile it (-cpuprofile).
+//
+// # Counting
+//
+// Round trips are counted twice: by a go-redis hook on each adapter's client (one per
+// Process or ProcessPipeline call; not available for rueidis) and by the server's
+// total_reads_processed delta, which counts every read the server made, including the
+// reads of Pub/Sub and client-side-caching connections. Server commands come from
+// INFO commandstats and include the commands that scripts run.
+package main

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Which variants run in which scenario. The try-acquire path of redsync and redislock
+// does not depend on their retry settings, so their defaults rows appear only where
+// waiting happens.
+var scenarioVariants = map[string][]string{
+	"uncontended": {"raw", "guardkit", "redsync", "redislock", "rueidislock", "rueidislock/defaults", "ceiling"},
+	"contended": {"raw", "guardkit", "guardkit/locker-per-worker", "redsync", "redsync/defaults",
+		"redislock", "redislock/defaults", "rueidislock", "rueidislock/defaults"},
+	"reentrant": {"guardkit"},
+	"many":      {"raw", "guardkit", "redsync", "redislock", "rueidislock"},
+}
+
+var scenarioOrder = []string{"uncontended", "contended", "reentrant", "many"}
+
+type options struct {
+	out, jsonOut, analysis, cpuprofile string
+	reps                               int
+	quick                              bool
+	scenarios, libs                    []string
+}
+
+func main() {
+	var o options
+	var scen, libs string
+	flag.StringVar(&o.out, "out", "", "write the Markdown report to this file too")
+	flag.StringVar(&o.jsonOut, "json", "", "write one JSON object per measurement and per median to this file")
+	flag.StringVar(&o.analysis, "analysis", "analysis.md", "Markdown file appended to the report when it exists")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.IntVar(&o.reps, "reps", 3, "repetitions of every cell")
+	flag.BoolVar(&o.quick, "quick", false, "tiny durations, for trying the harness")
+	flag.StringVar(&scen, "scenario", strings.Join(scenarioOrder, ","), "scenarios to run")
+	flag.StringVar(&libs, "lib", "", "comma-separated variants to run (default: all)")
+	flag.Parse()
+	o.scenarios = strings.Split(scen, ",")
+	if libs != "" {
+		o.libs = strings.Split(libs, ",")
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	d := durations{warm: 150 * time.Millisecond, uncontended: 500 * time.Millisecond,
+		contended: 700 * time.Millisecond, reentrant: 200 * time.Millisecond,
+		manyWindow: 2 * time.Second, manyTTL: 3 * time.Second}
+	manyN := []int{1000, 10000}
+	if o.quick {
+		d = durations{warm: 20 * time.Millisecond, uncontended: 50 * time.Millisecond,
+			contended: 100 * time.Millisecond, reentrant: 20 * time.Millisecond,
+			manyWindow: 300 * time.Millisecond, manyTTL: 300 * time.Millisecond}
+		manyN = []int{100, 1000}
+	}
+	srv, err := startServer()
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	info := redis.NewClient(&redis.Options{Addr: srv.addr, PoolSize: 1})
+	defer info.Close()
+	e := &env{addr: srv.addr, info: info, dur: d, ttl: 10 * time.Second}
+
+	var jw io.Writer = io.Discard
+	if o.jsonOut != "" {
+		f, err := os.Create(o.jsonOut)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		jw = f
+	}
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	all := variants()
+	byName := make(map[string]variant, len(all))
+	for _, v := range all {
+		byName[v.name] = v
+	}
+	pick := func(scenario string) []variant {
+		var vs []variant
+		for _, n := range scenarioVariants[scenario] {
+			if o.libs == nil || slices.Contains(o.libs, n) || n == "raw" { // raw always runs: ratios need it
+				vs = append(vs, byName[n])
+			}
+		}
+		return vs
+	}
+
+	started := time.Now()
+	var ms []measurement
+	record := func(m measurement) {
+		ms = append(ms, m)
+		writeJSON(jw, "run", m)
+		fmt.Fprintf(os.Stderr, "%-11s %-14s rep %d %-28s %s\n", m.Scenario, m.Cell, m.Rep, m.Variant, brief(m))
+	}
+	type cell struct {
+		name string
+		run  func(v variant) (map[string]float64, serverDelta, error)
+	}
+	runCells := func(scenario string, cells []cell) {
+		vs := pick(scenario)
+		for rep := range o.reps {
+			for ci, c := range cells {
+				for vi := range vs {
+					v := vs[(vi+rep+ci)%len(vs)] // rotate the order every cell and round
+					m, delta, err := c.run(v)
+					mm := measurement{Scenario: scenario, Cell: c.name, Variant: v.name, Rep: rep + 1, Metrics: m, Commands: delta.byCmd}
+					if err != nil {
+						mm.Err = err.Error()
+					}
+					record(mm)
+				}
+			}
+		}
+	}
+	want := func(s string) bool { return slices.Contains(o.scenarios, s) }
+
+	if want("uncontended") {
+		var cells []cell
+		for _, g := range []int{1, 16, 64} {
+			cells = append(cells, cell{fmt.Sprintf("G=%d", g), func(v variant) (map[string]float64, serverDelta, error) {
+				return e.uncontended(v, g)
+			}})
+		}
+		runCells("uncontended", cells)
+	}
+	if want("contended") {
+		var cells []cell
+		for _, w := range []int{8, 64} {
+			for _, h := range []time.Duration{0, time.Millisecond} {
+				cells = append(cells, cell{fmt.Sprintf("W=%d H=%s", w, h), func(v variant) (map[string]float64, serverDelta, error) {
+					return e.contended(v, w, h)
+				}})
+			}
+		}
+		runCells("contended", cells)
+	}
+	if want("reentrant") {
+		const levels = 3
+		for rep := range o.reps {
+			for _, v := range pick("reentrant") {
+				res, err := e.reentrant(v, levels)
+				for l := range levels {
+					mm := measurement{Scenario: "reentrant", Cell: fmt.Sprintf("level=%d", l+1), Variant: v.name, Rep: rep + 1}
+					if err != nil {
+						mm.Err = err.Error()
+					} else {
+						mm.Metrics = res[l]
+					}
+					record(mm)
+				}
+			}
+		}
+	}
+	if want("many") {
+		var cells []cell
+		for _, n := range manyN {
+			cells = append(cells, cell{fmt.Sprintf("N=%d", n), func(v variant) (map[string]float64, serverDelta, error) {
+				return e.many(v, n)
+			}})
+		}
+		runCells("many", cells)
+	}
+
+	sums := summarize(ms)
+	for _, s := range sums {
+		writeJSON(jw, "median", s)
+	}
+	rep := report{o: o, d: d, e: e, started: started, elapsed: time.Since(started), sums: sums, variants: all, manyN: manyN}
+	md := rep.markdown(context.Background())
+	fmt.Print(md)
+	if o.out != "" {
+		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeJSON(w io.Writer, kind string, m measurement) {
+	metrics := make(map[string]any, len(m.Metrics))
+	for k, v := range m.Metrics {
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			metrics[k] = nil // JSON has no infinity: null
+		} else {
+			metrics[k] = v
+		}
+	}
+	b, _ := json.Marshal(struct {
+		Type     string           `json:"type"`
+		Scenario string           `json:"scenario"`
+		Cell     string           `json:"cell"`
+		Variant  string           `json:"variant"`
+		Reps     int              `json:"rep"`
+		Metrics  map[string]any   `json:"metrics"`
+		Commands map[string]int64 `json:"commands,omitempty"`
+		Err      string           `json:"error,omitempty"`
+	}{kind, m.Scenario, m.Cell, m.Variant, m.Rep, metrics, m.Commands, m.Err})
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// brief is the progress line of one measurement.
+func brief(m measurement) string {
+	if m.Err != "" {
+		return "error: " + m.Err
+	}
+	for _, k := range []string{"pairs_per_s", "acq_per_s", "ops_per_s", "renew_scripts_per_s"} {
+		if v, ok := m.Metrics[k]; ok {
+			return fmt.Sprintf("%s=%.0f", k, v)
+		}
+	}
+	return ""
+}
+
+// summarize takes the median of every metric over the repetitions of each cell and
+// variant, and the median of the per-round ratios to raw.
+func summarize(ms []measurement) []measurement {
+	type id struct{ scenario, cell, variant string }
+	groups := map[id][]measurement{}
+	var order []id
+	for _, m := range ms {
+		k := id{m.Scenario, m.Cell, m.Variant}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], m)
+	}
+	var out []measurement
+	for _, k := range order {
+		g := groups[k]
+		s := measurement{Scenario: k.scenario, Cell: k.cell, Variant: k.variant, Metrics: map[string]float64{}, Rep: len(g)}
+		keys := map[string]bool{}
+		for _, m := range g {
+			if m.Err != "" {
+				s.Err = m.Err
+			}
+			for mk := range m.Metrics {
+				keys[mk] = true
+			}
+		}
+		for mk := range keys {
+			var xs []float64
+			for _, m := range g {
+				if v, ok := m.Metrics[mk]; ok {
+					xs = append(xs, v)
+				}
+			}
+			s.Metrics[mk] = median(xs)
+		}
+		if mk := rateMetric(k.scenario); mk != "" {
+			var ratios []float64
+			for _, m := range g {
+				for _, r := range groups[id{k.scenario, k.cell, "raw"}] {
+					if r.Rep == m.Rep && r.Metrics[mk] > 0 {
+						ratios = append(ratios, m.Metrics[mk]/r.Metrics[mk])
+					}
+				}
+			}
+			if len(ratios) > 0 {
+				s.Metrics["ratio_raw"] = median(ratios)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func rateMetric(scenario string) string {
+	switch scenario {
+	case "uncontended":
+		return "pairs_per_s"
+	case "contended":
+		return "acq_per_s"
+	}
+	return ""
+}

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// report renders the Markdown of one run.
+type report struct {
+	o        options
+	d        durations
+	e        *env
+	started  time.Time
+	elapsed  time.Duration
+	sums     []measurement
+	variants []variant
+	manyN    []int
+}
+
+func (r *report) get(scenario, cell, variant string) (measurement, bool) {
+	for _, s := range r.sums {
+		if s.Scenario == scenario && s.Cell == cell && s.Variant == variant {
+			return s, true
+		}
+	}
+	return measurement{}, false
+}
+
+// cells returns the cells of scenario in the order they ran.
+func (r *report) cells(scenario string) []string {
+	var cs []string
+	for _, s := range r.sums {
+		if s.Scenario == scenario && (len(cs) == 0 || cs[len(cs)-1] != s.Cell) {
+			if !contains(cs, s.Cell) {
+				cs = append(cs, s.Cell)
+			}
+		}
+	}
+	return cs
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// column is one column of a table: a header and how to print a metric.
+type column struct {
+	head string
+	key  string
+	prec int // digits after the point; -1: thousands separators, no decimals
+}
+
+func (r *report) table(b *strings.Builder, scenario, cellHead string, cols []column) {
+	b.WriteString("| " + cellHead + " | library |")
+	for _, c := range cols {
+		b.WriteString(" " + c.head + " |")
+	}
+	b.WriteString("\n|---|---|")
+	for range cols {
+		b.WriteString("--:|")
+	}
+	b.WriteString("\n")
+	for _, cell := range r.cells(scenario) {
+		for _, n := range scenarioVariants[scenario] {
+			s, ok := r.get(scenario, cell, n)
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(b, "| %s | %s |", cell, n)
+			if s.Err != "" {
+				fmt.Fprintf(b, " error: %s |", strings.ReplaceAll(s.Err, "|", "/"))
+				for range cols[1:] {
+					b.WriteString(" |")
+				}
+				b.WriteString("\n")
+				continue
+			}
+			for _, c := range cols {
+				v, ok := s.Metrics[c.key]
+				b.WriteString(" " + num(v, ok, c.prec) + " |")
+			}
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString("\n")
+}
+
+func num(v float64, ok bool, prec int) string {
+	switch {
+	case !ok || math.IsNaN(v):
+		return "—"
+	case math.IsInf(v, 1):
+		return "∞"
+	case prec < 0:
+		return thousands(int64(math.Round(v)))
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ' ')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+func (r *report) markdown(ctx context.Context) string {
+	var b strings.Builder
+	b.WriteString("# guardkit: comparative benchmarks\n\n")
+	fmt.Fprintf(&b, "Produced by one run of `make bench-compare` (`cd bench && go run . %s`) on %s, in %s.\n\n",
+		strings.Join(os.Args[1:], " "), r.started.UTC().Format("2006-01-02 15:04 MST"), r.elapsed.Round(time.Second))
+	r.machine(ctx, &b)
+	r.method(&b)
+	r.targets(&b)
+
+	b.WriteString("## 1. Uncontended, with the EVALSHA ceiling (scenarios 1 and 5)\n\n")
+	b.WriteString("G goroutines, each on its own key, loop try-acquire → release. `× raw` is the median of the per-round ratios to raw; `% ceiling` compares with the `ceiling` row, two trivial EVALSHA round trips per pair at the same concurrency. RT = round trips counted by a go-redis hook (— for rueidis, which go-redis cannot count); reads = the server's `total_reads_processed` delta; cmds = `INFO commandstats` calls, including commands run inside scripts. allocs/op and B/op are for the whole process and include the client library.\n\n")
+	r.addCeilingRatio()
+	r.table(&b, "uncontended", "G", []column{
+		{"pairs/s", "pairs_per_s", -1}, {"× raw", "ratio_raw", 2}, {"% ceiling", "pct_ceiling", 0},
+		{"p50 µs", "p50_us", 0}, {"p99 µs", "p99_us", 0}, {"allocs/op", "allocs_per_op", 1}, {"B/op", "bytes_per_op", -1},
+		{"RT/pair", "rt_per_pair_hook", 2}, {"reads/pair", "reads_per_pair", 2}, {"cmds/pair", "cmds_per_pair", 2},
+		{"errors", "errors", 0},
+	})
+
+	b.WriteString("## 2. Contended\n\n")
+	b.WriteString("W workers on one key loop blocking acquire → hold H → release. gap = the next holder's acquire return − the previous holder's release return (negative when the next holder got the lock before the release call returned); wait = acquire call duration; self % = acquisitions by the worker that released last; Jain = fairness index of per-worker acquisitions (1 = equal); max/min of per-worker acquisitions; starved = workers with none; viol = mutual-exclusion violations; gave up = Lock calls that ran out of retries (then called again). Per-acquisition counts include failed attempts and releases.\n\n")
+	r.table(&b, "contended", "cell", []column{
+		{"acq/s", "acq_per_s", -1}, {"× raw", "ratio_raw", 2}, {"gap mean µs", "gap_mean_us", 0}, {"gap p99 µs", "gap_p99_us", 0},
+		{"wait p99 ms", "wait_p99_ms", 1}, {"RT/acq", "rt_per_acq_hook", 2}, {"reads/acq", "reads_per_acq", 2},
+		{"cmds/acq", "cmds_per_acq", 1}, {"self %", "self_handoff_pct", 0}, {"Jain", "jain", 3}, {"max/min", "max_min", 1},
+		{"starved", "starved", 0}, {"viol", "violations", 0}, {"gave up", "gave_up", 0}, {"errors", "errors", 0},
+	})
+
+	b.WriteString("## 3. Reentrant\n\n")
+	b.WriteString("A lock is held; at each level the same owner acquires it again (guardkit: `l.Acquire(lease.Context(), key)`) and releases, in a loop, on one goroutine. Level n runs while n holds are already taken. The other libraries have no reentrancy: redsync, raw and rueidislock would block or fail on their own lock (rueidislock waits forever); redislock re-obtains with the same Token in 1 round trip, but its hold is not counted, so the inner release frees the outer lock.\n\n")
+	r.table(&b, "reentrant", "level", []column{
+		{"nested acq+rel/s", "ops_per_s", -1}, {"ns/op", "ns_per_op", 0}, {"RT/op", "rt_per_op_hook", 3},
+		{"reads/op", "reads_per_op", 4}, {"allocs/op", "allocs_per_op", 1}, {"B/op", "bytes_per_op", -1},
+	})
+
+	fmt.Fprintf(&b, "## 4. Many leases\n\nN leases on distinct keys are held at once with TTL %s and renewed every TTL/3 = %s for a %s window. guardkit and rueidislock renew by themselves; for raw, redsync and redislock, which have no watchdog, the adapter runs one goroutine per lease calling their refresh (raw: a compare-and-pexpire script), which is how their users keep a lease. renewals/s = top-level script calls per second (every renewal is one script call in every library); expected = N ÷ (TTL/3); RT/s from the go-redis hook (one per pipeline); reads/s from the server; CPU in %% of one core; heap and goroutines per lease measured after GC with all leases held; lost = leases that ended before release.\n\n",
+		r.d.manyTTL, r.d.manyTTL/3, r.d.manyWindow)
+	r.table(&b, "many", "N", []column{
+		{"renewals/s", "renew_scripts_per_s", -1}, {"expected", "expected_per_s", -1}, {"cmds/s", "cmds_per_s", -1},
+		{"RT/s", "rt_per_s_hook", -1}, {"reads/s", "reads_per_s", -1}, {"client CPU %", "client_cpu_pct", 1},
+		{"server CPU %", "server_cpu_pct", 1}, {"heap B/lease", "heap_per_lease_B", -1}, {"goroutines/lease", "goroutines_per_lease", 2},
+		{"lost", "lost", 0}, {"setup s", "setup_s", 2},
+	})
+
+	b.WriteString("## Configurations\n\n")
+	for _, v := range r.variants {
+		fmt.Fprintf(&b, "- **%s**: %s.\n", v.name, v.config)
+	}
+	fmt.Fprintf(&b, "\nEvery go-redis-based variant uses its own `redis.NewClient` with go-redis defaults (pool of 10 × GOMAXPROCS connections); rueidislock uses its own rueidis client. TTL %s everywhere except the defaults rows, which keep the library's own (redislock has none: %s).\n\n", r.e.ttl, r.e.ttl)
+
+	if data, err := os.ReadFile(r.o.analysis); err == nil && r.o.analysis != "" {
+		b.WriteString(strings.TrimSpace(string(data)) + "\n")
+	}
+	return b.String()
+}
+
+// addCeilingRatio adds "pct_ceiling" to every uncontended median.
+func (r *report) addCeilingRatio() {
+	for _, s := range r.sums {
+		if s.Scenario != "uncontended" {
+			continue
+		}
+		if c, ok := r.get("uncontended", s.Cell, "ceiling"); ok && c.Metrics["pairs_per_s"] > 0 {
+			s.Metrics["pct_ceiling"] = 100 * s.Metrics["pairs_per_s"] / c.Metrics["pairs_per_s"]
+		}
+	}
+}
+
+func (r *report) machine(ctx context.Context, b *strings.Builder) {
+	cpu := firstLine("/proc/cpuinfo", "model name")
+	kernel := strings.TrimSpace(readFile("/proc/sys/kernel/osrelease"))
+	load := strings.Join(strings.Fields(readFile("/proc/loadavg"))[:min(3, len(strings.Fields(readFile("/proc/loadavg"))))], " ")
+	redisVersion := "?"
+	if txt, err := r.e.info.Info(ctx, "server").Result(); err == nil {
+		for _, l := range strings.Split(txt, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "redis_version:"); ok {
+				redisVersion = v
+			}
+		}
+	}
+	b.WriteString("## Machine\n\n")
+	fmt.Fprintf(b, "- CPU: %s, %d logical CPUs (GOMAXPROCS %d), %s/%s, Linux %s; load average when the run started: %s (the machine was shared; nothing else was stopped for the run).\n",
+		orDash(cpu), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, orDash(kernel), orDash(load))
+	fmt.Fprintf(b, "- %s; redis-server %s on 127.0.0.1, started by the harness (no persistence), shared by client and server on the same cores.\n", runtime.Version(), redisVersion)
+	b.WriteString("- Libraries: ")
+	var mods []string
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			switch d.Path {
+			case "github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock", "github.com/redis/rueidis":
+				mods = append(mods, d.Path+" "+d.Version)
+			}
+		}
+	}
+	mods = append(mods, "guardkit "+gitDescribe())
+	b.WriteString(strings.Join(mods, ", ") + ".\n")
+	fmt.Fprintf(b, "- Each cell ran %d times, interleaved, the library order rotated every cell and round; tables show medians. Durations per run: uncontended %s, contended %s, reentrant %s per level, many-leases window %s, each after a %s warm-up.\n\n",
+		r.o.reps, r.d.uncontended, r.d.contended, r.d.reentrant, r.d.manyWindow, r.d.warm)
+}
+
+func (r *report) method(b *strings.Builder) {
+	b.WriteString("Round trips (RT) are counted by a go-redis hook on each adapter's own client: one per command, one per pipeline; Pub/Sub traffic is not included. The server's `total_reads_processed` delta (reads) counts every read redis-server made from every connection, Pub/Sub and client-side-caching ones included; a large pipeline can take several reads. Commands (cmds) are `INFO commandstats` calls and include those that scripts run; the INFO calls of the harness are left out.\n\n")
+}
+
+// target is one line of the targets table.
+type target struct {
+	name, measured string
+	met            bool
+}
+
+func (r *report) targets(b *strings.Builder) {
+	var ts []target
+	g := func(scenario, cell, variant, key string) (float64, bool) {
+		s, ok := r.get(scenario, cell, variant)
+		if !ok || s.Err != "" {
+			return math.NaN(), false
+		}
+		v, ok := s.Metrics[key]
+		return v, ok
+	}
+
+	if cells := r.cells("uncontended"); len(cells) > 0 {
+		met, rtMet := true, true
+		var parts, rts []string
+		for _, c := range cells {
+			ratio, ok1 := g("uncontended", c, "guardkit", "ratio_raw")
+			rt, ok2 := g("uncontended", c, "guardkit", "rt_per_pair_hook")
+			reads, _ := g("uncontended", c, "guardkit", "reads_per_pair")
+			met = met && ok1 && ratio >= 0.95
+			rtMet = rtMet && ok2 && math.Abs(rt-2) < 0.0005
+			parts = append(parts, fmt.Sprintf("%s %s×", c, num(ratio, ok1, 3)))
+			rts = append(rts, fmt.Sprintf("%s %s (server reads %s)", c, num(rt, ok2, 3), num(reads, true, 3)))
+		}
+		ts = append(ts,
+			target{"uncontended ≥ 0.95× raw pairs/s at every G", strings.Join(parts, "; "), met},
+			target{"uncontended: exactly 2 round trips per pair", strings.Join(rts, "; "), rtMet})
+	}
+	if cells := r.cells("reentrant"); len(cells) > 0 {
+		met := true
+		var parts []string
+		for _, c := range cells {
+			rt, ok := g("reentrant", c, "guardkit", "rt_per_op_hook")
+			reads, _ := g("reentrant", c, "guardkit", "reads_per_op")
+			met = met && ok && rt == 0
+			parts = append(parts, fmt.Sprintf("%s %s RT (server reads %s)", c, num(rt, ok, 3), num(reads, true, 4)))
+		}
+		ts = append(ts, target{"nested reentrant acquire: 0 round trips", strings.Join(parts, "; "), met})
+	}
+	const cc = "W=64 H=1ms"
+	if _, ok := r.get("contended", cc, "guardkit"); ok {
+		rt, ok1 := g("contended", cc, "guardkit", "rt_per_acq_hook")
+		reads, _ := g("contended", cc, "guardkit", "reads_per_acq")
+		j, ok2 := g("contended", cc, "guardkit", "jain")
+		st, ok3 := g("contended", cc, "guardkit", "starved")
+		gp, ok4 := g("contended", cc, "guardkit", "gap_p99_us")
+		rawGap, ok5 := g("contended", cc, "raw", "gap_p99_us")
+		ts = append(ts,
+			target{"contended W=64, 1 ms hold: ≤ 4 round trips per acquisition", fmt.Sprintf("%s RT/acq (server reads %s)", num(rt, ok1, 2), num(reads, true, 2)), ok1 && rt <= 4},
+			target{"contended W=64, 1 ms hold: Jain ≥ 0.9", num(j, ok2, 3), ok2 && j >= 0.9},
+			target{"contended W=64, 1 ms hold: no starved worker", num(st, ok3, 0) + " starved", ok3 && st == 0},
+			target{"contended W=64, 1 ms hold: p99 handoff gap below raw's", fmt.Sprintf("%s µs vs raw %s µs", num(gp, ok4, 0), num(rawGap, ok5, 0)), ok4 && ok5 && gp < rawGap})
+	}
+	if cells := r.cells("many"); len(cells) > 0 {
+		pipeMet, rtMet := true, true
+		var parts, rts []string
+		for _, c := range cells {
+			rate, ok1 := g("many", c, "guardkit", "renew_scripts_per_s")
+			exp, _ := g("many", c, "guardkit", "expected_per_s")
+			rt, ok2 := g("many", c, "guardkit", "rt_per_s_hook")
+			reads, _ := g("many", c, "guardkit", "reads_per_s")
+			lost, _ := g("many", c, "guardkit", "lost")
+			pipeMet = pipeMet && ok1 && rate >= 0.8*exp && rate <= 1.2*exp && lost == 0
+			rtMet = rtMet && ok2 && rt <= 0.1*rate
+			parts = append(parts, fmt.Sprintf("%s %s/s vs %s/s expected, %s lost", c, num(rate, ok1, -1), num(exp, true, -1), num(lost, true, 0)))
+			rts = append(rts, fmt.Sprintf("%s %s RT/s for %s renewals/s (server reads %s/s)", c, num(rt, ok2, -1), num(rate, ok1, -1), num(reads, true, -1)))
+		}
+		ts = append(ts,
+			target{"many leases: renewal commands/s ≈ leases ÷ (TTL/3) (within ±20 %, none lost)", strings.Join(parts, "; "), pipeMet},
+			target{"many leases: renewals pipelined, round trips ≤ 10 % of renewals", strings.Join(rts, "; "), rtMet})
+	}
+	b.WriteString("## Targets for guardkit\n\n| target | measured (medians) | |\n|---|---|---|\n")
+	for _, t := range ts {
+		verdict := "**missed**"
+		if t.met {
+			verdict = "met"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", t.name, t.measured, verdict)
+	}
+	b.WriteString("\n")
+}
+
+func readFile(p string) string {
+	data, _ := os.ReadFile(p)
+	return string(data)
+}
+
+func firstLine(path, key string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+// gitDescribe names the guardkit commit the run was built from.
+func gitDescribe() string {
+	out, err := exec.Command("git", "-C", "..", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "(working tree)"
+	}
+	return "commit " + strings.TrimSpace(string(out))
+}
