@@ -1,0 +1,276 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/keyfunc"
+)
+
+// Skipper reports whether the middleware should let a request through unlocked. It is
+// the same function type as Echo's middleware.Skipper, so Echo's skippers can be used.
+type Skipper = func(c echo.Context) bool
+
+// Extractor reads one value of a request for a lock key, for anything the built-in
+// sources cannot reach (an authenticated user, a cookie, a value an earlier middleware
+// stored with c.Set). It is the same function type as Echo's middleware.Extractor.
+type Extractor = func(c echo.Context) (string, error)
+
+// LockConfig defines the config for the Lock middleware.
+type LockConfig struct {
+	// Skipper defines a function to skip the middleware: a request it reports true for
+	// runs unlocked, with no owner or key.
+	// Optional. Default value nil (never skip).
+	Skipper Skipper
+
+	// Locker hands out the leases.
+	// Required.
+	Locker *guard.Locker
+
+	// Key is the key template that names each request's lock, such as
+	// "order:{param.id}" (see package keyfunc for the syntax). Sources: {param.name}
+	// (route parameter, percent-decoded), {query.name}, {header.Name}, {form.name}
+	// (fields of an application/x-www-form-urlencoded body), {path} (the request
+	// path), {route} (the route pattern, as "/orders/:id"), {method}, and one bare
+	// {name} per entry of Extractors. The rendered text is the whole lock key: two
+	// routes whose templates render the same text share one lock, which is how several
+	// routes on one resource exclude each other.
+	// Required.
+	Key string
+
+	// Extractors adds template sources: Extractors["user"] is read by the placeholder
+	// {user}. Names match [a-z][a-z0-9_]* and must differ from the built-in sources.
+	// An extractor's error fails the request's key (ErrorHandler; an *echo.HTTPError
+	// is answered as it is by the default one).
+	// Optional. Default value nil.
+	Extractors map[string]Extractor
+
+	// TTL is the lease time (see guard.TTL): how long the lock outlives a process that
+	// died holding it. The lease is renewed while the handler runs, however long.
+	// Optional. Default value 0: the Locker's TTL.
+	TTL time.Duration
+
+	// MaxWait is how long a request waits for a busy lock before DenyHandler answers
+	// it. Waiters are woken by the holder's release, not by polling. A negative value
+	// waits until the request's context ends (the client leaves or a server timeout
+	// fires). The Locker's own Retry default is not used.
+	// Optional. Default value 0: a busy lock is denied at once.
+	MaxWait time.Duration
+
+	// Options are further guard options for each acquisition, such as guard.RenewEvery
+	// or guard.MaxHold. They apply after TTL and MaxWait, so a guard.TTL or guard.Retry
+	// here overrides those fields; options that name the key or the Locker (guard.Key,
+	// guard.RawKey, guard.KeyFunc, guard.Use) are overridden by Key and Locker.
+	// Optional. Default value nil.
+	Options []guard.Option
+
+	// Signer verifies the owner token a calling service sends in the ctxid.Header
+	// header ("Guardkit-Owner"): a request whose token verifies runs as that owner and
+	// reenters the locks it holds. Any other header value (unsigned, forged, expired,
+	// malformed) is ignored and the request gets a fresh owner.
+	// Optional. Default value nil: every request gets a fresh owner.
+	Signer *ctxid.Signer
+
+	// FailOpen makes a request whose lock cannot be taken because Redis is unreachable
+	// (guard.ErrUnavailable) run its handler without the lock instead of failing. Only
+	// choose it for work that stays correct without mutual exclusion.
+	// Optional. Default value false: ErrorHandler answers (503 by default).
+	FailOpen bool
+
+	// DenyHandler builds the response to a request denied because another owner held
+	// the lock for longer than MaxWait. Its result is returned to Echo, whose
+	// HTTPErrorHandler renders it.
+	// Optional. Default value: 409 Conflict with a Retry-After header (the holder's
+	// remaining lease, in seconds rounded up, at least 1) and an *echo.HTTPError whose
+	// Internal is err.
+	DenyHandler func(c echo.Context, err *guard.LockedError) error
+
+	// ErrorHandler builds the response when the lock could not be taken or kept:
+	// the key could not be built (err matches guard.ErrInvalidKey), Redis could not
+	// be reached (guard.ErrUnavailable) or the lease was lost while the handler ran
+	// (guard.ErrLeaseLost; the handler's own error, if any, is in the chain). Its
+	// result is returned to Echo.
+	// Optional. Default value: an *echo.HTTPError whose Internal is err — 400 Bad
+	// Request for a key that cannot be built from the request (an extractor's
+	// *echo.HTTPError as it is), 404 Not Found when the matched route has no parameter
+	// the key names, 503 Service Unavailable otherwise.
+	ErrorHandler func(c echo.Context, err error) error
+}
+
+// DefaultLockConfig is the default Lock middleware config. Its Locker and Key are unset:
+// copy it and set them.
+var DefaultLockConfig = LockConfig{
+	DenyHandler:  denyConflict,
+	ErrorHandler: errorStatus,
+}
+
+// Lock returns a middleware that runs each request's handler under the lock that the
+// key template names, with DefaultLockConfig otherwise:
+//
+//	e.POST("/orders/:id/pay", pay, middleware.Lock(locker, "order:{param.id}"))
+//
+// It panics when the key template or another setting is invalid; see LockWithConfig.
+func Lock(locker *guard.Locker, key string) echo.MiddlewareFunc {
+	config := DefaultLockConfig
+	config.Locker = locker
+	config.Key = key
+	return LockWithConfig(config)
+}
+
+// LockWithConfig returns a Lock middleware with config. Like Echo's own middleware, it
+// panics when the config is invalid; ToMiddleware returns the error instead.
+//
+// For each request that Skipper does not skip, the middleware:
+//
+//   - makes sure the request's context has a lock owner: an owner already there (set
+//     by an earlier middleware) is kept, otherwise the Signer decides between the
+//     caller's signed owner and a fresh one;
+//   - renders the key and acquires the lock for that owner, waiting up to MaxWait;
+//   - runs the rest of the chain with c.Request()'s context replaced by one that carries
+//     the owner and the lease and is cancelled, with a guard.ErrLeaseLost cause, if the
+//     lease is lost; guarded calls made with it (guard.Wrap, guard.Do, Locker.Acquire)
+//     reenter the lock instead of waiting for it;
+//   - releases the lock when the handler returns, whatever it returns, or panics (the
+//     panic goes on, to Echo's Recover middleware if there is one).
+//
+// Busy, errors and lost leases are answered by DenyHandler and ErrorHandler, whose
+// results are returned to Echo; see the package documentation for what the client sees.
+func LockWithConfig(config LockConfig) echo.MiddlewareFunc {
+	mw, err := config.ToMiddleware()
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// ToMiddleware checks config and returns the Lock middleware it describes, or a
+// *ConfigError naming the bad field (matching guard.ErrInvalidConfig), with the key
+// template's *keyfunc.SyntaxError or *keyfunc.BindError, or guard's *guard.ConfigError,
+// in its chain.
+func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
+	if config.Locker == nil {
+		return nil, &ConfigError{Field: "Locker", Reason: "required"}
+	}
+	if config.Key == "" {
+		return nil, &ConfigError{Field: "Key", Reason: "required"}
+	}
+	if config.TTL < 0 {
+		return nil, &ConfigError{Field: "TTL", Reason: fmt.Sprintf("must be ≥ 0 (0 means the Locker's TTL), got %s", config.TTL)}
+	}
+	sources, err := keySources(config.Extractors)
+	if err != nil {
+		return nil, err
+	}
+	tpl, err := keyfunc.Parse(config.Key, sources)
+	if err != nil {
+		return nil, &ConfigError{Field: "Key", Reason: strings.TrimPrefix(err.Error(), "keyfunc: "), Err: err}
+	}
+	run, err := config.decorate(tpl)
+	if err != nil {
+		return nil, err
+	}
+	m := &lock{
+		skip:     config.Skipper,
+		run:      run,
+		signer:   config.Signer,
+		failOpen: config.FailOpen,
+		deny:     config.DenyHandler,
+		onError:  config.ErrorHandler,
+	}
+	if m.deny == nil {
+		m.deny = denyConflict
+	}
+	if m.onError == nil {
+		m.onError = errorStatus
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error { return m.serve(c, next) }
+	}, nil
+}
+
+// decorate builds the guarded call that every request goes through: guard.WrapE owns
+// acquisition, renewal, release (on panic too) and the detection of lost leases.
+func (config LockConfig) decorate(tpl *keyfunc.Template[echo.Context]) (func(context.Context, *call) (struct{}, error), error) {
+	var own []guard.Option
+	if config.TTL > 0 {
+		own = append(own, guard.TTL(config.TTL))
+	}
+	switch {
+	case config.MaxWait == 0:
+		own = append(own, guard.Retry(guard.NoRetry()))
+	case config.MaxWait > 0:
+		own = append(own, guard.Retry(guard.MaxWait(config.MaxWait, nil)))
+	default:
+		own = append(own, guard.Retry(guard.UntilCanceled(nil)))
+	}
+	fixed := []guard.Option{
+		guard.Use(config.Locker),
+		guard.KeyFunc(func(_ context.Context, r *call) (string, error) { return tpl.Render(r.c) }),
+	}
+	build := func(opts ...[]guard.Option) (func(context.Context, *call) (struct{}, error), error) {
+		var all []guard.Option
+		for _, o := range opts {
+			all = append(all, o...)
+		}
+		return guard.WrapE(runHandler, all...)
+	}
+	run, err := build(own, config.Options, fixed)
+	if err == nil {
+		return run, nil
+	}
+	// Name the field that made guard refuse: TTL (against the Locker's renewal
+	// settings) when it fails on its own, Options otherwise.
+	field := "Options"
+	if len(config.Options) == 0 {
+		field = "TTL"
+	} else if _, ownErr := build(own, fixed); ownErr != nil {
+		field, err = "TTL", ownErr
+	}
+	reason := strings.TrimPrefix(err.Error(), "guard: ")
+	var gce *guard.ConfigError
+	if errors.As(err, &gce) {
+		reason = "guard refused " + gce.Field + ": " + gce.Reason
+	}
+	return nil, &ConfigError{Field: field, Reason: reason, Err: err}
+}
+
+// denyConflict is the default DenyHandler.
+func denyConflict(c echo.Context, err *guard.LockedError) error {
+	c.Response().Header().Set(echo.HeaderRetryAfter, retryAfter(err.RetryAfter))
+	return &echo.HTTPError{Code: http.StatusConflict, Message: "locked by another request", Internal: err}
+}
+
+// retryAfter formats d as a Retry-After value: whole seconds, rounded up, at least 1
+// (an unknown or elapsed TTL must not invite an immediate retry storm).
+func retryAfter(d time.Duration) string {
+	s := (d + time.Second - 1) / time.Second
+	if s < 1 {
+		s = 1
+	}
+	return fmt.Sprint(int64(s))
+}
+
+// errorStatus is the default ErrorHandler.
+func errorStatus(_ echo.Context, err error) error {
+	var he *echo.HTTPError
+	var np *noParamError
+	switch {
+	case errors.Is(err, guard.ErrLeaseLost):
+		return &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: "lock lost while handling the request", Internal: err}
+	case errors.As(err, &np):
+		return &echo.HTTPError{Code: http.StatusNotFound, Message: http.StatusText(http.StatusNotFound), Internal: err}
+	case errors.Is(err, guard.ErrInvalidKey) && errors.As(err, &he):
+		return &echo.HTTPError{Code: he.Code, Message: he.Message, Internal: err}
+	case errors.Is(err, guard.ErrInvalidKey):
+		return &echo.HTTPError{Code: http.StatusBadRequest, Message: "cannot build the lock key from the request", Internal: err}
+	}
+	return &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: "lock service unavailable", Internal: err}
+}

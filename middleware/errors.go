@@ -1,0 +1,25 @@
+package middleware
+
+import "github.com/guardkit/guardkit/guard"
+
+// ConfigError reports an invalid LockConfig, naming the field. It matches
+// guard.ErrInvalidConfig, so one errors.Is test covers every guardkit entry point.
+type ConfigError struct {
+	// Field is the LockConfig field, such as "Key" or "TTL".
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+	// Err is the underlying error, when there is one: the key template's
+	// *keyfunc.SyntaxError or *keyfunc.BindError, or guard's *guard.ConfigError.
+	Err error
+}
+
+func (e *ConfigError) Error() string {
+	return "middleware: invalid configuration: " + e.Field + ": " + e.Reason
+}
+
+// Is reports whether target is guard.ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == guard.ErrInvalidConfig }
+
+// Unwrap returns the underlying error, if any.
+func (e *ConfigError) Unwrap() error { return e.Err }
