@@ -3,7 +3,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PKGS    := ./...
 
-.PHONY: all test bench lint demo redis-server
+.PHONY: all test bench lint demo redis-server bench-compare
 
 all: lint test
 
@@ -11,6 +11,7 @@ all: lint test
 test: redis-server
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
+	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## redis-server: install Debian's redis-server when it is not on PATH (tests start their own).
 redis-server:
@@ -33,3 +34,7 @@ lint:
 ## demo: an example service under real contention (see examples/).
 demo:
 	$(GO) run ./examples/demo
+
+## bench-compare: guardkit side by side with other Go lock libraries on one redis-server (bench/, its own module); writes bench/RESULTS.md.
+bench-compare: redis-server
+	cd bench && $(GO) run . -out RESULTS.md -json results.jsonl
