@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"testing"
@@ -93,5 +94,36 @@ func TestAmbiguousAcquireCompensated(t *testing.T) {
 	// The fencing counter proves the lost acquire did take the lock before it was undone.
 	if n, _ := c.Exists(ctx, lockName("ambiguous")+":fence").Result(); n != 1 {
 		t.Fatal("the acquire never ran on the server; the test proves nothing")
+	}
+}
+
+// TestAbandonedAttemptOnStalledRedis: with Redis stopped mid-attempt, Acquire returns when
+// its context ends (the client would wait out its 3s read timeout), and the attempt, once
+// Redis answers, undoes the hold it took for nobody.
+func TestAbandonedAttemptOnStalledRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv, guard.TTL(time.Minute))
+	mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up"))
+
+	srv.Pause(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := l.Acquire(ctx, "stalled")
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Errorf("Acquire returned %s after start with a 200ms deadline", d)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want context.DeadlineExceeded in the chain", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	srv.Resume(t)
+	bg := context.Background()
+	waitUntil(t, 3*time.Second, "the abandoned attempt to undo itself", func() bool {
+		n, _ := c.Exists(bg, lockName("stalled")).Result()
+		return n == 0
+	})
+	if n, _ := c.Exists(bg, lockName("stalled")+":fence").Result(); n != 1 {
+		t.Fatal("the stalled acquire never ran; the test proves nothing")
 	}
 }

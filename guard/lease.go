@@ -31,12 +31,11 @@ type held struct {
 	// Set before ready is closed, read-only after.
 	token    int64
 	acquired time.Time // when the winning attempt was sent
-	life     context.Context
-	end      context.CancelCauseFunc
 
 	// Guarded by l.mu.
 	state      heldState
-	local      int         // Lease handles not yet released
+	cause      error       // why the lease ended, once lost or released
+	handles    []*Lease    // handles not yet released
 	validUntil time.Time   // local validity deadline
 	timer      *time.Timer // fires at validUntil
 	renewErr   error       // last renewal error, cleared by a successful renewal
@@ -52,9 +51,7 @@ type held struct {
 func (h *held) hold(g granted) {
 	h.token = g.token
 	h.acquired = g.sent
-	h.life, h.end = context.WithCancelCause(context.Background())
 	h.state = stateHeld
-	h.local = 1
 	h.index = -1
 	h.validUntil = h.validity(g.sent, h.s.ttl)
 	h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)
@@ -125,30 +122,51 @@ func (h *held) lose(reason string, err error) {
 		return
 	}
 	h.state = stateLost
+	h.cause = &LeaseLostError{Key: h.hk.key, Reason: reason, Err: err}
 	if l.held[h.hk] == h {
 		delete(l.held, h.hk)
 	}
 	h.timer.Stop()
+	handles := append([]*Lease(nil), h.handles...)
 	l.mu.Unlock()
 	l.renew.remove(h, false)
-	h.end(&LeaseLostError{Key: h.hk.key, Reason: reason, Err: err})
+	for _, le := range handles {
+		le.cancel(h.cause)
+	}
 }
 
-// releaseOne drops one local hold; the last one releases the lock in Redis.
-func (h *held) releaseOne(ctx context.Context) error {
+// lostCause returns why the lease was lost, or nil when it was not.
+func (h *held) lostCause() error {
+	h.l.mu.Lock()
+	defer h.l.mu.Unlock()
+	if h.state == stateLost || h.state == stateReleased && h.cause != ErrReleased {
+		return h.cause
+	}
+	return nil
+}
+
+// releaseOne drops the hold of handle le; the last one releases the lock in Redis.
+func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	l := h.l
 	l.mu.Lock()
-	h.local--
-	if h.local > 0 {
-		lost := h.state == stateLost
-		l.mu.Unlock()
-		if lost {
-			return context.Cause(h.life)
+	for i, x := range h.handles {
+		if x == le {
+			h.handles = append(h.handles[:i], h.handles[i+1:]...)
+			break
 		}
-		return nil
+	}
+	if len(h.handles) > 0 {
+		cause := h.cause
+		l.mu.Unlock()
+		le.cancel(ErrReleased)
+		return cause
 	}
 	prev := h.state
+	lost := h.cause
 	h.state = stateReleased
+	if lost == nil {
+		h.cause = ErrReleased
+	}
 	if l.held[h.hk] == h {
 		delete(l.held, h.hk)
 	}
@@ -157,10 +175,10 @@ func (h *held) releaseOne(ctx context.Context) error {
 
 	l.renew.remove(h, true)
 	code, err := l.releaseRemote(ctx, h)
-	h.end(ErrReleased)
+	le.cancel(ErrReleased)
 	switch {
 	case prev == stateLost:
-		return context.Cause(h.life)
+		return lost
 	case err != nil:
 		return err
 	case code == -1:
@@ -171,12 +189,12 @@ func (h *held) releaseOne(ctx context.Context) error {
 	return nil
 }
 
-// newLease makes a Lease handle on h. l.mu is held.
+// newLease makes a Lease handle on h. l.mu is held and h is held.
 func (h *held) newLease(parent context.Context, reentrant bool) *Lease {
 	le := &Lease{h: h, reentrant: reentrant}
 	ctx := context.WithValue(context.WithoutCancel(parent), leaseKey{}, le)
 	le.ctx, le.cancel = context.WithCancelCause(ctx)
-	le.stop = context.AfterFunc(h.life, func() { le.cancel(context.Cause(h.life)) })
+	h.handles = append(h.handles, le)
 	return le
 }
 
@@ -189,7 +207,6 @@ type Lease struct {
 	h         *held
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
-	stop      func() bool
 	reentrant bool
 
 	once sync.Once
@@ -257,13 +274,7 @@ func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc)
 // Redis, ErrNotHeld when another owner holds it now, ErrUnavailable when Redis could not
 // be reached (the lock then expires after its TTL).
 func (le *Lease) Release(ctx context.Context) error {
-	le.once.Do(func() {
-		if !le.stop() && le.h.life.Err() != nil {
-			le.cancel(context.Cause(le.h.life)) // lost: keep that cause, not ErrReleased
-		}
-		le.err = le.h.releaseOne(ctx)
-		le.cancel(ErrReleased)
-	})
+	le.once.Do(func() { le.err = le.h.releaseOne(ctx, le) })
 	return le.err
 }
 

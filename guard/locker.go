@@ -50,7 +50,7 @@ type Locker struct {
 
 	waits waiters
 	renew renewer
-	bg    sync.WaitGroup // compensating releases in flight
+	bg    sync.WaitGroup // background calls: compensating releases, abandoned attempts
 }
 
 // maxOwnerLen bounds owner IDs set by callers with ctxid.NewContext; ctxid.New makes
@@ -196,7 +196,6 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 			return l.acquireRemote(ctx, h, p, deadline)
 		}
 		if h.state == stateHeld {
-			h.local++
 			le := h.newLease(ctx, true)
 			l.mu.Unlock()
 			return le, nil
@@ -269,23 +268,68 @@ type granted struct {
 	sent     time.Time     // when the attempt was sent: validity is measured from here
 }
 
-// attempt makes one acquire round trip.
+// attempt makes one acquire round trip. It returns when ctx ends even if the Redis call
+// does not (go-redis honours only deadlines, and only with ContextTimeoutEnabled): the
+// call then goes on aside and undoes itself if it turns out to have taken the lock.
 func (l *Locker) attempt(ctx context.Context, h *held) (granted, error) {
 	nonce := l.newNonce()
 	sent := time.Now()
+	if ctx.Done() == nil {
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce))
+	}
+	var state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
+	replies := make(chan acquireReply, 1)
+	started := l.background(func() {
+		r := l.runAcquire(context.WithoutCancel(ctx), h, nonce)
+		if state.CompareAndSwap(0, 1) {
+			replies <- r
+			return
+		}
+		if r.err != nil && !isServerError(r.err) {
+			l.undo(h, nonce) // may have taken the lock for a caller who left
+		} else if g, err := parseGranted(r.v); r.err == nil && err == nil && g.acquired {
+			l.undo(h, nonce) // took the lock for a caller who left
+		}
+	})
+	if !started {
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce))
+	}
+	select {
+	case r := <-replies:
+		return l.settle(ctx, h, nonce, sent, r)
+	case <-ctx.Done():
+		if state.CompareAndSwap(0, 2) {
+			return granted{}, fmt.Errorf("guard: acquire %s: %w", quoteKey(h.hk.key), ctx.Err())
+		}
+		return l.settle(ctx, h, nonce, sent, <-replies)
+	}
+}
+
+// acquireReply is the raw outcome of an acquire call.
+type acquireReply struct {
+	v   []any
+	err error
+}
+
+func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string) acquireReply {
 	v, err := acquireScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
 		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds()).Slice()
-	if err != nil {
-		if !isServerError(err) {
+	return acquireReply{v, err}
+}
+
+// settle turns an acquire reply into the attempt's outcome.
+func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Time, r acquireReply) (granted, error) {
+	if r.err != nil {
+		if !isServerError(r.err) {
 			// The script may have run: undo it, if it did, so the lock is not left held.
 			l.compensate(h, nonce)
 		}
 		if cerr := ctx.Err(); cerr != nil {
-			return granted{}, fmt.Errorf("guard: acquire %s: %w", quoteKey(h.hk.key), errors.Join(cerr, err))
+			return granted{}, fmt.Errorf("guard: acquire %s: %w", quoteKey(h.hk.key), errors.Join(cerr, r.err))
 		}
-		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
+		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: r.err}
 	}
-	g, err := parseGranted(v)
+	g, err := parseGranted(r.v)
 	if err != nil {
 		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
 	}
@@ -312,26 +356,33 @@ func parseGranted(v []any) (granted, error) {
 
 // compensate undoes, in the background, the acquire attempt with nonce if it took effect.
 func (l *Locker) compensate(h *held, nonce string) {
+	if !l.background(func() { l.undo(h, nonce) }) {
+		l.undo(h, nonce)
+	}
+}
+
+// undo drops the hold taken by the acquire attempt with nonce, if that attempt took effect.
+func (l *Locker) undo(h *held, nonce string) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+	defer cancel()
+	_ = releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
+		string(h.hk.owner), l.newNonce(), nonce, h.s.fenceRetention.Milliseconds()).Err()
+}
+
+// background runs fn on a goroutine that Close waits for, and reports false, running
+// nothing, once the Locker is closed.
+func (l *Locker) background(fn func()) bool {
 	l.mu.Lock()
-	closed := l.closed
-	if !closed {
-		l.bg.Add(1)
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
 	}
-	l.mu.Unlock()
-	run := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
-		defer cancel()
-		_ = releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
-			string(h.hk.owner), l.newNonce(), nonce, h.s.fenceRetention.Milliseconds()).Err()
-	}
-	if closed {
-		run()
-		return
-	}
+	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
-		run()
+		fn()
 	}()
+	return true
 }
 
 // releaseRemote drops one Redis-side hold of h and wakes local waiters when the lock is

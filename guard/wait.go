@@ -259,7 +259,8 @@ func (w *waiters) wake(k redisKeys) {
 const (
 	receivePoll   = time.Second      // read timeout of the receive loop
 	idleUnsub     = 10 * time.Second // drop a key's subscription after this long unused
-	pingIdle      = 5 * time.Second  // ping the connection after this long without traffic
+	pingIdle      = 3 * time.Second  // ping the connection after this long without traffic
+	deadIdle      = 10 * time.Second // replace the connection after this long without traffic
 	reconnectWait = 100 * time.Millisecond
 )
 
@@ -287,7 +288,15 @@ func (w *waiters) receive(ps *redis.PubSub) {
 				}
 				continue
 			}
-			if time.Since(lastTraffic) > pingIdle {
+			// A connection that answers nothing (a black-holed network path) raises no
+			// error: ping it when quiet, and replace it when even pings go unanswered.
+			switch idle := time.Since(lastTraffic); {
+			case !w.hasKeys():
+				lastTraffic = time.Now()
+			case idle > deadIdle:
+				ps = w.recycle(ps)
+				lastTraffic = time.Now()
+			case idle > pingIdle:
 				_ = ps.Ping(ctx)
 			}
 		} else {
@@ -305,6 +314,30 @@ func (w *waiters) receive(ps *redis.PubSub) {
 			w.sweep(ps)
 		}
 	}
+}
+
+func (w *waiters) hasKeys() bool { return w.active.Load() > 0 }
+
+// recycle replaces the Pub/Sub connection with a new one subscribed to the same keys.
+func (w *waiters) recycle(old *redis.PubSub) *redis.PubSub {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return old
+	}
+	chans := make([]string, 0, len(w.keys))
+	for ch, kw := range w.keys {
+		kw.live = false
+		chans = append(chans, ch)
+	}
+	ps := w.l.client.Subscribe(context.Background())
+	w.ps = ps
+	w.mu.Unlock()
+	_ = old.Close()
+	if len(chans) > 0 {
+		_ = ps.Subscribe(context.Background(), chans...)
+	}
+	return ps
 }
 
 func (w *waiters) isClosed() bool {
