@@ -59,10 +59,10 @@ func TestParamDecoded(t *testing.T) {
 	e := newEcho(nil)
 	e.POST("/orders/:id/pay", keyOf, middleware.Lock(locker, "order:{param.id}"))
 	for path, want := range map[string]string{
-		"/orders/42/pay":     "order:42",
-		"/orders/4%32/pay":   "order:42",
-		"/orders/a%2Fb/pay":  "order:a/b",
-		"/orders/50%25/pay":  "order:50%",
+		"/orders/42/pay":    "order:42",
+		"/orders/4%32/pay":  "order:42",
+		"/orders/a%2Fb/pay": "order:a/b",
+		"/orders/50%25/pay": "order:50%",
 	} {
 		if r := serve(e, httptest.NewRequest(http.MethodPost, path, nil)); r.body != want {
 			t.Errorf("%s: got %d %q, want key %q", path, r.status, r.body, want)

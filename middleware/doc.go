@@ -1,0 +1,116 @@
+// Package middleware locks Echo v4 routes: each request runs its handler under a Redis
+// lease (package guard) on a key built from the request, in Echo's own middleware idiom.
+//
+// # Usage
+//
+// Lock a route on the resource it changes:
+//
+//	locker, err := guard.New(redisClient)
+//	...
+//	lockOrder := middleware.Lock(locker, "order:{param.id}")
+//	e.POST("/orders/:id/pay", pay, lockOrder)
+//	e.POST("/orders/:id/cancel", cancel, lockOrder)
+//
+// or a whole group, or with a LockConfig:
+//
+//	g := e.Group("/orders/:id", lockOrder)
+//
+//	e.POST("/accounts/:id/transfer", transfer, middleware.LockWithConfig(middleware.LockConfig{
+//		Locker:  locker,
+//		Key:     "account:{param.id}",
+//		MaxWait: 2 * time.Second,  // wait for the lock instead of failing at once
+//		Signer:  signer,           // honour signed owners of calling services
+//	}))
+//
+// Lock and LockWithConfig panic on a bad config, as Echo's middleware do;
+// LockConfig.ToMiddleware returns the error instead. Either way the mistake — a
+// malformed template, an unknown source, a TTL the Locker cannot renew in time — is
+// reported when the middleware is built, naming the LockConfig field.
+//
+// # Keys
+//
+// LockConfig.Key is a key template (package keyfunc) parsed once. Its sources:
+//
+//	{param.id}         route parameter, percent-decoded
+//	{query.q}          first value of a URL query parameter
+//	{header.X-Tenant}  first value of a request header
+//	{form.id}          field of an application/x-www-form-urlencoded body
+//	{path}             the request's URL path
+//	{route}            the matched route pattern, as "/orders/:id"
+//	{method}           the request method
+//	{name}             LockConfig.Extractors["name"](c), for anything else
+//
+// The rendered text is the whole lock key, with no prefix per route or middleware: every
+// route whose template renders "order:42" shares that one lock, which is what lets pay,
+// cancel and refund of an order exclude one another. Give unrelated resources
+// different literal prefixes ("order:", "account:"). Values are escaped as keyfunc
+// describes, so two different requests never render the same key by accident.
+//
+// {form.x} makes the middleware read an urlencoded body before the lock is requested
+// (http.Request.ParseForm: at most 10 MB, less under Echo's BodyLimit); the handler
+// still finds the fields with c.FormValue, but not in c.Request().Body. Multipart
+// bodies are not read; put the key in the route, the query or a header instead.
+//
+// # Owners and reentrancy
+//
+// A lock is held by an owner (package ctxid): by default every request is a new owner.
+// The handler runs with c.Request().Context() carrying the owner and the lease, so a
+// guarded call made with it — a function decorated with guard.Wrap, guard.Do,
+// Locker.Acquire — on the same key reenters the request's lock instead of waiting for
+// it, and guard.TokenFromContext gives the fencing token. Goroutines the handler
+// starts with that context share the owner.
+//
+// A service calling another can make the callee reenter its locks: it sends
+// signer.Outbound(ctx) in the ctxid.Header ("Guardkit-Owner") header, and the callee's
+// LockConfig.Signer verifies it. Without a Signer, or when the token does not verify
+// (unsigned, forged, expired, oversized, malformed), the header is ignored and the
+// request is a new owner: a client that could pick its owner could make two of its
+// requests reenter each other. An owner already in the request's context (put there by
+// an earlier Lock middleware or by your own code) is kept; never put one owner into a
+// context that all requests share, such as http.Server.BaseContext.
+//
+// # Responses
+//
+// The middleware returns errors to Echo rather than writing responses, so Echo's
+// HTTPErrorHandler renders them (by default as {"message": "..."} JSON) and logging
+// middleware sees them:
+//
+//   - lock busy for longer than MaxWait (default: fail at once): DenyHandler; by
+//     default 409 Conflict with Retry-After set to the holder's remaining lease in
+//     seconds, rounded up;
+//   - key cannot be built from the request: ErrorHandler; by default 400 Bad Request
+//     (or the *echo.HTTPError an extractor returned), and 404 Not Found when the
+//     matched route lacks the parameter the key names, as the catch-all not-found
+//     routes of an Echo group do;
+//   - Redis unreachable: ErrorHandler; by default 503 Service Unavailable, or, with
+//     FailOpen, the handler runs without the lock.
+//
+// Every error is an *echo.HTTPError whose Internal is guard's error, so errors.Is and
+// errors.As reach guard.ErrLocked, guard.ErrUnavailable and the rest.
+//
+// # Lost leases
+//
+// A lease is renewed in the background as long as the handler runs, so long handlers
+// and streaming responses keep their lock. When it is lost anyway (the lock expired
+// while Redis was unreachable, or was deleted), the handler's request context is
+// cancelled at once with a guard.ErrLeaseLost cause: a handler that passes its context
+// to its work stops. When it returns, ErrorHandler receives an error matching
+// guard.ErrLeaseLost, with the handler's own error in the chain, and its result is
+// returned to Echo. What the client sees depends on whether the handler had started
+// its response: if not, the error response (503 by default); if it had, whatever the
+// handler wrote — a status and headers cannot be taken back, and a streamed body ends
+// where the handler stopped — while the loss still reaches Echo's HTTPErrorHandler
+// (which writes nothing to a committed response) and outer middleware such as loggers.
+//
+// # Panics
+//
+// A panicking handler's lock is released before the panic leaves the middleware, so
+// Echo's Recover middleware, placed outside it, sees the panic with the lock already
+// free.
+//
+// # Concurrency
+//
+// A middleware value is safe for concurrent use by any number of routes and requests.
+// Requests for one key run one at a time across every process sharing the Redis;
+// requests for different keys do not wait for each other.
+package middleware
