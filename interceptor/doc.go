@@ -1,0 +1,96 @@
+// Package interceptor guards gRPC methods with guard locks, and carries the lock owner
+// across service boundaries so that a call chain that comes back on a key it already
+// holds reenters the lock instead of deadlocking.
+//
+// # Usage
+//
+// The server interceptors take their locks from a guard.Locker and a rule table that
+// maps methods to key templates:
+//
+//	rules := []interceptor.Rule{
+//		{Method: "/bank.v1.Bank/Transfer", Key: "account:{req.from_account}",
+//			Options: []guard.Option{guard.TTL(10 * time.Second)}},
+//		{Method: "/bank.v1.Bank/Close", Key: "account:{req.account.id}",
+//			Options: []guard.Option{guard.Retry(guard.NoRetry())}},
+//		{Method: "/bank.v1.Reports/*", Key: "reports:{md.x-tenant}"},
+//	}
+//	opts := []interceptor.Option{interceptor.WithRules(rules...), interceptor.WithSigner(signer)}
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(recovery, logging, interceptor.UnaryServerInterceptor(locker, opts...)),
+//		grpc.ChainStreamInterceptor(interceptor.StreamServerInterceptor(locker, opts...)),
+//	)
+//
+// Put the lock after authentication, logging and panic recovery in the chain, so that
+// unauthenticated calls take no lock and the others see the status it returns. A method
+// that no rule matches runs without a lock.
+//
+// Key templates use the syntax of package keyfunc with three sources: {req.field} reads
+// a field of the request message by its proto name (from_account, not FromAccount),
+// through nested messages ({req.account.id}) and map keys ({req.labels.region}); the
+// path is resolved once per message type. Scalars render as keyfunc.Format renders
+// their Go values, enums by name, wrapper messages by their value, Timestamps in UTC
+// RFC 3339. A field that is not set — for a field without presence, one that holds its
+// zero value — is missing, so that requests without it do not all share one lock.
+// {md.key} reads the single value of an incoming metadata key, {method} the full method
+// name.
+//
+// # Reentrancy across services
+//
+// A lock is held by an owner, the request (see package ctxid). When service A's handler,
+// holding "account:1", calls service B, whose method is guarded on "account:1" too, B
+// must run as A's owner or it waits for a lock that will not be released until it
+// returns. The client interceptors send the owner of the call's context in a signed
+// token; the server interceptors accept an inbound owner only when its token verifies
+// with a key of their WithSigner signer (and the caller passes WithTrustedPeer, when
+// set). A chain A → B → A (another method of A, on the same key) reenters too: A's own
+// process counts the hold locally, B's in Redis.
+//
+//	signer, err := ctxid.NewSigner([]ctxid.Key{{ID: "2025-06", Secret: secret}}, ctxid.MaxHops(4))
+//	conn, err := grpc.NewClient(serviceB,
+//		grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(signer)),
+//		grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(signer)))
+//
+// Every service of the chain needs the client interceptors on its connections to the
+// others and the server interceptors with the same keys. Keys rotate by ID: list the new
+// key after the current one everywhere, then move it first. Tokens expire (ctxid.MaxAge)
+// and count hops (ctxid.MaxHops): a token that has travelled too far is not sent again.
+//
+// An owner ID is a capability: a caller that could choose it could make two of its
+// requests reenter each other. So a token that is missing, unsigned, signed with an
+// unknown key, tampered with, expired, too long, sent twice under the metadata key, or
+// sent under another key (including its "-bin" variant) never makes an RPC run as an
+// existing owner: the RPC runs as a fresh one, and waits for the lock like anyone else.
+//
+// # Status codes
+//
+// Statuses made by the server interceptors carry their cause twice: as the status
+// message for the client, and in the error chain (errors.Is, errors.As) for code on
+// the server side of the interceptor, such as a logging interceptor further out. They
+// also carry an errdetails.ErrorInfo with Domain ErrorDomain and a Reason:
+//
+//	lock busy                      Aborted, RetryInfo with the holder's remaining TTL (ReasonLocked)
+//	  ... until the RPC's context ended the wait
+//	                               DeadlineExceeded or Canceled (ReasonLocked)
+//	Redis unreachable              Unavailable (ReasonUnavailable), or the handler
+//	                               runs unlocked with WithFailOpen
+//	key missing, empty, ambiguous  InvalidArgument (ReasonInvalidKey)
+//	lease lost during the handler  Aborted (ReasonLeaseLost), even if the handler
+//	                               returned OK; a status code of its own is kept
+//	rule cannot read the request   Internal
+//
+// A handler's own error passes through unchanged when the lease held.
+//
+// # Streams
+//
+// The lock covers the whole stream: it is acquired before the handler starts, renewed
+// for as long as the stream lasts, and released when the handler returns. The handler's
+// ServerStream has a Context that carries the owner, the lease (guard.LeaseFromContext)
+// and its fencing token (guard.TokenFromContext), and that is cancelled when the client
+// cancels or the lease is lost. Streams have no request message when the lock is taken,
+// so their rules key on {md...} and {method}.
+//
+// # Concurrency
+//
+// The interceptors are safe for concurrent use. They keep no state per RPC beyond its
+// lock; the per-message-type resolution of {req...} paths is cached for their lifetime.
+package interceptor

@@ -1,0 +1,211 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+)
+
+// UnaryServerInterceptor returns a server interceptor that runs each unary RPC whose
+// method a rule matches (WithRules) under that rule's lock, taken from locker:
+//
+//   - the owner is the caller's, when it sent a token that verifies (WithSigner,
+//     WithTrustedPeer), so that a call chain that comes back on the same key reenters
+//     the lock; otherwise it is a fresh one;
+//   - the key is rendered from the rule's template; a value that is missing, empty or
+//     ambiguous fails the RPC with codes.InvalidArgument;
+//   - the lock is acquired as the rule's Retry option says (by default until the RPC's
+//     deadline); a busy lock fails the RPC with codes.Aborted and an errdetails.RetryInfo
+//     carrying the holder's remaining TTL, an unreachable Redis with codes.Unavailable
+//     (or, with WithFailOpen, runs the handler unlocked);
+//   - the handler runs with a context that carries the owner and the lease
+//     (guard.LeaseFromContext, guard.TokenFromContext) and is cancelled, with a
+//     *guard.LeaseLostError as its cause, when the lease is lost;
+//   - the lock is released when the handler returns or panics. When the lease was lost
+//     while the handler ran, the RPC fails with codes.Aborted even if the handler
+//     succeeded, because exclusivity was not guaranteed.
+//
+// Methods that no rule matches run unchanged, except that a trusted owner token is
+// accepted into their context, so that an unguarded service in the middle of a chain
+// passes the owner on. Errors are described in the package documentation.
+//
+// It panics, as regexp.MustCompile does, when the configuration is invalid: a nil
+// locker, a rule without a method or key, a malformed template or method pattern, two
+// rules for the same method, invalid guard options, a bad metadata key, or a {req...}
+// path that a registered request type does not have. The panic value is an error
+// matching guard.ErrInvalidConfig.
+func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServerInterceptor {
+	s := mustServer(locker, opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, tok := s.accept(ctx)
+		r := s.rules.match(info.FullMethod)
+		if r == nil {
+			return handler(ctx, req)
+		}
+		var resp any
+		err := s.guard(ctx, r, &call{ctx: ctx, method: info.FullMethod, req: req}, tok, func(ctx context.Context) (err error) {
+			resp, err = handler(ctx, req)
+			return err
+		})
+		return resp, err
+	}
+}
+
+// StreamServerInterceptor returns a server interceptor that runs each streaming RPC whose
+// method a rule matches under that rule's lock, as UnaryServerInterceptor does for unary
+// RPCs. The lock covers the whole stream: it is acquired before the handler starts,
+// renewed while the stream lasts, and released when the handler returns, which it
+// should do when the client cancels the stream (its context is then done). The handler
+// sees a ServerStream whose Context carries the owner and the lease.
+//
+// A stream has not delivered any message when the lock is taken, so a streaming
+// method's rule must key on {md...} or {method}: a {req...} placeholder fails the
+// stream with codes.Internal (and the interceptor's construction, when the method is
+// registered with protoregistry.GlobalFiles).
+//
+// It panics, like UnaryServerInterceptor, when the configuration is invalid.
+func StreamServerInterceptor(locker *guard.Locker, opts ...Option) grpc.StreamServerInterceptor {
+	s := mustServer(locker, opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, tok := s.accept(ss.Context())
+		r := s.rules.match(info.FullMethod)
+		if r == nil {
+			if ctx != ss.Context() {
+				ss = &serverStream{ServerStream: ss, ctx: ctx}
+			}
+			return handler(srv, ss)
+		}
+		return s.guard(ctx, r, &call{ctx: ctx, method: info.FullMethod}, tok, func(ctx context.Context) error {
+			return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+		})
+	}
+}
+
+// serverStream is a grpc.ServerStream with the context of a guarded stream.
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+// Context returns the stream's context with the owner and the lease.
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+// server is the shared state of the server interceptors.
+type server struct {
+	o     options
+	rules *ruleSet
+}
+
+func mustServer(locker *guard.Locker, opts []Option) *server {
+	s, err := newServer(locker, opts)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func newServer(locker *guard.Locker, opts []Option) (*server, error) {
+	if locker == nil {
+		return nil, fmt.Errorf("interceptor: %w", &guard.ConfigError{Field: "locker", Reason: "must not be nil"})
+	}
+	o, err := evaluate(opts)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := compileRules(locker, o.rules)
+	if err != nil {
+		return nil, err
+	}
+	return &server{o: o, rules: rs}, nil
+}
+
+// accept returns ctx carrying the caller's owner, and the token that vouched for it,
+// when the caller is trusted and sent exactly one token that verifies; otherwise ctx as
+// it is, so that the lock is taken for a fresh owner.
+func (s *server) accept(ctx context.Context) (context.Context, string) {
+	if s.o.signer == nil {
+		return ctx, ""
+	}
+	toks := metadata.ValueFromIncomingContext(ctx, s.o.mdKey)
+	// Several values are refused rather than picked from: a proxy or client that adds
+	// one must not make an RPC run as whichever owner it likes.
+	if len(toks) != 1 {
+		return ctx, ""
+	}
+	if s.o.trustedPeer != nil && !s.o.trustedPeer(ctx) {
+		return ctx, ""
+	}
+	owned, _, err := s.o.signer.Accept(ctx, toks[0])
+	if err != nil {
+		return ctx, ""
+	}
+	return owned, toks[0]
+}
+
+// invocation is one guarded RPC as it passes through a rule's guard.Wrap.
+type invocation struct {
+	key     string
+	run     func(context.Context) error
+	signer  *ctxid.Signer
+	token   string        // the inbound token the owner was accepted from, if any
+	entered bool          // the handler was called: the lock was acquired
+	herr    *handlerError // the handler's error, as returned to guard.Wrap
+}
+
+// handlerError marks the handler's own error, so that an error guard.Wrap returns can be
+// told apart from it by identity.
+type handlerError struct{ err error }
+
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
+// runHandler is the function every rule wraps with guard.Wrap.
+func runHandler(ctx context.Context, inv *invocation) (struct{}, error) {
+	inv.entered = true
+	if inv.token != "" && ctxid.HopsFromContext(ctx) == 0 {
+		// The lease's context re-attaches the owner with a hop count of zero; put back
+		// the count the token carried, so that MaxHops bounds chains of guarded hops.
+		if owned, _, err := inv.signer.Accept(ctx, inv.token); err == nil {
+			ctx = owned
+		}
+	}
+	if err := inv.run(ctx); err != nil {
+		inv.herr = &handlerError{err: err}
+		return struct{}{}, inv.herr
+	}
+	return struct{}{}, nil
+}
+
+func invocationKey(_ context.Context, inv *invocation) (string, error) { return inv.key, nil }
+
+// guard runs run under r's lock for c and maps the outcome to a gRPC status.
+func (s *server) guard(ctx context.Context, r *rule, c *call, token string, run func(context.Context) error) error {
+	key, err := r.key.Render(c)
+	if err != nil {
+		return keyStatus(c.method, r, err)
+	}
+	inv := &invocation{key: key, run: run, signer: s.o.signer, token: token}
+	_, err = r.run(ctx, inv)
+	switch {
+	case !inv.entered:
+		if s.o.failOpen && errors.Is(err, guard.ErrUnavailable) {
+			return run(ctx)
+		}
+		return acquireStatus(c.method, err)
+	case err == nil:
+		return nil
+	case inv.herr != nil && err == error(inv.herr):
+		return inv.herr.err
+	}
+	var herr error
+	if inv.herr != nil {
+		herr = inv.herr.err
+	}
+	return lostStatus(c.method, err, herr)
+}

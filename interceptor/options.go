@@ -1,0 +1,159 @@
+package interceptor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+)
+
+// MetadataKey is the default metadata key that carries the signed owner token between
+// services: ctxid.Header in the lower case gRPC metadata uses.
+const MetadataKey = "guardkit-owner"
+
+// Option configures the interceptors of this package. Each option's comment says which
+// interceptors read it and what its default is; the others ignore it. Options are values:
+// build them once and pass the same ones to the server and client interceptors.
+type Option func(*options)
+
+// options is the resolved configuration. Each constructor starts from defaultOptions, so
+// interceptors never share mutable state.
+type options struct {
+	rules       []Rule
+	signer      *ctxid.Signer
+	mdKey       string
+	failOpen    bool
+	trustedPeer func(ctx context.Context) bool
+}
+
+func defaultOptions() options {
+	return options{mdKey: MetadataKey}
+}
+
+// evaluate applies opts over the defaults and checks what every interceptor reads.
+func evaluate(opts []Option) (options, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if err := checkMetadataKey(o.mdKey); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// Rule guards the methods that Method matches with the lock that Key names.
+type Rule struct {
+	// Method is the full method name of one method, "/pkg.Service/Method", or a pattern
+	// ending in "*" that matches every full method name starting with the text before
+	// it: "/pkg.Service/*" for a whole service, "*" for every method. A full method name
+	// wins over every pattern, and a longer pattern over a shorter one. Required.
+	Method string
+
+	// Key is the lock key template (see package keyfunc), with three sources:
+	//
+	//	{req.from_account}, {req.to.id}, {req.labels.tenant}
+	//	    a field of the request message by its proto name, through nested
+	//	    messages and map keys
+	//	{md.x-tenant}    the single value of an incoming metadata key
+	//	{method}         the full method name
+	//
+	// Required.
+	Key string
+
+	// Options are guard options for the lock: TTL, RenewEvery, DriftMargin, Retry,
+	// MaxHold, MinHold. They are checked, against the Locker's settings, when the
+	// interceptor is built. Key, RawKey, KeyFunc and Use are overridden: the lock is
+	// named by Key and taken from the interceptor's Locker. Default: the Locker's
+	// settings, so a busy lock is waited for until the RPC's deadline unless Retry
+	// says otherwise.
+	Options []guard.Option
+}
+
+// WithRules adds rules to the server interceptors. Methods that no rule matches pass
+// through without a lock. Two rules with the same Method are a configuration error.
+// Read by UnaryServerInterceptor and StreamServerInterceptor. Default: no rules.
+func WithRules(rules ...Rule) Option {
+	return func(o *options) { o.rules = append(o.rules, rules...) }
+}
+
+// WithSigner sets the keys that owner tokens are signed and verified with. The server
+// interceptors accept an inbound owner only when its token verifies against one of the
+// signer's keys (so keys rotate by key ID: see ctxid.NewSigner) and has travelled no more
+// than the signer's MaxHops; the client interceptors take the signer as their argument.
+// A nil signer is ignored.
+// Read by UnaryServerInterceptor and StreamServerInterceptor. Default: none, so no
+// inbound owner is trusted and every RPC runs as a fresh owner.
+func WithSigner(s *ctxid.Signer) Option {
+	return func(o *options) {
+		if s != nil {
+			o.signer = s
+		}
+	}
+}
+
+// WithMetadataKey sets the metadata key that carries the owner token. It must be a
+// valid gRPC metadata key (lower case ASCII letters, digits, '-', '_' and '.'), must not
+// end in "-bin" (the token is text) and must not start with "grpc-" (reserved). Upper
+// case letters are lowered, as gRPC does.
+// Read by every interceptor of this package. Default MetadataKey, "guardkit-owner".
+func WithMetadataKey(key string) Option {
+	return func(o *options) { o.mdKey = strings.ToLower(key) }
+}
+
+// WithFailOpen makes a guarded RPC run without its lock when Redis cannot be reached,
+// instead of failing with codes.Unavailable: availability over exclusion. The handler can
+// tell from guard.LeaseFromContext, which then reports no lease.
+// Read by UnaryServerInterceptor and StreamServerInterceptor. Default false: fail
+// closed.
+func WithFailOpen(open bool) Option {
+	return func(o *options) { o.failOpen = open }
+}
+
+// WithTrustedPeer restricts which callers may vouch for an owner: an inbound owner token
+// is considered only when f reports true for the RPC's context, which carries the peer
+// (peer.FromContext) and its authentication (credentials.RequestInfoFromContext).
+// Use it to accept owners only from the mTLS identities of your own services. A nil f is
+// ignored.
+// Read by UnaryServerInterceptor and StreamServerInterceptor. Default: every caller
+// whose token verifies.
+func WithTrustedPeer(f func(ctx context.Context) bool) Option {
+	return func(o *options) {
+		if f != nil {
+			o.trustedPeer = f
+		}
+	}
+}
+
+// checkMetadataKey reports why key cannot carry the owner token.
+func checkMetadataKey(key string) error {
+	reason := ""
+	switch {
+	case key == "":
+		reason = "must not be empty"
+	case strings.HasSuffix(key, "-bin"):
+		reason = fmt.Sprintf("%q ends in -bin, which marks binary metadata; the token is text", key)
+	case strings.HasPrefix(key, "grpc-"):
+		reason = fmt.Sprintf("%q starts with grpc-, which gRPC reserves", key)
+	default:
+		for i := 0; i < len(key); i++ {
+			if !mdKeyByte(key[i]) {
+				reason = fmt.Sprintf("%q has byte %#02x at offset %d; allowed are a-z, 0-9, '-', '_' and '.'", key, key[i], i)
+				break
+			}
+		}
+	}
+	if reason == "" {
+		return nil
+	}
+	return fmt.Errorf("interceptor: %w", &guard.ConfigError{Field: "MetadataKey", Reason: reason})
+}
+
+// mdKeyByte reports whether c may appear in a gRPC metadata key.
+func mdKeyByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.'
+}

@@ -1,0 +1,155 @@
+package interceptor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/keyfunc"
+)
+
+// rule is a Rule compiled for one Locker.
+type rule struct {
+	method string // as given: a full method name or a pattern
+	prefix string // for patterns, the text before "*"
+	key    *keyfunc.Template[*call]
+	paths  []*protoPath // the {req...} placeholders of key
+	run    func(context.Context, *invocation) (struct{}, error)
+}
+
+// ruleSet finds the rule of a method: a full method name first, then the longest pattern.
+type ruleSet struct {
+	exact    map[string]*rule
+	patterns []*rule // longest prefix first
+}
+
+func (rs *ruleSet) match(method string) *rule {
+	if r := rs.exact[method]; r != nil {
+		return r
+	}
+	for _, r := range rs.patterns {
+		if strings.HasPrefix(method, r.prefix) {
+			return r
+		}
+	}
+	return nil
+}
+
+// compileRules checks rules and builds their guarded runners on locker.
+func compileRules(locker *guard.Locker, rules []Rule) (*ruleSet, error) {
+	rs := &ruleSet{exact: make(map[string]*rule)}
+	seen := make(map[string]bool)
+	for i, rl := range rules {
+		fail := func(field, reason string, err error) error {
+			return fmt.Errorf("interceptor: rule %d (%q): %w", i, rl.Method, &guard.ConfigError{Field: "Rule." + field, Reason: reason, Err: err})
+		}
+		r := &rule{method: rl.Method}
+		pattern, problem := checkMethod(rl.Method)
+		if problem != "" {
+			return nil, fail("Method", problem, nil)
+		}
+		if seen[rl.Method] {
+			return nil, fail("Method", "another rule has the same Method", nil)
+		}
+		seen[rl.Method] = true
+		if rl.Key == "" {
+			return nil, fail("Key", "required", nil)
+		}
+		var err error
+		if r.key, err = keyfunc.Parse(rl.Key, sources(&r.paths)); err != nil {
+			return nil, fail("Key", strings.TrimPrefix(err.Error(), "keyfunc: "), err)
+		}
+		// The rule's own options come first so that the key and the Locker cannot be
+		// overridden by them.
+		opts := append(slices.Clip(rl.Options), guard.Use(locker), guard.KeyFunc(invocationKey))
+		if r.run, err = guard.WrapE(runHandler, opts...); err != nil {
+			return nil, fmt.Errorf("interceptor: rule %d (%q): %w", i, rl.Method, err)
+		}
+		if pattern {
+			r.prefix = strings.TrimSuffix(rl.Method, "*")
+			rs.patterns = append(rs.patterns, r)
+		} else {
+			rs.exact[rl.Method] = r
+		}
+	}
+	slices.SortStableFunc(rs.patterns, func(a, b *rule) int { return len(b.prefix) - len(a.prefix) })
+	if err := rs.checkRegistered(protoregistry.GlobalFiles); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// checkMethod reports whether m is a pattern, or what is wrong with it.
+func checkMethod(m string) (pattern bool, problem string) {
+	switch {
+	case m == "":
+		return false, "required"
+	case m == "*":
+		return true, ""
+	case !strings.HasPrefix(m, "/"):
+		return false, `must start with "/", as in "/pkg.Service/Method" or "/pkg.Service/*"`
+	case strings.Count(m, "*") > 1 || strings.Contains(m[:len(m)-1], "*"):
+		return false, `"*" may only end a pattern`
+	case strings.HasSuffix(m, "*"):
+		return true, ""
+	}
+	svc, name, ok := strings.Cut(m[1:], "/")
+	if !ok || svc == "" || name == "" || strings.Contains(name, "/") {
+		return false, `a full method name has the form "/pkg.Service/Method"`
+	}
+	return false, ""
+}
+
+// checkRegistered checks the {req...} paths of rules against the request types of the
+// methods they govern, for every method whose descriptor files knows: a method named by
+// a rule, or a method of a service named by a "/pkg.Service/*" rule. Other methods are
+// checked on their first call.
+func (rs *ruleSet) checkRegistered(files *protoregistry.Files) error {
+	var methods []protoreflect.MethodDescriptor
+	for name := range rs.exact {
+		svc, m, _ := strings.Cut(name[1:], "/")
+		if d, err := files.FindDescriptorByName(protoreflect.FullName(svc + "." + m)); err == nil {
+			if md, ok := d.(protoreflect.MethodDescriptor); ok {
+				methods = append(methods, md)
+			}
+		}
+	}
+	for _, r := range rs.patterns {
+		svc, rest, ok := strings.Cut(strings.TrimPrefix(r.prefix, "/"), "/")
+		if !ok || rest != "" || !strings.HasPrefix(r.prefix, "/") {
+			continue
+		}
+		if d, err := files.FindDescriptorByName(protoreflect.FullName(svc)); err == nil {
+			if sd, ok := d.(protoreflect.ServiceDescriptor); ok {
+				for i := 0; i < sd.Methods().Len(); i++ {
+					methods = append(methods, sd.Methods().Get(i))
+				}
+			}
+		}
+	}
+	for _, md := range methods {
+		full := "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
+		r := rs.match(full)
+		if r == nil || len(r.paths) == 0 {
+			continue
+		}
+		var err error
+		if md.IsStreamingClient() || md.IsStreamingServer() {
+			err = errNoRequest
+		}
+		for _, p := range r.paths {
+			if err == nil {
+				err = p.accessor(md.Input()).err
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("interceptor: rule %q, method %s: %w", r.method, full, err)
+		}
+	}
+	return nil
+}
