@@ -85,8 +85,8 @@
 //   - Redis unreachable: ErrorHandler; by default 503 Service Unavailable, or, with
 //     FailOpen, the handler runs without the lock.
 //
-// Every error is an *echo.HTTPError whose Internal is guard's error, so errors.Is and
-// errors.As reach guard.ErrLocked, guard.ErrUnavailable and the rest.
+// The default handlers return an *echo.HTTPError whose Internal is guard's error, so
+// errors.Is and errors.As reach guard.ErrLocked, guard.ErrUnavailable and the rest.
 //
 // # Lost leases
 //

@@ -14,6 +14,7 @@ type ConfigError struct {
 	Err error
 }
 
+// Error names the field and says what is wrong with it.
 func (e *ConfigError) Error() string {
 	return "middleware: invalid configuration: " + e.Field + ": " + e.Reason
 }
