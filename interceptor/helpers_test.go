@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -366,3 +368,8 @@ func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// atomicCounter hands out distinct decimal strings.
+type atomicCounter struct{ n atomic.Int64 }
+
+func (c *atomicCounter) next() string { return strconv.FormatInt(c.n.Add(1), 10) }
