@@ -29,7 +29,7 @@
 // through nested messages ({req.account.id}) and map keys ({req.labels.region}); the
 // path is resolved once per message type. Scalars render as keyfunc.Format renders
 // their Go values, enums by name, wrapper messages by their value, Timestamps in UTC
-// RFC 3339. A field that is not set — for a field without presence, one that holds its
+// RFC 3339, Durations as time.Duration prints them. A field that is not set — for a field without presence, one that holds its
 // zero value — is missing, so that requests without it do not all share one lock.
 // {md.key} reads the single value of an incoming metadata key, {method} the full method
 // name.

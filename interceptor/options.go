@@ -68,9 +68,9 @@ type Rule struct {
 	// Options are guard options for the lock: TTL, RenewEvery, DriftMargin, Retry,
 	// MaxHold, MinHold. They are checked, against the Locker's settings, when the
 	// interceptor is built. Key, RawKey, KeyFunc and Use are overridden: the lock is
-	// named by Key and taken from the interceptor's Locker. Default: the Locker's
-	// settings, so a busy lock is waited for until the RPC's deadline unless Retry
-	// says otherwise.
+	// named by Key and taken from the interceptor's Locker; SkipIf is refused.
+	// Default: the Locker's settings, so a busy lock is waited for until the RPC's
+	// deadline unless Retry says otherwise.
 	Options []guard.Option
 }
 
