@@ -69,6 +69,10 @@ func newClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 }
 
+// NewClient returns another client for the same server, as another process would
+// have. The caller closes it.
+func (r *Redis) NewClient() *redis.Client { return newClient(r.Addr) }
+
 // Close closes the client and stops the embedded server, if there is one.
 func (r *Redis) Close() error {
 	err := r.Client.Close()
