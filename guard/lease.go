@@ -256,7 +256,10 @@ func (le *Lease) ValidUntil() time.Time {
 // cancelled, with the lease's cause, when the lease ends. Call the returned function when
 // done with it.
 func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx = context.WithValue(ctxid.NewContext(ctx, le.h.hk.owner), leaseKey{}, le)
+	if id, ok := ctxid.FromContext(ctx); !ok || id != le.h.hk.owner {
+		ctx = ctxid.NewContext(ctx, le.h.hk.owner)
+	} // else keep ctx's owner as it is, with the hop count it arrived with
+	ctx = context.WithValue(ctx, leaseKey{}, le)
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(le.ctx, func() { cancel(context.Cause(le.ctx)) })
 	return ctx, func() {

@@ -148,3 +148,35 @@ func TestForkExcludesSiblings(t *testing.T) {
 		t.Fatalf("forked owner TryAcquire = %v, want ErrLocked", err)
 	}
 }
+
+// TestBindKeepsHops: binding a lease to a context that already carries its owner keeps the
+// hop count the owner arrived with, so hop limits hold across guarded calls.
+func TestBindKeepsHops(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	signer, err := ctxid.NewSigner([]ctxid.Key{{ID: "k1", Secret: []byte("0123456789abcdef0123")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := ctxid.New()
+	token, err := signer.Sign(owner, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, _, err := signer.Accept(context.Background(), token)
+	if err != nil || ctxid.HopsFromContext(ctx) != 3 {
+		t.Fatalf("Accept: %v, hops %d", err, ctxid.HopsFromContext(ctx))
+	}
+	le := mustAcquire(t, l, ctx, "hops")
+	defer mustRelease(t, le)
+	bound, cancel := le.Bind(ctx)
+	defer cancel()
+	if id, _ := ctxid.FromContext(bound); id != owner || ctxid.HopsFromContext(bound) != 3 {
+		t.Fatalf("bound context: owner %v hops %d, want %v and 3", id, ctxid.HopsFromContext(bound), owner)
+	}
+	other, cancel2 := le.Bind(context.Background())
+	defer cancel2()
+	if id, _ := ctxid.FromContext(other); id != owner {
+		t.Fatalf("Bind on a context without an owner: owner %v", id)
+	}
+}
