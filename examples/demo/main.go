@@ -35,6 +35,7 @@ func main() {
 	flag.DurationVar(&c.maxWait, "maxwait", 5*time.Second, "how long a guarded request waits for its account's lock before 409")
 	flag.Parse()
 	log.SetFlags(0)
+	log.SetOutput(os.Stdout) // one stream, so that the report reads in order
 	if c.accounts < 1 || c.requests < 1 || c.amount < 1 {
 		log.Fatal("demo: -accounts, -requests and -amount must be ≥ 1")
 	}
