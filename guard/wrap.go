@@ -276,19 +276,10 @@ func (d *decorator) release(ctx context.Context, l *Locker, le *Lease, acquired 
 }
 
 // releaseAfter releases le after wait, or as soon as le ends (lost, or the Locker
-// closing). Close waits for it.
+// closing). Close waits for it; once closed, le is released at once.
 func (l *Locker) releaseAfter(ctx context.Context, le *Lease, wait time.Duration) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		_ = le.Release(ctx)
-		return
-	}
-	l.bg.Add(1)
-	l.mu.Unlock()
 	ctx = context.WithoutCancel(ctx)
-	go func() {
-		defer l.bg.Done()
+	later := l.background(func() {
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		select {
@@ -296,7 +287,10 @@ func (l *Locker) releaseAfter(ctx context.Context, le *Lease, wait time.Duration
 		case <-le.Context().Done():
 		}
 		_ = le.Release(ctx)
-	}()
+	})
+	if !later {
+		_ = le.Release(ctx)
+	}
 }
 
 // lostAtRelease turns a release result that shows exclusivity was not kept into a lost
