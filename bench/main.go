@@ -31,6 +31,7 @@ var scenarioOrder = []string{"uncontended", "contended", "reentrant", "many"}
 
 type options struct {
 	out, jsonOut, analysis, cpuprofile string
+	memprofile                         string
 	reps                               int
 	quick                              bool
 	scenarios, libs                    []string
@@ -43,6 +44,7 @@ func main() {
 	flag.StringVar(&o.jsonOut, "json", "", "write one JSON object per measurement and per median to this file")
 	flag.StringVar(&o.analysis, "analysis", "analysis.md", "Markdown file appended to the report when it exists")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	flag.IntVar(&o.reps, "reps", 3, "repetitions of every cell")
 	flag.BoolVar(&o.quick, "quick", false, "tiny durations, for trying the harness")
 	flag.StringVar(&scen, "scenario", strings.Join(scenarioOrder, ","), "scenarios to run")
@@ -131,8 +133,17 @@ func run(o options) error {
 			for ci, c := range cells {
 				for vi := range vs {
 					v := vs[(vi+rep+ci)%len(vs)] // rotate the order every cell and round
-					m, delta, err := c.run(v)
-					mm := measurement{Scenario: scenario, Cell: c.name, Variant: v.name, Rep: rep + 1, Metrics: m, Commands: delta.byCmd}
+					var (
+						m     map[string]float64
+						delta serverDelta
+						err   error
+					)
+					// Labels let a CPU profile be split by variant and cell (pprof -tagfocus);
+					// goroutines a library starts inherit them.
+					pprof.Do(context.Background(), pprof.Labels("run", scenario+"/"+strings.ReplaceAll(c.name, " ", ",")+"/"+v.name), func(context.Context) {
+						m, delta, err = c.run(v)
+					})
+					mm := measurement{Scenario: scenario, Cell: c.name, Variant: v.name, Rep: rep + 1, Metrics: m, Commands: delta.byCmd, Usec: delta.usecBy}
 					if err != nil {
 						mm.Err = err.Error()
 					}
@@ -190,6 +201,17 @@ func run(o options) error {
 		runCells("many", cells)
 	}
 
+	if o.memprofile != "" {
+		f, err := os.Create(o.memprofile)
+		if err != nil {
+			return err
+		}
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
 	sums := summarize(ms)
 	for _, s := range sums {
 		writeJSON(jw, "median", s)
@@ -222,8 +244,9 @@ func writeJSON(w io.Writer, kind string, m measurement) {
 		Reps     int              `json:"rep"`
 		Metrics  map[string]any   `json:"metrics"`
 		Commands map[string]int64 `json:"commands,omitempty"`
+		Usec     map[string]int64 `json:"commands_usec,omitempty"`
 		Err      string           `json:"error,omitempty"`
-	}{kind, m.Scenario, m.Cell, m.Variant, m.Rep, metrics, m.Commands, m.Err})
+	}{kind, m.Scenario, m.Cell, m.Variant, m.Rep, metrics, m.Commands, m.Usec, m.Err})
 	_, _ = w.Write(append(b, '\n'))
 }
 

@@ -7,8 +7,10 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -135,6 +137,7 @@ func (r *report) markdown(ctx context.Context) string {
 	r.machine(ctx, &b)
 	r.method(&b)
 	r.targets(&b)
+	b.WriteString(r.analysis())
 
 	b.WriteString("## 1. Uncontended, with the EVALSHA ceiling (scenarios 1 and 5)\n\n")
 	b.WriteString("G goroutines, each on its own key, loop try-acquire → release. `× raw` is the median of the per-round ratios to raw; `% ceiling` compares with the `ceiling` row, two trivial EVALSHA round trips per pair at the same concurrency. RT = round trips counted by a go-redis hook (— for rueidis, which go-redis cannot count); reads = the server's `total_reads_processed` delta; cmds = `INFO commandstats` calls, including commands run inside scripts. allocs/op and B/op are for the whole process and include the client library.\n\n")
@@ -143,6 +146,7 @@ func (r *report) markdown(ctx context.Context) string {
 		{"pairs/s", "pairs_per_s", -1}, {"× raw", "ratio_raw", 2}, {"% ceiling", "pct_ceiling", 0},
 		{"p50 µs", "p50_us", 0}, {"p99 µs", "p99_us", 0}, {"allocs/op", "allocs_per_op", 1}, {"B/op", "bytes_per_op", -1},
 		{"RT/pair", "rt_per_pair_hook", 2}, {"reads/pair", "reads_per_pair", 2}, {"cmds/pair", "cmds_per_pair", 2},
+		{"client CPU µs/pair", "client_cpu_us_per_pair", 1}, {"server CPU µs/pair", "server_cpu_us_per_pair", 1},
 		{"errors", "errors", 0},
 	})
 
@@ -162,13 +166,13 @@ func (r *report) markdown(ctx context.Context) string {
 		{"reads/op", "reads_per_op", 4}, {"allocs/op", "allocs_per_op", 1}, {"B/op", "bytes_per_op", -1},
 	})
 
-	fmt.Fprintf(&b, "## 4. Many leases\n\nN leases on distinct keys are held at once with TTL %s and renewed every TTL/3 = %s for a %s window. guardkit and rueidislock renew by themselves; for raw, redsync and redislock, which have no watchdog, the adapter runs one goroutine per lease calling their refresh (raw: a compare-and-pexpire script), which is how their users keep a lease. renewals/s = top-level script calls per second (every renewal is one script call in every library); expected = N ÷ (TTL/3); RT/s from the go-redis hook (one per pipeline); reads/s from the server; CPU in %% of one core; heap and goroutines per lease measured after GC with all leases held; lost = leases that ended before release.\n\n",
+	fmt.Fprintf(&b, "## 4. Many leases\n\nN leases on distinct keys are held at once with TTL %s and renewed every TTL/3 = %s for a %s window. guardkit and rueidislock renew by themselves; for raw, redsync and redislock, which have no watchdog, the adapter runs one goroutine per lease calling their refresh (raw: a compare-and-pexpire script), which is how their users keep a lease. renewals/s = top-level script calls per second (every renewal is one script call in every library); expected = N ÷ (TTL/3); RT/s from the go-redis hook (one per pipeline); reads/s from the server; CPU in %% of one core; heap, goroutine stacks and goroutines per lease measured after GC with all leases held; lost = leases that ended before release; setup errors = failed acquisitions while taking the N leases (retried up to 5 times; the libraries' own short timeouts, such as redsync's expiry × 0.05 and rueidislock's 20 ms TryNextAfter, expire under load). The window starts half a renewal period after the last lease was taken and lasts whole periods.\n\n",
 		r.d.manyTTL, r.d.manyTTL/3, r.d.manyWindow)
 	r.table(&b, "many", "N", []column{
 		{"renewals/s", "renew_scripts_per_s", -1}, {"expected", "expected_per_s", -1}, {"cmds/s", "cmds_per_s", -1},
 		{"RT/s", "rt_per_s_hook", -1}, {"reads/s", "reads_per_s", -1}, {"client CPU %", "client_cpu_pct", 1},
-		{"server CPU %", "server_cpu_pct", 1}, {"heap B/lease", "heap_per_lease_B", -1}, {"goroutines/lease", "goroutines_per_lease", 2},
-		{"lost", "lost", 0}, {"setup s", "setup_s", 2},
+		{"server CPU %", "server_cpu_pct", 1}, {"heap B/lease", "heap_per_lease_B", -1}, {"stack B/lease", "stack_per_lease_B", -1},
+		{"goroutines/lease", "goroutines_per_lease", 2}, {"lost", "lost", 0}, {"setup s", "setup_s", 2}, {"setup errors", "setup_errors", 0},
 	})
 
 	b.WriteString("## Configurations\n\n")
@@ -177,9 +181,6 @@ func (r *report) markdown(ctx context.Context) string {
 	}
 	fmt.Fprintf(&b, "\nEvery go-redis-based variant uses its own `redis.NewClient` with go-redis defaults (pool of 10 × GOMAXPROCS connections); rueidislock uses its own rueidis client. TTL %s everywhere except the defaults rows, which keep the library's own (redislock has none: %s).\n\n", r.e.ttl, r.e.ttl)
 
-	if data, err := os.ReadFile(r.o.analysis); err == nil && r.o.analysis != "" {
-		b.WriteString(strings.TrimSpace(string(data)) + "\n")
-	}
 	return b.String()
 }
 
@@ -231,23 +232,26 @@ func (r *report) method(b *strings.Builder) {
 	b.WriteString("Round trips (RT) are counted by a go-redis hook on each adapter's own client: one per command, one per pipeline; Pub/Sub traffic is not included. The server's `total_reads_processed` delta (reads) counts every read redis-server made from every connection, Pub/Sub and client-side-caching ones included; a large pipeline can take several reads. Commands (cmds) are `INFO commandstats` calls and include those that scripts run; the INFO calls of the harness are left out.\n\n")
 }
 
-// target is one line of the targets table.
+// target is one line of the targets table; id names its section in the analysis file.
 type target struct {
-	name, measured string
-	met            bool
+	id, name, measured string
+	met                bool
 }
 
-func (r *report) targets(b *strings.Builder) {
-	var ts []target
-	g := func(scenario, cell, variant, key string) (float64, bool) {
-		s, ok := r.get(scenario, cell, variant)
-		if !ok || s.Err != "" {
-			return math.NaN(), false
-		}
-		v, ok := s.Metrics[key]
-		return v, ok
+// metric returns a median metric of one cell and variant.
+func (r *report) metric(scenario, cell, variant, key string) (float64, bool) {
+	s, ok := r.get(scenario, cell, variant)
+	if !ok || s.Err != "" {
+		return math.NaN(), false
 	}
+	v, ok := s.Metrics[key]
+	return v, ok
+}
 
+// evaluate checks guardkit against the targets of the issue, and the contended ones
+// again with a Locker per worker.
+func (r *report) evaluate() (main, perWorker []target) {
+	g := r.metric
 	if cells := r.cells("uncontended"); len(cells) > 0 {
 		met, rtMet := true, true
 		var parts, rts []string
@@ -257,12 +261,12 @@ func (r *report) targets(b *strings.Builder) {
 			reads, _ := g("uncontended", c, "guardkit", "reads_per_pair")
 			met = met && ok1 && ratio >= 0.95
 			rtMet = rtMet && ok2 && math.Abs(rt-2) < 0.0005
-			parts = append(parts, fmt.Sprintf("%s %s×", c, num(ratio, ok1, 3)))
+			parts = append(parts, fmt.Sprintf("%s %s×", c, num(ratio, ok1, 2)))
 			rts = append(rts, fmt.Sprintf("%s %s (server reads %s)", c, num(rt, ok2, 3), num(reads, true, 3)))
 		}
-		ts = append(ts,
-			target{"uncontended ≥ 0.95× raw pairs/s at every G", strings.Join(parts, "; "), met},
-			target{"uncontended: exactly 2 round trips per pair", strings.Join(rts, "; "), rtMet})
+		main = append(main,
+			target{"uncontended-throughput", "uncontended ≥ 0.95× raw pairs/s at every G", strings.Join(parts, "; "), met},
+			target{"uncontended-rt", "uncontended: exactly 2 round trips per pair", strings.Join(rts, "; "), rtMet})
 	}
 	if cells := r.cells("reentrant"); len(cells) > 0 {
 		met := true
@@ -273,22 +277,28 @@ func (r *report) targets(b *strings.Builder) {
 			met = met && ok && rt == 0
 			parts = append(parts, fmt.Sprintf("%s %s RT (server reads %s)", c, num(rt, ok, 3), num(reads, true, 4)))
 		}
-		ts = append(ts, target{"nested reentrant acquire: 0 round trips", strings.Join(parts, "; "), met})
+		main = append(main, target{"reentrant-rt", "nested reentrant acquire: 0 round trips", strings.Join(parts, "; "), met})
 	}
 	const cc = "W=64 H=1ms"
-	if _, ok := r.get("contended", cc, "guardkit"); ok {
-		rt, ok1 := g("contended", cc, "guardkit", "rt_per_acq_hook")
-		reads, _ := g("contended", cc, "guardkit", "reads_per_acq")
-		j, ok2 := g("contended", cc, "guardkit", "jain")
-		st, ok3 := g("contended", cc, "guardkit", "starved")
-		gp, ok4 := g("contended", cc, "guardkit", "gap_p99_us")
+	contended := func(v, prefix string) []target {
+		if _, ok := r.get("contended", cc, v); !ok {
+			return nil
+		}
+		rt, ok1 := g("contended", cc, v, "rt_per_acq_hook")
+		reads, _ := g("contended", cc, v, "reads_per_acq")
+		j, ok2 := g("contended", cc, v, "jain")
+		st, ok3 := g("contended", cc, v, "starved")
+		gp, ok4 := g("contended", cc, v, "gap_p99_us")
 		rawGap, ok5 := g("contended", cc, "raw", "gap_p99_us")
-		ts = append(ts,
-			target{"contended W=64, 1 ms hold: ≤ 4 round trips per acquisition", fmt.Sprintf("%s RT/acq (server reads %s)", num(rt, ok1, 2), num(reads, true, 2)), ok1 && rt <= 4},
-			target{"contended W=64, 1 ms hold: Jain ≥ 0.9", num(j, ok2, 3), ok2 && j >= 0.9},
-			target{"contended W=64, 1 ms hold: no starved worker", num(st, ok3, 0) + " starved", ok3 && st == 0},
-			target{"contended W=64, 1 ms hold: p99 handoff gap below raw's", fmt.Sprintf("%s µs vs raw %s µs", num(gp, ok4, 0), num(rawGap, ok5, 0)), ok4 && ok5 && gp < rawGap})
+		return []target{
+			{prefix + "contended-rt", "contended W=64, 1 ms hold: ≤ 4 round trips per acquisition", fmt.Sprintf("%s RT/acq (server reads %s)", num(rt, ok1, 2), num(reads, true, 2)), ok1 && rt <= 4},
+			{prefix + "contended-jain", "contended W=64, 1 ms hold: Jain ≥ 0.9", num(j, ok2, 3), ok2 && j >= 0.9},
+			{prefix + "contended-starved", "contended W=64, 1 ms hold: no starved worker", num(st, ok3, 0) + " starved", ok3 && st == 0},
+			{prefix + "contended-gap", "contended W=64, 1 ms hold: p99 handoff gap below raw's", fmt.Sprintf("%s µs vs raw %s µs", num(gp, ok4, 0), num(rawGap, ok5, 0)), ok4 && ok5 && gp < rawGap},
+		}
 	}
+	main = append(main, contended("guardkit", "")...)
+	perWorker = contended("guardkit/locker-per-worker", "perworker-")
 	if cells := r.cells("many"); len(cells) > 0 {
 		pipeMet, rtMet := true, true
 		var parts, rts []string
@@ -303,20 +313,81 @@ func (r *report) targets(b *strings.Builder) {
 			parts = append(parts, fmt.Sprintf("%s %s/s vs %s/s expected, %s lost", c, num(rate, ok1, -1), num(exp, true, -1), num(lost, true, 0)))
 			rts = append(rts, fmt.Sprintf("%s %s RT/s for %s renewals/s (server reads %s/s)", c, num(rt, ok2, -1), num(rate, ok1, -1), num(reads, true, -1)))
 		}
-		ts = append(ts,
-			target{"many leases: renewal commands/s ≈ leases ÷ (TTL/3) (within ±20 %, none lost)", strings.Join(parts, "; "), pipeMet},
-			target{"many leases: renewals pipelined, round trips ≤ 10 % of renewals", strings.Join(rts, "; "), rtMet})
+		main = append(main,
+			target{"many-rate", "many leases: renewal commands/s ≈ leases ÷ (TTL/3) (within ±20 %, none lost)", strings.Join(parts, "; "), pipeMet},
+			target{"many-rt", "many leases: renewals pipelined, round trips ≤ 10 % of renewals", strings.Join(rts, "; "), rtMet})
 	}
-	b.WriteString("## Targets for guardkit\n\n| target | measured (medians) | |\n|---|---|---|\n")
-	for _, t := range ts {
-		verdict := "**missed**"
-		if t.met {
-			verdict = "met"
-		}
-		fmt.Fprintf(b, "| %s | %s | %s |\n", t.name, t.measured, verdict)
-	}
-	b.WriteString("\n")
+	return main, perWorker
 }
+
+func (r *report) targets(b *strings.Builder) {
+	main, perWorker := r.evaluate()
+	writeTargets := func(ts []target) {
+		b.WriteString("| target | measured (medians) | |\n|---|---|---|\n")
+		for _, t := range ts {
+			verdict := "**missed**"
+			if t.met {
+				verdict = "met"
+			}
+			fmt.Fprintf(b, "| %s | %s | %s |\n", t.name, t.measured, verdict)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("## Targets for guardkit\n\n")
+	writeTargets(main)
+	if len(perWorker) > 0 {
+		b.WriteString("The contended targets again, with every worker on its own client and Locker, the way 64 separate processes would contend (not a target of the issue, shown because one shared Locker lets guardkit queue its waiters in memory, which separate processes cannot):\n\n")
+		writeTargets(perWorker)
+	}
+}
+
+// analysis returns the parts of the analysis file that apply to this run: the text
+// before the first section, and every "<!-- target: id -->" section whose target was
+// missed. A "<!-- always -->" section is always kept.
+func (r *report) analysis() string {
+	data, err := os.ReadFile(r.o.analysis)
+	if err != nil || r.o.analysis == "" {
+		return ""
+	}
+	main, perWorker := r.evaluate()
+	missed := map[string]bool{"always": true}
+	for _, t := range append(main, perWorker...) {
+		if !t.met {
+			missed[t.id] = true
+		}
+	}
+	var b strings.Builder
+	keep := true
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "<!--") && strings.HasSuffix(t, "-->") {
+			id := strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(t, "<!--"), "-->"))
+			id = strings.TrimSpace(strings.TrimPrefix(id, "target:"))
+			keep = missed[id]
+			continue
+		}
+		if keep {
+			b.WriteString(line)
+		}
+	}
+	out := placeholder.ReplaceAllStringFunc(b.String(), func(m string) string {
+		f := strings.Split(strings.Trim(m, "{}"), "|")
+		if len(f) != 5 {
+			return m
+		}
+		prec, err := strconv.Atoi(f[4])
+		if err != nil {
+			return m
+		}
+		v, ok := r.metric(f[0], f[1], f[2], f[3])
+		return num(v, ok, prec)
+	})
+	return strings.TrimSpace(out) + "\n\n"
+}
+
+// placeholder is {{scenario|cell|variant|metric|digits}} in the analysis file: the median
+// of that metric in this run.
+var placeholder = regexp.MustCompile(`\{\{[^{}|]+\|[^{}|]+\|[^{}|]+\|[^{}|]+\|-?[0-9]+\}\}`)
 
 func readFile(p string) string {
 	data, _ := os.ReadFile(p)

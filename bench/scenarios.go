@@ -40,6 +40,7 @@ type measurement struct {
 	Rep      int // repetition, or the number of repetitions of a median
 	Metrics  map[string]float64
 	Commands map[string]int64 // server commands by name, for runs
+	Usec     map[string]int64 // server time by command, µs, for runs
 	Err      string
 }
 
@@ -192,8 +193,11 @@ func (e *env) uncontended(v variant, g int) (map[string]float64, serverDelta, er
 		"errors":        float64(fails),
 		"allocs_per_op": float64(b.mem.Mallocs-a.mem.Mallocs) / float64(max(ops, 1)),
 		"bytes_per_op":  float64(b.mem.TotalAlloc-a.mem.TotalAlloc) / float64(max(ops, 1)),
+		// CPU per pair, client process and server: where the time of a pair goes.
+		"client_cpu_us_per_pair": us(b.cpu-a.cpu) / float64(max(ops, 1)),
 	}
 	d := perOp(m, a, b, ops, "per_pair")
+	m["server_cpu_us_per_pair"] = us(d.cpu) / float64(max(ops, 1))
 	return m, d, nil
 }
 
@@ -300,11 +304,18 @@ func (e *env) contended(v variant, w int, hold time.Duration) (map[string]float6
 		sum += c
 	}
 	d := perOp(m, a, b, sum, "per_acq") // every acquisition's whole cost, including those after the stop
+	if sum > 0 {
+		// guardkit's acquire script calls PTTL only when the lock is busy: one per failed
+		// attempt. PUBLISH is its release notification.
+		m["pttl_per_acq"] = float64(d.byCmd["pttl"]) / float64(sum)
+		m["publish_per_acq"] = float64(d.byCmd["publish"]) / float64(sum)
+	}
 	recorded := min(total, int64(len(events)))
 	if recorded >= 2 {
 		gaps := make([]int64, 0, recorded-1)
+		other := make([]int64, 0, recorded-1) // handoffs to another worker
 		waits := make([]int64, 0, recorded)
-		var gapSum, self int64
+		var gapSum, otherSum int64
 		for s := range recorded {
 			ev := events[s]
 			waits = append(waits, ev.acq-ev.start)
@@ -313,13 +324,20 @@ func (e *env) contended(v variant, w int, hold time.Duration) (map[string]float6
 				g := next.acq - ev.rel
 				gaps = append(gaps, g)
 				gapSum += g
-				if next.worker == ev.worker {
-					self++
+				if next.worker != ev.worker {
+					other = append(other, g)
+					otherSum += g
 				}
 			}
 		}
+		self := len(gaps) - len(other)
 		m["gap_mean_us"] = float64(gapSum) / float64(len(gaps)) / 1e3
+		m["gap_p50_us"] = float64(quantileOf(gaps, 0.50)) / 1e3
 		m["gap_p99_us"] = float64(quantileOf(gaps, 0.99)) / 1e3
+		if len(other) > 0 {
+			m["gap_other_mean_us"] = float64(otherSum) / float64(len(other)) / 1e3
+			m["gap_other_p99_us"] = float64(quantileOf(other, 0.99)) / 1e3
+		}
 		m["wait_p99_ms"] = float64(quantileOf(waits, 0.99)) / 1e6
 		m["self_handoff_pct"] = 100 * float64(self) / float64(len(gaps))
 	}
@@ -428,10 +446,17 @@ func (e *env) many(v variant, n int) (map[string]float64, serverDelta, error) {
 	runtime.GC()
 	mem0, g0 := memStats(), runtime.NumGoroutine()
 	leases := make([]Lease, n)
+	var setupErrs atomic.Int64
 	t0 := time.Now()
 	err = pool(n, 64, func(i int) error {
-		le, err := lib.TryLock(ctx, fmt.Sprintf("%s:%d", prefix, i))
-		leases[i] = le
+		key := fmt.Sprintf("%s:%d", prefix, i)
+		var err error
+		for range 5 { // a library's own short timeouts can fail an attempt under load
+			if leases[i], err = lib.TryLock(ctx, key); err == nil {
+				return nil
+			}
+			setupErrs.Add(1)
+		}
 		return err
 	})
 	setup := time.Since(t0)
@@ -448,6 +473,9 @@ func (e *env) many(v variant, n int) (map[string]float64, serverDelta, error) {
 	}
 	runtime.GC()
 	mem1, g1 := memStats(), runtime.NumGoroutine()
+	// Start half a renewal period in, and measure whole periods, so that every lease
+	// renews the same number of times inside the window whatever its phase.
+	time.Sleep(ttl / 6)
 	a := e.counts(libs, false)
 	time.Sleep(e.dur.manyWindow)
 	b := e.counts(libs, false)
@@ -468,6 +496,8 @@ func (e *env) many(v variant, n int) (map[string]float64, serverDelta, error) {
 		"client_cpu_pct":       100 * (b.cpu - a.cpu).Seconds() / el,
 		"server_cpu_pct":       100 * d.cpu.Seconds() / el,
 		"heap_per_lease_B":     float64(int64(mem1.HeapAlloc)-int64(mem0.HeapAlloc)) / float64(n),
+		"stack_per_lease_B":    float64(int64(mem1.StackInuse)-int64(mem0.StackInuse)) / float64(n),
+		"setup_errors":         float64(setupErrs.Load()),
 		"goroutines_per_lease": float64(g1-g0) / float64(n),
 		"lost":                 float64(lost),
 		"setup_s":              setup.Seconds(),

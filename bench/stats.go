@@ -107,6 +107,7 @@ func jain(xs []int64) float64 {
 type serverStats struct {
 	reads int64            // total_reads_processed
 	calls map[string]int64 // commandstats calls by command
+	usec  map[string]int64 // commandstats time in microseconds by command
 	cpu   float64          // used_cpu_user + used_cpu_sys, seconds
 }
 
@@ -116,7 +117,7 @@ func snapshot(ctx context.Context, c *redis.Client) (serverStats, error) {
 	if err != nil {
 		return serverStats{}, err
 	}
-	s := serverStats{calls: make(map[string]int64)}
+	s := serverStats{calls: make(map[string]int64), usec: make(map[string]int64)}
 	sc := bufio.NewScanner(strings.NewReader(txt))
 	for sc.Scan() {
 		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
@@ -130,8 +131,16 @@ func snapshot(ctx context.Context, c *redis.Client) (serverStats, error) {
 			f, _ := strconv.ParseFloat(v, 64)
 			s.cpu += f
 		case strings.HasPrefix(k, "cmdstat_"):
-			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-			s.calls[strings.TrimPrefix(k, "cmdstat_")], _ = strconv.ParseInt(calls, 10, 64)
+			name := strings.TrimPrefix(k, "cmdstat_")
+			for _, f := range strings.Split(v, ",") {
+				fk, fv, _ := strings.Cut(f, "=")
+				switch fk {
+				case "calls":
+					s.calls[name], _ = strconv.ParseInt(fv, 10, 64)
+				case "usec":
+					s.usec[name], _ = strconv.ParseInt(fv, 10, 64)
+				}
+			}
 		}
 	}
 	return s, sc.Err()
@@ -144,11 +153,12 @@ type serverDelta struct {
 	cmds    int64            // every command, including those run by scripts
 	scripts int64            // EVAL, EVALSHA and FCALL calls: top-level script runs
 	byCmd   map[string]int64 // cmds by command
+	usecBy  map[string]int64 // time spent in each command, µs (a script's includes its commands')
 	cpu     time.Duration
 }
 
 func (a serverStats) to(b serverStats) serverDelta {
-	d := serverDelta{reads: b.reads - a.reads - 1, byCmd: make(map[string]int64),
+	d := serverDelta{reads: b.reads - a.reads - 1, byCmd: make(map[string]int64), usecBy: make(map[string]int64),
 		cpu: time.Duration((b.cpu - a.cpu) * float64(time.Second))}
 	for k, v := range b.calls {
 		if k == "info" {
@@ -156,6 +166,7 @@ func (a serverStats) to(b serverStats) serverDelta {
 		}
 		if n := v - a.calls[k]; n > 0 {
 			d.byCmd[k] = n
+			d.usecBy[k] = b.usec[k] - a.usec[k]
 			d.cmds += n
 			if strings.HasPrefix(k, "eval") || strings.HasPrefix(k, "fcall") {
 				d.scripts += n
