@@ -1,0 +1,36 @@
+// Package chaos is guardkit's fault and abuse suite: it runs the lock engine against
+// real redis-server processes while it stalls, dies, loses replies, runs out of memory
+// or refuses writes, and checks after every run that the engine kept its promises.
+//
+// The scenarios live in the package's tests. `make test` runs a smoke subset at small
+// sizes; `make chaos` runs all of them at full size (build tag chaos) and prints the
+// results table that docs/RELIABILITY.md shows. What the package exports is what the
+// tests check with, usable on any history of critical sections:
+//
+//   - Mono, a reading of the host's monotonic clock that worker processes share;
+//   - History, the record of a run: critical sections (enter, exit, validity deadline,
+//     fencing token), lease losses, bounded calls and injected faults;
+//   - the checks of the invariants below (Overlaps, TokenOrder, LateCalls, LateLosses,
+//     History.Check);
+//   - Register, a fenced register in Redis that plays the storage a guarded job writes
+//     to, and its audit;
+//   - Row and Markdown, the results table.
+//
+// # Invariants
+//
+// I1: no two critical sections on one key overlap while both holders' leases are valid
+// (before their local validity deadlines). I2: no release, renewal or decrement ever
+// changes another owner's state in Redis. I3: nothing outlives the Lockers: no
+// goroutine after Close, and no lock left in Redis a TTL after. I4: no call returns
+// more than a slack after its deadline (the context's for Acquire, the release timeout
+// for Release). M2: a lost lease's context is cancelled no later than its validity
+// deadline plus a slack. M3: fencing tokens strictly increase per key in the order
+// leases were granted. M4: the fenced register's value equals the number of
+// acknowledged writes, and it applies no operation carrying a superseded token.
+//
+// # Clocks
+//
+// Sections of several processes are compared on CLOCK_MONOTONIC, which every process of
+// a Linux host shares; MonoOf converts a time.Time read in this process (a Lease's
+// ValidUntil, say) to it. On other systems Mono is per process.
+package chaos

@@ -1,0 +1,42 @@
+package chaos_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/guardkit/guardkit/chaos"
+)
+
+// Two holders of one key: the second entered while the first was still inside its
+// section, but only after the first lease's validity deadline. That is not a breach of
+// mutual exclusion (the first holder was paused past its lease, which only fencing can
+// stop), until the first lease is taken to be valid longer.
+func ExampleOverlaps() {
+	ms := func(n int) chaos.Mono { return chaos.Mono(n) * chaos.Mono(time.Millisecond) }
+	paused := chaos.Section{Key: "k", Worker: "a", Token: 1, Enter: ms(0), Exit: ms(900), Valid: ms(500)}
+	next := chaos.Section{Key: "k", Worker: "b", Token: 2, Enter: ms(600), Exit: ms(700), Valid: ms(1100)}
+	fmt.Println(len(chaos.Overlaps([]chaos.Section{paused, next})))
+
+	paused.Valid = ms(650)
+	for _, o := range chaos.Overlaps([]chaos.Section{paused, next}) {
+		fmt.Println(o)
+	}
+	// Output:
+	// 0
+	// sections on "k" by a (token 1) and b (token 2) overlapped for 50ms while both leases were valid
+}
+
+func ExampleHistory_Check() {
+	ms := func(n int) chaos.Mono { return chaos.Mono(n) * chaos.Mono(time.Millisecond) }
+	var h chaos.History
+	h.AddSection(chaos.Section{Key: "k", Worker: "a", Token: 7, Enter: ms(0), Exit: ms(10), Valid: ms(500)})
+	h.AddSection(chaos.Section{Key: "k", Worker: "b", Token: 5, Enter: ms(20), Exit: ms(30), Valid: ms(520)})
+	h.AddLoss(chaos.Loss{Key: "k", Worker: "c", Valid: ms(100), Noticed: ms(180), Reason: "validity expired"})
+	h.AddCall(chaos.Call{Op: "acquire", Key: "k", Worker: "d", Deadline: ms(100), Return: ms(120)})
+	for _, v := range h.Check(chaos.Slack{Call: 50 * time.Millisecond, Loss: 20 * time.Millisecond}) {
+		fmt.Println(v)
+	}
+	// Output:
+	// M2: loss of "k" by c noticed 80ms after its validity deadline (validity expired)
+	// M3: on "k", a entered before b with token 7, not below 5
+}

@@ -1,0 +1,593 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/guardkit/guardkit/chaos"
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// config is how the Lockers and their Redis clients of a scenario are set up. It travels
+// to worker processes as JSON.
+type config struct {
+	TTL            time.Duration `json:"ttl"`
+	ReleaseTimeout time.Duration `json:"release_timeout"`
+	RetryDelay     time.Duration `json:"retry_delay"`  // Fixed backoff between attempts, without a notification
+	RetryJitter    time.Duration `json:"retry_jitter"` // its jitter
+	ReadTimeout    time.Duration `json:"read_timeout"` // client read and write timeout; 0 keeps go-redis's 3s
+	MaxRetries     int           `json:"max_retries"`  // client retries; 0 keeps go-redis's 3, -1 none
+	// NoCtxTimeout builds clients without ContextTimeoutEnabled, so that a context
+	// deadline does not cut a Redis call short.
+	NoCtxTimeout bool `json:"no_ctx_timeout"`
+}
+
+func (c config) lockerOpts() []guard.Option {
+	return []guard.Option{
+		guard.TTL(c.TTL),
+		guard.ReleaseTimeout(c.ReleaseTimeout),
+		guard.Retry(guard.UntilCanceled(guard.Fixed(c.RetryDelay, c.RetryJitter))),
+	}
+}
+
+func (c config) clientOpts(o *redis.Options) {
+	o.ContextTimeoutEnabled = !c.NoCtxTimeout
+	if c.ReadTimeout > 0 {
+		o.ReadTimeout, o.WriteTimeout = c.ReadTimeout, c.ReadTimeout
+	}
+	if c.MaxRetries != 0 {
+		o.MaxRetries = c.MaxRetries
+	}
+	o.DialTimeout = time.Second
+}
+
+// baseConfig is the setup most scenarios start from: a short TTL so that faults longer
+// than it fit in a few seconds, and a release timeout below it so that I4 bounds Release
+// tightly.
+func baseConfig() config {
+	return config{
+		TTL:            500 * time.Millisecond,
+		ReleaseTimeout: 300 * time.Millisecond,
+		RetryDelay:     50 * time.Millisecond,
+		RetryJitter:    50 * time.Millisecond,
+	}
+}
+
+// load is what each worker goroutine does. It travels to worker processes as JSON.
+type load struct {
+	Keys    []string `json:"keys"`    // each section picks one at random
+	Workers int      `json:"workers"` // goroutines per Locker
+	// Each Acquire gets a deadline drawn uniformly from [AcquireMin, AcquireMax].
+	AcquireMin time.Duration `json:"acquire_min"`
+	AcquireMax time.Duration `json:"acquire_max"`
+	// The work inside a section sleeps for a time drawn from [HoldMin, HoldMax].
+	HoldMin time.Duration `json:"hold_min"`
+	HoldMax time.Duration `json:"hold_max"`
+	// Nested reenters the lock inside each section through another Locker with the same
+	// owner, and checks the hold count in Redis before and after.
+	Nested bool `json:"nested"`
+	// Stubborn writes even when the lease was lost during the work: a holder that checked
+	// its lease, then stalled (GC, SIGSTOP) before writing. Only fencing stops it.
+	Stubborn bool `json:"stubborn"`
+	// PauseMark announces, after the section's read, a moment to stop the process at,
+	// and waits MarkWait for it before writing.
+	PauseMark bool          `json:"pause_mark"`
+	MarkWait  time.Duration `json:"mark_wait"`
+	// Unfenced also keeps a plain read-modify-write counter, to show what the fenced
+	// register prevents.
+	Unfenced bool `json:"unfenced"`
+}
+
+func (l load) acquireTimeout(r *rand.Rand) time.Duration {
+	return between(r, l.AcquireMin, l.AcquireMax)
+}
+func (l load) hold(r *rand.Rand) time.Duration { return between(r, l.HoldMin, l.HoldMax) }
+
+func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(r.Int64N(int64(hi-lo)))
+}
+
+// sink receives what workers observe: a History in this process, a JSON stream in a
+// worker process.
+type sink interface {
+	AddSection(chaos.Section)
+	AddLoss(chaos.Loss)
+	AddCall(chaos.Call)
+	Violate(inv chaos.Invariant, format string, args ...any)
+	// Untyped reports an error that matches none of the engine's documented sentinels.
+	Untyped(op string, err error)
+	// Mark reports a named moment: "pause" (a place to stop the process at) or "plain"
+	// (an unfenced write).
+	Mark(kind string)
+}
+
+// worker is one goroutine running critical sections in a loop.
+type worker struct {
+	id     string
+	locker *guard.Locker
+	nested *guard.Locker // another Locker for reentry with the same owner; nil for none
+	store  *redis.Client // the storage Redis (fenced registers, plain counters)
+	probe  *redis.Client // the lock Redis, directly, for I2 probes
+	sink   sink
+	epoch  func() int64 // bumped whenever the lock Redis loses its data
+	cfg    config
+	load   load
+	rng    *rand.Rand
+	seq    int
+}
+
+func (w *worker) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if !w.section(ctx) {
+			// Redis unavailable: do not spin.
+			sleepCtx(ctx, 5*time.Millisecond+between(w.rng, 0, 20*time.Millisecond))
+		}
+	}
+}
+
+// section runs one critical section; it reports false when Acquire failed for a reason
+// other than a busy lock.
+func (w *worker) section(ctx context.Context) bool {
+	key := w.load.Keys[w.rng.IntN(len(w.load.Keys))]
+	w.seq++
+	label := w.id + "/" + strconv.Itoa(w.seq)
+
+	actx, cancel := context.WithTimeout(ctx, w.load.acquireTimeout(w.rng))
+	deadline, _ := actx.Deadline()
+	start := chaos.Now()
+	le, err := w.locker.Acquire(actx, key)
+	enter := chaos.Now()
+	cancel()
+	w.sink.AddCall(chaos.Call{Op: "acquire", Key: key, Worker: w.id, Start: start, Deadline: chaos.MonoOf(deadline), Return: enter, Err: errText(err)})
+	if err != nil {
+		if !typed(err) {
+			w.sink.Untyped("acquire", err)
+		}
+		return errors.Is(err, guard.ErrLocked) || ctx.Err() != nil
+	}
+	epoch := w.epoch()
+	stop := context.AfterFunc(le.Context(), func() {
+		noticed := chaos.Now()
+		if cause := context.Cause(le.Context()); errors.Is(cause, guard.ErrLeaseLost) {
+			w.sink.AddLoss(chaos.Loss{Key: key, Worker: w.id, Valid: chaos.MonoOf(le.ValidUntil()), Noticed: noticed, Reason: cause.Error()})
+		}
+	})
+	defer stop()
+
+	s := chaos.Section{Key: key, Worker: w.id, Token: le.Token(), Enter: enter}
+	lctx := le.Context()
+	if w.load.Stubborn {
+		lctx = context.Background()
+	}
+	// Storage calls get a bound of their own: the storage Redis is never faulted.
+	sctx, scancel := context.WithTimeout(lctx, 5*time.Second)
+	defer scancel()
+	reg := chaos.NewRegister(w.store, key)
+	v, readOK, err := reg.Read(sctx, le.Token(), label)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		w.sink.Untyped("register read", err)
+	}
+	var plain int
+	if w.load.Unfenced {
+		plain, _ = w.store.Get(sctx, "plain:"+key).Int()
+	}
+	w.checkHolds(le, 1, epoch, "after acquire")
+	// After a reentry whose outcome was unknown, Redis may count one hold more until
+	// the engine's compensating release lands: the counts are not checked again.
+	counted := true
+	if w.load.Nested {
+		counted = w.reenter(ctx, le, epoch)
+	}
+	if w.load.PauseMark && le.Err() == nil {
+		w.sink.Mark("pause")
+		time.Sleep(w.load.MarkWait) // the process may be stopped here, past its lease
+	}
+	if !w.load.Stubborn {
+		sleepCtx(lctx, w.load.hold(w.rng))
+	} else {
+		time.Sleep(w.load.hold(w.rng))
+	}
+	if readOK && (w.load.Stubborn || le.Err() == nil) {
+		ok, err := reg.Write(sctx, le.Token(), v+1, label)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			w.sink.Untyped("register write", err)
+		}
+		s.Acked = ok
+		if w.load.Unfenced && w.store.Set(sctx, "plain:"+key, plain+1, 0).Err() == nil {
+			w.sink.Mark("plain")
+		}
+	}
+	s.Exit = chaos.Now()
+	s.Valid = chaos.MonoOf(le.ValidUntil())
+	s.Lost = le.Err() != nil
+	w.sink.AddSection(s)
+
+	confirmed := counted && w.checkHolds(le, 1, epoch, "before release")
+	releaseStart := time.Now()
+	stillValid := le.Err() == nil && releaseStart.Before(le.ValidUntil())
+	err = le.Release(ctx)
+	w.sink.AddCall(chaos.Call{Op: "release", Key: key, Worker: w.id, Start: chaos.MonoOf(releaseStart),
+		Deadline: chaos.MonoOf(releaseStart.Add(w.cfg.ReleaseTimeout)), Return: chaos.Now(), Err: errText(err)})
+	switch {
+	case err == nil:
+	case !typed(err):
+		w.sink.Untyped("release", err)
+	case confirmed && stillValid && w.epoch() == epoch && (errors.Is(err, guard.ErrNotHeld) || errors.Is(err, guard.ErrExpired)):
+		// Redis had the lock as ours just before, and the lease was valid: the release
+		// took effect, and a retry of it reported someone else's state.
+		w.sink.Mark("misreported release")
+	}
+	return true
+}
+
+// reenter takes the lock again for the same owner through another Locker, as a
+// downstream service reached with the owner's token would, and checks that Redis
+// counts both holds and then one. It reports false when the reentry failed for a reason
+// that leaves its outcome unknown (its compensation may be pending).
+func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64) bool {
+	nctx, cancel := context.WithTimeout(ctxid.NewContext(ctx, le.Owner()), w.load.AcquireMax)
+	defer cancel()
+	deadline, _ := nctx.Deadline()
+	start := chaos.Now()
+	in, err := w.nested.Acquire(nctx, le.Key())
+	w.sink.AddCall(chaos.Call{Op: "acquire", Key: le.Key(), Worker: w.id + "+nested", Start: start, Deadline: chaos.MonoOf(deadline), Return: chaos.Now(), Err: errText(err)})
+	if err != nil {
+		if !typed(err) {
+			w.sink.Untyped("nested acquire", err)
+		}
+		return errors.Is(err, guard.ErrLocked) && !errors.Is(err, context.DeadlineExceeded)
+	}
+	if valid(le) && w.epoch() == epoch {
+		if !in.Reentrant() {
+			w.sink.Violate(chaos.I2, "%s: reentry on %q through another Locker was not reentrant while the outer lease was valid", w.id, le.Key())
+		}
+		if in.Token() != le.Token() {
+			w.sink.Violate(chaos.M3, "%s: reentry on %q got token %d, outer lease has %d", w.id, le.Key(), in.Token(), le.Token())
+		}
+	}
+	w.checkHolds(le, 2, epoch, "after reentry")
+	err = in.Release(ctx)
+	if err != nil && !typed(err) {
+		w.sink.Untyped("nested release", err)
+	}
+	if err != nil {
+		return false // a release that failed may still have taken effect
+	}
+	w.checkHolds(le, 1, epoch, "after the reentrant release")
+	return true
+}
+
+// checkHolds probes the lock hash for le's owner while le is valid (I2): the owner's
+// hold count and the token must be what this worker made them. Nothing is concluded
+// when Redis does not answer, when the lease stops being valid meanwhile, or when Redis
+// lost its data since the section began. It reports whether Redis confirmed the state.
+func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string) bool {
+	if !valid(le) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	v, err := w.probe.HMGet(ctx, lockName(le.Key()), string(le.Owner()), "#t").Result()
+	if err != nil || !valid(le) || w.epoch() != epoch {
+		return false
+	}
+	got, _ := v[0].(string)
+	tok, _ := v[1].(string)
+	if got != strconv.Itoa(holds) || tok != strconv.FormatInt(le.Token(), 10) {
+		w.sink.Violate(chaos.I2, "%s: %s on %q, Redis has holds %q and token %q for a valid lease, want %d and %d",
+			w.id, when, le.Key(), got, tok, holds, le.Token())
+		return false
+	}
+	return true
+}
+
+// valid reports whether le is held and within its validity now.
+func valid(le *guard.Lease) bool { return le.Err() == nil && time.Now().Before(le.ValidUntil()) }
+
+// lockName is the Redis hash of key under the default prefix; chaos keys need no escaping.
+func lockName(key string) string { return "guard:{" + key + "}" }
+
+// typed reports whether err is one the engine documents: a sentinel of package guard,
+// ctxid.ErrInvalid, or a context error.
+func typed(err error) bool {
+	for _, s := range []error{guard.ErrLocked, guard.ErrLeaseLost, guard.ErrNotHeld, guard.ErrExpired,
+		guard.ErrUnavailable, guard.ErrClosed, guard.ErrInvalidKey, guard.ErrInvalidConfig,
+		context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// node is one Locker with its own Redis client: a process, as far as Redis can tell.
+type node struct {
+	name   string
+	client *redis.Client
+	proxy  *redistest.Proxy // between client and Redis; nil when direct
+	locker *guard.Locker
+}
+
+// world is one scenario's setup: a lock Redis, a storage Redis that is never faulted,
+// Lockers, and the history of what happened.
+type world struct {
+	t     *testing.T
+	cfg   config
+	lock  *redistest.Server
+	store *redistest.Server
+	sc    *redis.Client // storage client
+	probe *redis.Client // lock Redis, directly: probes and fault injection
+	hist  *chaos.History
+	epoch atomic.Int64
+	leaks goleak.Option
+	nodes []*node
+	procs []*proc
+
+	mu      sync.Mutex
+	untyped []string
+	marks   map[string]int
+	notes   []string
+	extra   []chaos.Violation
+}
+
+func newWorld(t *testing.T, cfg config, lockArgs ...string) *world {
+	t.Helper()
+	w := &world{t: t, cfg: cfg, hist: &chaos.History{}, marks: map[string]int{}}
+	w.lock = redistest.Start(t, redistest.Args(lockArgs...))
+	w.store = redistest.Start(t)
+	w.leaks = goleak.IgnoreCurrent()
+	w.sc = w.store.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	w.probe = w.lock.Client(t, func(o *redis.Options) {
+		o.ContextTimeoutEnabled = true
+		o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, -1
+	})
+	return w
+}
+
+// addNode adds a Locker on a client of its own, through a fault proxy when proxied.
+func (w *world) addNode(name string, proxied bool) *node {
+	w.t.Helper()
+	n := &node{name: name}
+	addr := w.lock.Addr()
+	if proxied {
+		n.proxy = redistest.NewProxy(w.t, addr)
+		addr = n.proxy.Addr()
+	}
+	n.client = w.lock.Client(w.t, w.cfg.clientOpts, func(o *redis.Options) { o.Addr = addr })
+	l, err := guard.New(n.client, w.cfg.lockerOpts()...)
+	if err != nil {
+		w.t.Fatalf("guard.New: %v", err)
+	}
+	n.locker = l
+	w.nodes = append(w.nodes, n)
+	return n
+}
+
+// AddSection and the rest make a world the sink of its in-process workers.
+func (w *world) sink() sink { return worldSink{w} }
+
+type worldSink struct{ w *world }
+
+func (s worldSink) AddSection(x chaos.Section) { s.w.hist.AddSection(x) }
+func (s worldSink) AddLoss(x chaos.Loss)       { s.w.hist.AddLoss(x) }
+func (s worldSink) AddCall(x chaos.Call)       { s.w.hist.AddCall(x) }
+func (s worldSink) Violate(inv chaos.Invariant, format string, args ...any) {
+	s.w.hist.Violate(inv, format, args...)
+}
+func (s worldSink) Untyped(op string, err error) { s.w.untypedf("%s: %v", op, err) }
+func (s worldSink) Mark(kind string) {
+	s.w.mu.Lock()
+	s.w.marks[kind]++
+	s.w.mu.Unlock()
+}
+
+func (w *world) untypedf(format string, args ...any) {
+	w.mu.Lock()
+	w.untyped = append(w.untyped, fmt.Sprintf(format, args...))
+	w.mu.Unlock()
+}
+
+func (w *world) note(format string, args ...any) {
+	w.mu.Lock()
+	w.notes = append(w.notes, fmt.Sprintf(format, args...))
+	w.mu.Unlock()
+}
+
+func (w *world) mark(kind string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.marks[kind]
+}
+
+// run starts ld's workers on every node (each worker reenters through the next node
+// when ld.Nested) and returns a function that stops them and waits.
+func (w *world) run(ld load) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, n := range w.nodes {
+		for g := range ld.Workers {
+			wk := &worker{
+				id: fmt.Sprintf("%s/%d", n.name, g), locker: n.locker, store: w.sc, probe: w.probe,
+				sink: w.sink(), epoch: w.epoch.Load, cfg: w.cfg, load: ld,
+				rng: rand.New(rand.NewPCG(uint64(i), uint64(g))),
+			}
+			if ld.Nested {
+				wk.nested = w.nodes[(i+1)%len(w.nodes)].locker
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				wk.run(ctx)
+			}()
+		}
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// fault records one injected fault around do, which injects it and heals it.
+func (w *world) fault(kind string, do func()) {
+	start := chaos.Now()
+	do()
+	w.hist.AddFault(chaos.Fault{Kind: kind, Start: start, End: chaos.Now()})
+}
+
+// forget bumps the data epoch: the lock Redis is about to lose its data, so the probes
+// of sections that began before must not expect their locks to be there.
+func (w *world) forget() { w.epoch.Add(1) }
+
+// faultLoop injects faults, each after gap, until d has passed, and at least once; then
+// it lets the workers run for gap more, so that the last fault is followed by recovery.
+// It returns the number of faults.
+func (w *world) faultLoop(d, gap time.Duration, inject func(i int)) int {
+	end := time.Now().Add(d)
+	i := 0
+	for i == 0 || time.Now().Add(gap).Before(end) {
+		time.Sleep(gap)
+		inject(i)
+		i++
+	}
+	time.Sleep(gap)
+	return i
+}
+
+// finish closes the Lockers, checks the end state and returns the scenario's row and
+// violations. Scenarios stop their workers first.
+func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []chaos.Violation) {
+	t := w.t
+	t.Helper()
+	ctx := context.Background()
+	for _, n := range w.nodes {
+		_ = n.locker.Close()
+	}
+	w.stopProcs()
+	w.checkOrphans(ctx)
+	sections := w.hist.Sections()
+	acked := map[string]int{}
+	keys := map[string]bool{}
+	for _, s := range sections {
+		keys[s.Key] = true
+		if s.Acked {
+			acked[s.Key]++
+		}
+	}
+	rejected := 0
+	for k := range keys {
+		st, vs, err := chaos.NewRegister(w.sc, k).Audit(ctx, acked[k])
+		if err != nil {
+			t.Fatalf("register audit: %v", err)
+		}
+		rejected += st.Rejected
+		for _, v := range vs {
+			w.hist.Violate(v.Inv, "%s", v.Detail)
+		}
+	}
+	if rejected > 0 {
+		w.note("%d stale register operations rejected by fencing", rejected)
+	}
+	if n := w.mark("misreported release"); n > 0 {
+		w.note("%d releases reported ErrNotHeld/ErrExpired after taking effect (a client retry ran after a handoff)", n)
+	}
+	for _, n := range w.nodes {
+		_ = n.client.Close()
+		if n.proxy != nil {
+			n.proxy.Close()
+		}
+	}
+	_ = w.probe.Close()
+	_ = w.sc.Close()
+	// A server restarted during the scenario has a goroutine reaping it; it belongs to
+	// the harness, not to the Lockers.
+	if err := goleak.Find(w.leaks, goleak.IgnoreAnyFunction("github.com/guardkit/guardkit/internal/redistest.(*Server).launch.func1")); err != nil {
+		w.hist.Violate(chaos.I3, "goroutines left after the Lockers closed: %v", err)
+	}
+	vs := w.hist.Check(slack)
+	detect, recover := w.hist.FaultTimes()
+	row := chaos.Row{
+		Scenario:   name,
+		Sections:   len(sections),
+		Acquires:   w.hist.Acquires(),
+		Faults:     faults,
+		Violations: chaos.Count(vs),
+	}
+	row.Detect, _ = chaos.Percentile(detect, 99)
+	row.Recover, _ = chaos.Percentile(recover, 99)
+	w.mu.Lock()
+	if len(w.untyped) > 0 {
+		t.Errorf("%d errors matched none of the engine's sentinels, e.g. %s", len(w.untyped), w.untyped[0])
+		w.notes = append(w.notes, fmt.Sprintf("%d untyped errors", len(w.untyped)))
+	}
+	row.Note = strings.Join(w.notes, "; ")
+	w.mu.Unlock()
+	return row, vs
+}
+
+// stopProcs stops the worker processes and adds their reports to the history.
+func (w *world) stopProcs() {
+	for _, p := range w.procs {
+		p.stop(w.t)
+	}
+}
+
+// checkOrphans waits up to a TTL and a bit for every lock to leave the lock Redis: once
+// the Lockers are closed, a lock still there after its TTL was left behind (I3).
+func (w *world) checkOrphans(ctx context.Context) {
+	if w.lock.PID() == 0 {
+		return
+	}
+	deadline := time.Now().Add(w.cfg.TTL + time.Second)
+	for {
+		keys, err := w.probe.Keys(ctx, "guard:{*").Result()
+		keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasSuffix(k, ":fence") })
+		if err == nil && len(keys) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				w.t.Errorf("listing locks at the end: %v", err)
+				return
+			}
+			for _, k := range keys {
+				pttl, _ := w.probe.PTTL(ctx, k).Result()
+				w.hist.Violate(chaos.I3, "lock %q still in Redis %s after the Lockers closed (PTTL %s)", k, w.cfg.TTL+time.Second, pttl)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

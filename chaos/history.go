@@ -1,0 +1,357 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Invariant names a property that every run must keep. The list is the one in the
+// package documentation.
+type Invariant string
+
+// The invariants checked on every run.
+const (
+	// I1: no two critical sections on one key overlap while both leases are valid.
+	I1 Invariant = "I1"
+	// I2: no release, renewal or decrement changes another owner's state.
+	I2 Invariant = "I2"
+	// I3: no goroutine outlives the Lockers that started it.
+	I3 Invariant = "I3"
+	// I4: no call returns later than its deadline plus the call slack.
+	I4 Invariant = "I4"
+	// M2: a lost lease's context is cancelled no later than its validity deadline plus
+	// the loss slack.
+	M2 Invariant = "M2"
+	// M3: fencing tokens strictly increase, per key, in the order leases were granted.
+	M3 Invariant = "M3"
+	// M4: the fenced register counts exactly the acknowledged sections and accepts no
+	// stale operation.
+	M4 Invariant = "M4"
+)
+
+// Invariants lists every invariant in table order.
+var Invariants = []Invariant{I1, I2, I3, I4, M2, M3, M4}
+
+// Section is one critical section as its worker saw it: one lease from the return of
+// Acquire to the moment the work ended, just before Release.
+type Section struct {
+	Key    string `json:"key"`
+	Worker string `json:"worker"` // who ran it: process or Locker, and goroutine
+	Token  int64  `json:"token"`  // the lease's fencing token
+	Enter  Mono   `json:"enter"`  // when Acquire returned
+	Exit   Mono   `json:"exit"`   // when the work ended, before Release
+	// Valid is the lease's ValidUntil sampled at Exit. Validity only moves forward,
+	// by renewals, and stops moving when the lease is lost, so the lease promised
+	// exclusivity from Enter until Valid.
+	Valid   Mono `json:"valid"`
+	Lost    bool `json:"lost,omitempty"`    // the lease was lost before Exit
+	Acked   bool `json:"acked,omitempty"`   // the storage accepted the section's fenced write
+	Stopped bool `json:"stopped,omitempty"` // the worker's process was stopped during the section
+}
+
+// Loss is a lease loss as its holder noticed it: the moment its context was cancelled
+// with a lease-lost cause.
+type Loss struct {
+	Key     string `json:"key"`
+	Worker  string `json:"worker"`
+	Valid   Mono   `json:"valid"`   // the lease's validity deadline when it was lost
+	Noticed Mono   `json:"noticed"` // when the lease's context was cancelled
+	Reason  string `json:"reason"`
+	// Stopped marks a loss in a process that was stopped (SIGSTOP) meanwhile: a stopped
+	// process runs no code, so M2 does not apply to it.
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// Call is one bounded engine call: an Acquire with a context deadline, or a Release,
+// whose bound is the Locker's release timeout.
+type Call struct {
+	Op       string `json:"op"`
+	Key      string `json:"key"`
+	Worker   string `json:"worker"`
+	Start    Mono   `json:"start"`
+	Deadline Mono   `json:"deadline"`
+	Return   Mono   `json:"return"`
+	Err      string `json:"err,omitempty"`
+	// Stopped marks a call in a process that was stopped (SIGSTOP) meanwhile: I4 does
+	// not apply to it.
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// Fault is one injected fault, from when it started to when it was healed.
+type Fault struct {
+	Kind  string `json:"kind"`
+	Start Mono   `json:"start"`
+	End   Mono   `json:"end"`
+}
+
+// Violation is one breach of an invariant.
+type Violation struct {
+	Inv    Invariant `json:"inv"`
+	Detail string    `json:"detail"`
+}
+
+func (v Violation) String() string { return string(v.Inv) + ": " + v.Detail }
+
+// History collects what the workers of one scenario did and what was done to them. It
+// is safe for concurrent use; the zero value is ready.
+type History struct {
+	mu         sync.Mutex
+	sections   []Section
+	losses     []Loss
+	calls      []Call
+	faults     []Fault
+	violations []Violation
+	acquires   int
+}
+
+// AddSection records a critical section.
+func (h *History) AddSection(s Section) {
+	h.mu.Lock()
+	h.sections = append(h.sections, s)
+	h.mu.Unlock()
+}
+
+// AddLoss records a lease loss.
+func (h *History) AddLoss(l Loss) {
+	h.mu.Lock()
+	h.losses = append(h.losses, l)
+	h.mu.Unlock()
+}
+
+// AddCall records a bounded call; Acquire calls also count as operations.
+func (h *History) AddCall(c Call) {
+	h.mu.Lock()
+	h.calls = append(h.calls, c)
+	if c.Op == "acquire" {
+		h.acquires++
+	}
+	h.mu.Unlock()
+}
+
+// AddFault records an injected fault.
+func (h *History) AddFault(f Fault) {
+	h.mu.Lock()
+	h.faults = append(h.faults, f)
+	h.mu.Unlock()
+}
+
+// Violate records a violation found outside the history, such as a probe of another
+// owner's state (I2), a leaked goroutine (I3) or a register audit (M4).
+func (h *History) Violate(inv Invariant, format string, args ...any) {
+	h.mu.Lock()
+	h.violations = append(h.violations, Violation{Inv: inv, Detail: fmt.Sprintf(format, args...)})
+	h.mu.Unlock()
+}
+
+// Sections returns a copy of the recorded critical sections.
+func (h *History) Sections() []Section {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.sections)
+}
+
+// Losses returns a copy of the recorded lease losses.
+func (h *History) Losses() []Loss {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.losses)
+}
+
+// Calls returns a copy of the recorded calls.
+func (h *History) Calls() []Call {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.calls)
+}
+
+// Faults returns a copy of the recorded faults.
+func (h *History) Faults() []Fault {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.faults)
+}
+
+// Acquires returns the number of Acquire calls recorded.
+func (h *History) Acquires() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.acquires
+}
+
+// Slack is how late a timed event may be before it counts as a violation. Scheduling
+// delays of a loaded machine land here; correctness invariants (I1, I2, M3, M4) have no
+// slack.
+type Slack struct {
+	Call time.Duration // I4: a call's return after its deadline
+	Loss time.Duration // M2: a loss notice after the validity deadline
+}
+
+// Check returns the violations in h: those found by checking its sections, losses and
+// calls (I1, I4, M2, M3) and those recorded with Violate.
+func (h *History) Check(slack Slack) []Violation {
+	h.mu.Lock()
+	vs := slices.Clone(h.violations)
+	sections, losses, calls := slices.Clone(h.sections), slices.Clone(h.losses), slices.Clone(h.calls)
+	h.mu.Unlock()
+	for _, o := range Overlaps(sections) {
+		vs = append(vs, Violation{I1, o.String()})
+	}
+	for _, c := range LateCalls(calls, slack.Call) {
+		vs = append(vs, Violation{I4, fmt.Sprintf("%s %q by %s returned %s after its deadline (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.Err)})
+	}
+	for _, l := range LateLosses(losses, slack.Loss) {
+		vs = append(vs, Violation{M2, fmt.Sprintf("loss of %q by %s noticed %s after its validity deadline (%s)", l.Key, l.Worker, l.Noticed.Sub(l.Valid), l.Reason)})
+	}
+	for _, p := range TokenOrder(sections) {
+		vs = append(vs, Violation{M3, p.String()})
+	}
+	return vs
+}
+
+// Count tallies violations per invariant.
+func Count(vs []Violation) map[Invariant]int {
+	n := make(map[Invariant]int, len(Invariants))
+	for _, v := range vs {
+		n[v.Inv]++
+	}
+	return n
+}
+
+// Overlap is two critical sections on one key that ran at the same time while both
+// leases were valid.
+type Overlap struct {
+	A, B Section
+	For  time.Duration // how long both ran while valid
+}
+
+func (o Overlap) String() string {
+	return fmt.Sprintf("sections on %q by %s (token %d) and %s (token %d) overlapped for %s while both leases were valid",
+		o.A.Key, o.A.Worker, o.A.Token, o.B.Worker, o.B.Token, o.For)
+}
+
+// Overlaps returns the pairs of sections that break mutual exclusion (I1): on the same
+// key, both inside their sections at some instant t with t before both validity
+// deadlines. A section whose lease had expired when it entered, or that ran on after
+// its lease expired (a stopped process), overlaps nothing for the time it was invalid.
+func Overlaps(sections []Section) []Overlap {
+	var out []Overlap
+	for _, ss := range byKey(sections) {
+		slices.SortFunc(ss, func(a, b Section) int { return cmp.Compare(a.Enter, b.Enter) })
+		for i, a := range ss {
+			endA := min(a.Exit, a.Valid)
+			for _, b := range ss[i+1:] {
+				if b.Enter >= endA {
+					break
+				}
+				if end := min(endA, b.Exit, b.Valid); b.Enter < end {
+					out = append(out, Overlap{A: a, B: b, For: end.Sub(b.Enter)})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TokenPair is two sections on one key whose fencing tokens are out of order.
+type TokenPair struct {
+	Earlier, Later Section
+}
+
+func (p TokenPair) String() string {
+	return fmt.Sprintf("on %q, %s entered before %s with token %d, not below %d",
+		p.Earlier.Key, p.Earlier.Worker, p.Later.Worker, p.Earlier.Token, p.Later.Token)
+}
+
+// TokenOrder returns the pairs of consecutive sections on one key whose tokens do not
+// strictly increase in the order the sections entered (M3). Only sections that entered
+// while their lease was valid are ordered: a lease granted by Redis but returned to its
+// caller after it had already expired may enter after its successor.
+func TokenOrder(sections []Section) []TokenPair {
+	var out []TokenPair
+	for _, ss := range byKey(sections) {
+		ss = slices.DeleteFunc(ss, func(s Section) bool { return s.Valid <= s.Enter })
+		slices.SortFunc(ss, func(a, b Section) int { return cmp.Compare(a.Enter, b.Enter) })
+		for i := 1; i < len(ss); i++ {
+			if ss[i].Token <= ss[i-1].Token {
+				out = append(out, TokenPair{Earlier: ss[i-1], Later: ss[i]})
+			}
+		}
+	}
+	return out
+}
+
+// LateCalls returns the calls that returned more than slack after their deadline (I4),
+// leaving out those of stopped processes.
+func LateCalls(calls []Call, slack time.Duration) []Call {
+	var out []Call
+	for _, c := range calls {
+		if !c.Stopped && c.Return.Sub(c.Deadline) > slack {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// LateLosses returns the losses noticed more than slack after their validity deadline
+// (M2), leaving out those of stopped processes.
+func LateLosses(losses []Loss, slack time.Duration) []Loss {
+	var out []Loss
+	for _, l := range losses {
+		if !l.Stopped && l.Noticed.Sub(l.Valid) > slack {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func byKey(sections []Section) map[string][]Section {
+	m := make(map[string][]Section)
+	for _, s := range sections {
+		m[s.Key] = append(m[s.Key], s)
+	}
+	return m
+}
+
+// FaultTimes measures each recorded fault: detect is the time from its start to the
+// first lease loss noticed after it (faults that end no lease give none), recover the
+// time from its end to the first section entered after it.
+func (h *History) FaultTimes() (detect, recover []time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, f := range h.faults {
+		first := Mono(-1)
+		for _, l := range h.losses {
+			if l.Noticed >= f.Start && (first < 0 || l.Noticed < first) {
+				first = l.Noticed
+			}
+		}
+		if first >= 0 {
+			detect = append(detect, first.Sub(f.Start))
+		}
+		first = -1
+		for _, s := range h.sections {
+			if s.Enter >= f.End && (first < 0 || s.Enter < first) {
+				first = s.Enter
+			}
+		}
+		if first >= 0 {
+			recover = append(recover, first.Sub(f.End))
+		}
+	}
+	return detect, recover
+}
+
+// Percentile returns the p-th percentile (0 < p ≤ 100, nearest rank) of ds, and false
+// when ds is empty.
+func Percentile(ds []time.Duration, p float64) (time.Duration, bool) {
+	if len(ds) == 0 {
+		return 0, false
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))], true
+}

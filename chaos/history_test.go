@@ -1,0 +1,185 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/guardkit/guardkit/chaos"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+func ms(n int) chaos.Mono { return chaos.Mono(n) * chaos.Mono(time.Millisecond) }
+
+func TestOverlaps(t *testing.T) {
+	sec := func(key, worker string, enter, exit, valid int) chaos.Section {
+		return chaos.Section{Key: key, Worker: worker, Enter: ms(enter), Exit: ms(exit), Valid: ms(valid)}
+	}
+	cases := []struct {
+		name string
+		in   []chaos.Section
+		want []time.Duration
+	}{
+		{"back to back", []chaos.Section{sec("k", "a", 0, 10, 500), sec("k", "b", 10, 20, 510)}, nil},
+		{"overlap", []chaos.Section{sec("k", "a", 0, 10, 500), sec("k", "b", 5, 20, 510)}, []time.Duration{5 * time.Millisecond}},
+		{"other key", []chaos.Section{sec("k", "a", 0, 10, 500), sec("j", "b", 5, 20, 510)}, nil},
+		{"first expired", []chaos.Section{sec("k", "a", 0, 900, 400), sec("k", "b", 500, 600, 1000)}, nil},
+		{"second entered expired", []chaos.Section{sec("k", "a", 0, 100, 500), sec("k", "b", 50, 60, 40)}, nil},
+		{"contained", []chaos.Section{sec("k", "a", 0, 100, 500), sec("k", "b", 20, 30, 500)}, []time.Duration{10 * time.Millisecond}},
+		{"three, unsorted", []chaos.Section{sec("k", "c", 8, 12, 500), sec("k", "a", 0, 10, 500), sec("k", "b", 5, 9, 500)},
+			[]time.Duration{4 * time.Millisecond, 2 * time.Millisecond, 1 * time.Millisecond}},
+	}
+	for _, tc := range cases {
+		got := chaos.Overlaps(tc.in)
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: %d overlaps %v, want %d", tc.name, len(got), got, len(tc.want))
+			continue
+		}
+		for i, o := range got {
+			if o.For != tc.want[i] {
+				t.Errorf("%s: overlap %d lasted %s, want %s", tc.name, i, o.For, tc.want[i])
+			}
+		}
+	}
+}
+
+func TestTokenOrder(t *testing.T) {
+	sec := func(worker string, token int64, enter, valid int) chaos.Section {
+		return chaos.Section{Key: "k", Worker: worker, Token: token, Enter: ms(enter), Exit: ms(enter + 1), Valid: ms(valid)}
+	}
+	if got := chaos.TokenOrder([]chaos.Section{sec("b", 2, 10, 500), sec("a", 1, 0, 500)}); len(got) != 0 {
+		t.Errorf("increasing tokens: %v", got)
+	}
+	if got := chaos.TokenOrder([]chaos.Section{sec("a", 2, 0, 500), sec("b", 2, 10, 500)}); len(got) != 1 {
+		t.Errorf("a repeated token: %v, want one pair", got)
+	}
+	if got := chaos.TokenOrder([]chaos.Section{sec("a", 3, 0, 500), sec("b", 2, 10, 500)}); len(got) != 1 {
+		t.Errorf("a falling token: %v, want one pair", got)
+	}
+	// A lease that was already invalid when its holder got it is not ordered.
+	if got := chaos.TokenOrder([]chaos.Section{sec("a", 3, 600, 500), sec("b", 4, 10, 500)}); len(got) != 0 {
+		t.Errorf("late, expired grant: %v", got)
+	}
+}
+
+func TestLateCallsAndLosses(t *testing.T) {
+	calls := []chaos.Call{
+		{Op: "acquire", Deadline: ms(100), Return: ms(150)},
+		{Op: "acquire", Deadline: ms(100), Return: ms(151)},
+		{Op: "acquire", Deadline: ms(100), Return: ms(900), Stopped: true},
+	}
+	if got := chaos.LateCalls(calls, 50*time.Millisecond); len(got) != 1 || got[0].Return != ms(151) {
+		t.Errorf("late calls: %v", got)
+	}
+	losses := []chaos.Loss{
+		{Valid: ms(100), Noticed: ms(90)},
+		{Valid: ms(100), Noticed: ms(121)},
+		{Valid: ms(100), Noticed: ms(900), Stopped: true},
+	}
+	if got := chaos.LateLosses(losses, 20*time.Millisecond); len(got) != 1 || got[0].Noticed != ms(121) {
+		t.Errorf("late losses: %v", got)
+	}
+}
+
+func TestFaultTimes(t *testing.T) {
+	var h chaos.History
+	h.AddFault(chaos.Fault{Kind: "pause", Start: ms(1000), End: ms(2000)})
+	h.AddLoss(chaos.Loss{Noticed: ms(900)}) // before the fault: not its detection
+	h.AddLoss(chaos.Loss{Noticed: ms(1400)})
+	h.AddLoss(chaos.Loss{Noticed: ms(1300)})
+	h.AddSection(chaos.Section{Enter: ms(1500)})
+	h.AddSection(chaos.Section{Enter: ms(2250)})
+	h.AddSection(chaos.Section{Enter: ms(2100)})
+	detect, recover := h.FaultTimes()
+	if len(detect) != 1 || detect[0] != 300*time.Millisecond || len(recover) != 1 || recover[0] != 100*time.Millisecond {
+		t.Fatalf("detect %v, recover %v; want [300ms] and [100ms]", detect, recover)
+	}
+	if p, ok := chaos.Percentile([]time.Duration{5, 1, 4, 2, 3}, 99); !ok || p != 5 {
+		t.Errorf("p99 = %v", p)
+	}
+	if p, ok := chaos.Percentile([]time.Duration{5, 1, 4, 2, 3}, 50); !ok || p != 3 {
+		t.Errorf("p50 = %v", p)
+	}
+	if _, ok := chaos.Percentile(nil, 99); ok {
+		t.Error("percentile of nothing")
+	}
+}
+
+func TestMarkdown(t *testing.T) {
+	md := chaos.Markdown([]chaos.Row{{
+		Scenario: "s", Sections: 3, Acquires: 4, Faults: "f",
+		Violations: map[chaos.Invariant]int{chaos.I1: 2}, Detect: 1500 * time.Microsecond, Recover: 20 * time.Millisecond, Note: "n",
+	}})
+	for _, want := range []string{"| s | 3 / 4 | f | 2 | 0 | 0 | 0 | 0 | 0 | 0 | 1.5 ms | 20 ms |", "- **s**: n"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("table lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// TestRegisterAudit drives the fenced register by hand and forges log entries that the
+// audit must flag.
+func TestRegisterAudit(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	r := chaos.NewRegister(c, "r")
+
+	v, ok, err := r.Read(ctx, 10, "a")
+	if err != nil || !ok || v != 0 {
+		t.Fatalf("first read: %d %v %v", v, ok, err)
+	}
+	if ok, err := r.Write(ctx, 10, 1, "a"); err != nil || !ok {
+		t.Fatalf("write: %v %v", ok, err)
+	}
+	if _, ok, _ := r.Read(ctx, 11, "b"); !ok {
+		t.Fatal("read with a newer token rejected")
+	}
+	if ok, _ := r.Write(ctx, 10, 2, "a"); ok {
+		t.Fatal("a write with a superseded token was applied")
+	}
+	st, vs, err := r.Audit(ctx, 1)
+	if err != nil || len(vs) != 0 || st.Writes != 1 || st.Rejected != 1 || st.Value != 1 {
+		t.Fatalf("clean audit: %+v %v %v", st, vs, err)
+	}
+	if _, vs, _ := r.Audit(ctx, 2); len(vs) != 1 {
+		t.Errorf("audit with a wrong acknowledged count: %v, want one violation", vs)
+	}
+	// A stale write and a lost update, as a broken storage would have applied them.
+	c.RPush(ctx, "register:r:log", "w 9 2 forged", "w 12 2 forged")
+	_, vs, _ = r.Audit(ctx, 3)
+	if len(vs) != 3 {
+		t.Errorf("audit of a forged log: %v, want a stale write, a lost update and a count mismatch", vs)
+	}
+}
+
+// TestMonoAcrossProcesses: a reading taken in another process lies between two taken
+// here.
+func TestMonoAcrossProcesses(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), clockEnv+"=1")
+	before := chaos.Now()
+	out, err := cmd.Output()
+	after := chaos.Now()
+	if err != nil {
+		t.Fatalf("clock process: %v", err)
+	}
+	child, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		t.Fatalf("clock process printed %q", out)
+	}
+	if m := chaos.Mono(child); m < before || m > after {
+		t.Fatalf("child read %d, outside [%d, %d]", m, before, after)
+	}
+	if d := chaos.MonoOf(time.Now().Add(time.Second)).Sub(chaos.Now()); d < 990*time.Millisecond || d > time.Second {
+		t.Fatalf("MonoOf(now + 1s) − Now() = %s", d)
+	}
+}

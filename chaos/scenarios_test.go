@@ -1,0 +1,533 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/guardkit/guardkit/chaos"
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// scale sizes a run: the smoke subset that `make test` runs, or the full suite of
+// `make chaos`. Scenario code is the same for both.
+type scale struct {
+	smoke   bool
+	run     time.Duration // how long each scenario runs its workload
+	workers int           // worker goroutines per Locker
+	waiters int           // waiters on one key in the waiters scenario
+	slack   chaos.Slack
+}
+
+var (
+	// The smoke subset shares two cores with whatever else runs: timing slack is wide,
+	// correctness checks (I1, I2, I3, M3, M4) stay exact.
+	smokeScale = scale{smoke: true, run: 1500 * time.Millisecond, workers: 2, waiters: 1000,
+		slack: chaos.Slack{Call: 500 * time.Millisecond, Loss: 250 * time.Millisecond}}
+	// The full suite checks I4 and M2 with the slack the invariants name.
+	fullScale = scale{run: 12 * time.Second, workers: 6, waiters: 10000,
+		slack: chaos.Slack{Call: 50 * time.Millisecond, Loss: 20 * time.Millisecond}}
+)
+
+// scenario is one fault scenario.
+type scenario struct {
+	name  string
+	smoke bool // part of the smoke subset
+	// expected lists invariants that the scenario shows can break: their violations are
+	// reported in the table but do not fail the test.
+	expected []chaos.Invariant
+	run      func(t *testing.T, sc scale) (chaos.Row, []chaos.Violation)
+}
+
+var scenarios = []scenario{
+	{name: "contention baseline", smoke: true, run: baseline},
+	{name: "redis paused < TTL", run: pausedShort},
+	{name: "redis paused > TTL", smoke: true, run: pausedLong},
+	{name: "holder process paused > TTL (fenced)", smoke: true, run: holderPaused},
+	{name: "latency above read timeout", smoke: true, run: latency},
+	{name: "partition (black hole) > TTL", run: partition},
+	{name: "connection resets", run: resets},
+	{name: "restart without persistence, held down ≥ TTL", run: restartDelayed},
+	{name: "restart without persistence, immediate (fenced)", smoke: true, run: restartImmediate, expected: []chaos.Invariant{chaos.I1}},
+	{name: "pub/sub connection killed", smoke: true, run: pubsubKilled},
+	{name: "SCRIPT FLUSH (NOSCRIPT)", run: scriptFlush},
+	{name: "OOM (maxmemory, noeviction)", smoke: true, run: oom},
+	{name: "READONLY replica", smoke: true, run: readonly},
+	{name: "waiters on one key, half cancelled", smoke: true, run: waiters},
+	{name: "context-cancel storm", smoke: true, run: cancelStorm},
+	{name: "no ContextTimeoutEnabled, redis paused", run: noContextTimeout, expected: []chaos.Invariant{chaos.I4}},
+}
+
+// runScenarios runs the scenarios that pick selects, each as a subtest, and returns
+// their rows. A violation fails the subtest unless the scenario expects it.
+func runScenarios(t *testing.T, sc scale, pick func(scenario) bool) []chaos.Row {
+	var rows []chaos.Row
+	for _, s := range scenarios {
+		if !pick(s) {
+			continue
+		}
+		t.Run(strings.NewReplacer(" ", "_", "/", "_").Replace(s.name), func(t *testing.T) {
+			row, vs := s.run(t, sc)
+			row.Scenario = s.name
+			rows = append(rows, row)
+			failed := 0
+			for _, v := range vs {
+				if expectedInv(s, v.Inv) {
+					continue
+				}
+				if failed < 5 {
+					t.Errorf("violation %s", v)
+				}
+				failed++
+			}
+			if failed > 5 {
+				t.Errorf("… and %d more violations", failed-5)
+			}
+			t.Logf("%d sections, %d acquires; violations %v; %s", row.Sections, row.Acquires, row.Violations, row.Note)
+		})
+	}
+	return rows
+}
+
+// addNote puts note first in row's notes.
+func addNote(row *chaos.Row, note string) {
+	if row.Note != "" {
+		note += "; " + row.Note
+	}
+	row.Note = note
+}
+
+func expectedInv(s scenario, inv chaos.Invariant) bool {
+	for _, e := range s.expected {
+		if e == inv {
+			return true
+		}
+	}
+	return false
+}
+
+// contended is the default workload: a few keys, short holds, reentry through a second
+// Locker in every section.
+func contended(sc scale) load {
+	return load{
+		Keys: []string{"k0", "k1"}, Workers: sc.workers,
+		AcquireMin: time.Second, AcquireMax: time.Second,
+		HoldMin: time.Millisecond, HoldMax: 5 * time.Millisecond,
+		Nested: true,
+	}
+}
+
+// baseline: two worker processes with two Lockers each contend on two keys.
+func baseline(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	w := newWorld(t, baseConfig())
+	ld := contended(sc)
+	w.startProc("p1", 2, ld)
+	w.startProc("p2", 2, ld)
+	time.Sleep(sc.run)
+	return w.finish("", "none (2 processes × 2 Lockers)", sc.slack)
+}
+
+// pausedFor stops the lock Redis for d, every gap, while two Lockers contend.
+func pausedFor(t *testing.T, sc scale, d time.Duration) (chaos.Row, []chaos.Violation) {
+	cfg := baseConfig()
+	w := newWorld(t, cfg)
+	w.addNode("a", false)
+	w.addNode("b", false)
+	stop := w.run(contended(sc))
+	n := w.faultLoop(sc.run, d+700*time.Millisecond, func(int) {
+		w.fault("SIGSTOP redis", func() {
+			w.lock.Pause(t)
+			time.Sleep(d)
+			w.lock.Resume(t)
+		})
+	})
+	stop()
+	return w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s (TTL %s)", n, d, cfg.TTL), sc.slack)
+}
+
+func pausedShort(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	return pausedFor(t, sc, baseConfig().TTL/2)
+}
+
+func pausedLong(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	return pausedFor(t, sc, 2*baseConfig().TTL)
+}
+
+// holderPaused stops a worker process with SIGSTOP between the read and the write of its
+// critical section, for three TTLs, while a rival process takes the lock. The holder
+// writes anyway after it resumes; the fenced register must reject it.
+func holderPaused(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	cfg := baseConfig()
+	w := newWorld(t, cfg)
+	holder := w.startProc("holder", 1, load{
+		Keys: []string{"fenced"}, Workers: 1, AcquireMin: 2 * time.Second, AcquireMax: 2 * time.Second,
+		HoldMin: 5 * time.Millisecond, HoldMax: 5 * time.Millisecond,
+		Stubborn: true, PauseMark: true, MarkWait: 300 * time.Millisecond, Unfenced: true,
+	})
+	w.startProc("rival", 1, load{
+		Keys: []string{"fenced"}, Workers: sc.workers, AcquireMin: 2 * time.Second, AcquireMax: 2 * time.Second,
+		HoldMin: 2 * time.Millisecond, HoldMax: 10 * time.Millisecond, Unfenced: true,
+	})
+	end := time.Now().Add(max(sc.run, 4*cfg.TTL))
+	pauses := 0
+	for time.Now().Before(end) {
+		select {
+		case <-holder.marks:
+		case <-time.After(3 * time.Second):
+			t.Fatal("the holder process announced no section to pause in for 3s")
+		}
+		pauses++
+		holder.pause(t)
+		time.Sleep(3 * cfg.TTL)
+		holder.resume(t)
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.stopProcs()
+	plain, err := w.sc.Get(context.Background(), "plain:fenced").Int()
+	if err != nil {
+		t.Fatalf("reading the unfenced counter: %v", err)
+	}
+	row, vs := w.finish("", fmt.Sprintf("%d× SIGSTOP holder process %s inside its section", pauses, 3*cfg.TTL), sc.slack)
+	if lost := w.mark("plain") - plain; lost > 0 {
+		addNote(&row, fmt.Sprintf("without fencing, %d of %d updates would have been lost", lost, w.mark("plain")))
+	}
+	if !strings.Contains(row.Note, "rejected by fencing") {
+		t.Errorf("no stale write reached the register: the pauses did not land inside sections, the scenario proved nothing")
+	}
+	return row, vs
+}
+
+// latency puts both Lockers behind proxies and makes replies slower than the clients'
+// read timeout: whole periods of latency, single delayed replies and dropped replies.
+// Acquires become ambiguous (compensated), scripts are retried by the client, and every
+// section reenters through the other Locker with hold counts checked in Redis.
+func latency(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	cfg := baseConfig()
+	cfg.TTL = time.Second
+	cfg.ReleaseTimeout = 500 * time.Millisecond
+	cfg.ReadTimeout = 100 * time.Millisecond
+	w := newWorld(t, cfg)
+	a := w.addNode("a", true)
+	b := w.addNode("b", true)
+	ld := contended(sc)
+	ld.AcquireMin, ld.AcquireMax = 300*time.Millisecond, time.Second
+	stop := w.run(ld)
+	var kinds [3]int
+	w.faultLoop(sc.run, 400*time.Millisecond, func(i int) {
+		switch i % 3 {
+		case 0:
+			kinds[0]++
+			w.fault("latency", func() {
+				a.proxy.SetLatency(150 * time.Millisecond)
+				b.proxy.SetLatency(150 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond)
+				a.proxy.SetLatency(0)
+				b.proxy.SetLatency(0)
+			})
+		case 1:
+			kinds[1]++
+			w.fault("delayed reply", func() {
+				a.proxy.DelayNextReply(300 * time.Millisecond)
+				b.proxy.DelayNextReply(300 * time.Millisecond)
+			})
+		case 2:
+			kinds[2]++
+			w.fault("dropped reply", func() {
+				a.proxy.DropNextReply()
+				b.proxy.DropNextReply()
+			})
+		}
+	})
+	stop()
+	return w.finish("", fmt.Sprintf("%d× 150 ms latency for 300 ms, %d× reply delayed 300 ms, %d× reply dropped (read timeout 100 ms)",
+		kinds[0], kinds[1], kinds[2]), sc.slack)
+}
+
+// partition black-holes one Locker's connections for twice the TTL: its leases run out
+// on the validity clock while the other Locker takes over, and its queued commands reach
+// Redis when the partition heals.
+func partition(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	cfg := baseConfig()
+	w := newWorld(t, cfg)
+	a := w.addNode("a", true)
+	w.addNode("b", false)
+	stop := w.run(contended(sc))
+	n := w.faultLoop(sc.run, 700*time.Millisecond, func(int) {
+		w.fault("black hole", func() {
+			a.proxy.Blackhole(true)
+			time.Sleep(2 * cfg.TTL)
+			a.proxy.Blackhole(false)
+		})
+	})
+	stop()
+	return w.finish("", fmt.Sprintf("%d× black hole on one Locker for %s", n, 2*cfg.TTL), sc.slack)
+}
+
+// resets resets every connection of both Lockers, pub/sub included, every 300ms.
+func resets(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	w := newWorld(t, baseConfig())
+	a := w.addNode("a", true)
+	b := w.addNode("b", true)
+	stop := w.run(contended(sc))
+	n := w.faultLoop(sc.run, 300*time.Millisecond, func(int) {
+		w.fault("reset", func() {
+			a.proxy.ResetConns()
+			b.proxy.ResetConns()
+		})
+	})
+	stop()
+	return w.finish("", fmt.Sprintf("%d× TCP reset of every connection", n), sc.slack)
+}
+
+// restartDelayed kills the lock Redis and starts it empty only after a TTL, the
+// operational rule for Redis without persistence.
+func restartDelayed(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	cfg := baseConfig()
+	w := newWorld(t, cfg)
+	w.addNode("a", false)
+	w.addNode("b", false)
+	stop := w.run(contended(sc))
+	down := cfg.TTL + 100*time.Millisecond
+	n := w.faultLoop(sc.run, 700*time.Millisecond, func(int) {
+		w.fault("kill -9 + delayed restart", func() {
+			w.forget()
+			w.lock.Kill(t)
+			time.Sleep(down)
+			w.lock.Restart(t)
+		})
+	})
+	stop()
+	return w.finish("", fmt.Sprintf("%d× kill -9, restart empty after %s", n, down), sc.slack)
+}
+
+// restartImmediate kills the lock Redis and starts it empty at once: a lock granted
+// before can be granted again while its holder still believes it valid. Only fencing
+// keeps the data right; the I1 count shows how often the lock alone failed.
+func restartImmediate(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	cfg := baseConfig()
+	w := newWorld(t, cfg)
+	w.addNode("a", false)
+	w.addNode("b", false)
+	stop := w.run(contended(sc))
+	n := w.faultLoop(sc.run, 700*time.Millisecond, func(int) {
+		w.fault("kill -9 + restart", func() {
+			w.forget()
+			w.lock.Restart(t)
+		})
+	})
+	stop()
+	row, vs := w.finish("", fmt.Sprintf("%d× kill -9 and immediate empty restart", n), sc.slack)
+	if i1 := row.Violations[chaos.I1]; i1 > 0 {
+		addNote(&row, fmt.Sprintf("I1 breaks by design (%d overlaps): the empty Redis grants locks still held; the fenced register rejected the stale writes (M4 = %d)",
+			i1, row.Violations[chaos.M4]))
+	}
+	return row, vs
+}
+
+// pubsubKilled kills the Lockers' Pub/Sub connections over and over while waiters rely
+// on release notifications (their backoff is 2s).
+func pubsubKilled(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	cfg := baseConfig()
+	cfg.RetryDelay, cfg.RetryJitter = 2*time.Second, 0
+	w := newWorld(t, cfg)
+	w.addNode("a", false)
+	w.addNode("b", false)
+	ld := contended(sc)
+	ld.AcquireMin, ld.AcquireMax = 3*time.Second, 3*time.Second
+	stop := w.run(ld)
+	ctx := context.Background()
+	killed := 0
+	n := w.faultLoop(sc.run-time.Second, 250*time.Millisecond, func(int) {
+		w.fault("CLIENT KILL TYPE pubsub", func() {
+			k, _ := w.probe.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
+			killed += int(k)
+		})
+	})
+	time.Sleep(time.Second)
+	stop()
+	row, vs := w.finish("", fmt.Sprintf("%d× CLIENT KILL TYPE pubsub (%d connections)", n, killed), sc.slack)
+	_, recovered := w.hist.FaultTimes()
+	if len(recovered) < n {
+		t.Errorf("%d of %d pub/sub kills were followed by no acquisition", n-len(recovered), n)
+	}
+	return row, vs
+}
+
+// scriptFlush empties Redis's script cache over and over: every script call may meet
+// NOSCRIPT and must fall back to sending the script.
+func scriptFlush(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	w := newWorld(t, baseConfig())
+	w.addNode("a", false)
+	w.addNode("b", false)
+	stop := w.run(contended(sc))
+	n := w.faultLoop(sc.run, 100*time.Millisecond, func(int) {
+		w.fault("SCRIPT FLUSH", func() { _ = w.probe.ScriptFlush(context.Background()).Err() })
+	})
+	stop()
+	row, vs := w.finish("", fmt.Sprintf("%d× SCRIPT FLUSH", n), sc.slack)
+	surfaced := 0
+	for _, c := range w.hist.Calls() {
+		if strings.Contains(c.Err, "NOSCRIPT") {
+			surfaced++
+		}
+	}
+	for _, l := range w.hist.Losses() {
+		if strings.Contains(l.Reason, "NOSCRIPT") {
+			surfaced++
+		}
+	}
+	if surfaced > 0 {
+		t.Errorf("%d calls or leases failed with NOSCRIPT", surfaced)
+	}
+	return row, vs
+}
+
+// oom fills the lock Redis up to its maxmemory (noeviction) while Lockers contend, then
+// frees it. Acquires must fail with a typed error and leave nothing behind; held leases
+// cannot be renewed and are lost on the validity clock.
+func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	cfg := baseConfig()
+	w := newWorld(t, cfg, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
+	a := w.addNode("a", false)
+	w.addNode("b", false)
+	stop := w.run(contended(sc))
+	ctx := context.Background()
+	// Small values, so that no large request buffer makes Redis look full only while
+	// it is being read.
+	filler := strings.Repeat("x", 16<<10)
+	checked, fill := 0, 0
+	n := w.faultLoop(sc.run, 600*time.Millisecond, func(i int) {
+		w.fault("OOM", func() {
+			for {
+				pipe := w.probe.Pipeline()
+				for range 32 {
+					pipe.Set(ctx, fmt.Sprintf("filler:%d", fill), filler, 0)
+					fill++
+				}
+				_, _ = pipe.Exec(ctx)
+				err := w.probe.Set(ctx, "filler:probe", "x", 0).Err()
+				if err != nil && strings.HasPrefix(err.Error(), "OOM") {
+					break
+				}
+				if err != nil || fill > 10000 {
+					t.Fatalf("filling Redis up to maxmemory: %v after %d values", err, fill)
+				}
+			}
+			// While Redis is full, a fresh acquire fails with a typed error and writes nothing.
+			key := fmt.Sprintf("oom-probe-%d", i)
+			_, err := a.locker.TryAcquire(ctx, key)
+			var re *guard.RedisError
+			if !errors.Is(err, guard.ErrUnavailable) || !errors.As(err, &re) || re.Op != "acquire" || !strings.Contains(err.Error(), "OOM") {
+				t.Errorf("acquire on a full Redis = %v, want a *RedisError (ErrUnavailable) carrying OOM", err)
+			}
+			if n, _ := w.probe.Exists(ctx, lockName(key), lockName(key)+":fence").Result(); n != 0 {
+				t.Errorf("acquire on a full Redis left %d keys behind", n)
+			}
+			checked++
+			time.Sleep(2 * cfg.TTL)
+			keys, _ := w.probe.Keys(ctx, "filler:*").Result()
+			_ = w.probe.Del(ctx, keys...).Err()
+		})
+	})
+	stop()
+	row, vs := w.finish("", fmt.Sprintf("%d× Redis at maxmemory for %s", n, 2*cfg.TTL), sc.slack)
+	addNote(&row, fmt.Sprintf("%d acquires on a full Redis: typed ErrUnavailable (OOM), no keys written", checked))
+	return row, vs
+}
+
+// readonly points one Locker at a replica while two others use the master.
+func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	w := newWorld(t, baseConfig())
+	replica := redistest.Start(t, redistest.Args("--replicaof", "127.0.0.1", strings.TrimPrefix(w.lock.Addr(), "127.0.0.1:")))
+	rc := replica.Client(t)
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, _ := rc.Info(ctx, "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica did not connect to its master in 10s:\n%s", info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = rc.Close()
+	w.addNode("a", false)
+	w.addNode("b", false)
+	r := &node{name: "replica"}
+	r.client = replica.Client(t, w.cfg.clientOpts)
+	l, err := guard.New(r.client, w.cfg.lockerOpts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.locker = l
+	w.nodes = append(w.nodes, r)
+
+	ld := contended(sc)
+	ld.Nested = false // a reentry through the replica would fail by design
+	stop := w.run(ld)
+	// Through the replica, a free lock cannot be taken (READONLY); a lock the master's
+	// Lockers hold may be reported busy, since that takes no write. Nothing succeeds.
+	readOnly, busy := 0, 0
+	for i, end := 0, time.Now().Add(sc.run); time.Now().Before(end); i++ {
+		key := "replica-only"
+		if i%2 == 1 {
+			key = ld.Keys[i/2%len(ld.Keys)]
+		}
+		_, err := r.locker.TryAcquire(ctx, key)
+		var re *guard.RedisError
+		switch {
+		case errors.Is(err, guard.ErrUnavailable) && errors.As(err, &re) && strings.Contains(err.Error(), "READONLY"):
+			readOnly++
+		case errors.Is(err, guard.ErrLocked) && key != "replica-only":
+			busy++
+		default:
+			t.Fatalf("acquire of %q through a replica = %v, want a *RedisError (ErrUnavailable) carrying READONLY, or ErrLocked", key, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	if n, _ := w.probe.Exists(ctx, lockName("replica-only"), lockName("replica-only")+":fence").Result(); n != 0 {
+		t.Errorf("acquires through the replica left %d keys on the master", n)
+	}
+	row, vs := w.finish("", "1 of 3 Lockers pointed at a replica", sc.slack)
+	addNote(&row, fmt.Sprintf("through the replica: %d acquires failed with typed ErrUnavailable (READONLY), %d found the lock busy, none succeeded, no keys written", readOnly, busy))
+	return row, vs
+}
+
+// noContextTimeout shows what I4 means for a client built without
+// ContextTimeoutEnabled: a call on a stalled Redis lasts until the read timeout,
+// whatever its context says.
+func noContextTimeout(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+	cfg := baseConfig()
+	cfg.NoCtxTimeout = true
+	cfg.ReadTimeout = time.Second
+	w := newWorld(t, cfg)
+	w.addNode("a", false)
+	w.addNode("b", false)
+	ld := contended(sc)
+	ld.AcquireMin, ld.AcquireMax = 200*time.Millisecond, 200*time.Millisecond
+	stop := w.run(ld)
+	pause := 1500 * time.Millisecond
+	n := w.faultLoop(min(sc.run, 6*time.Second), pause+time.Second, func(int) {
+		w.fault("SIGSTOP redis", func() {
+			w.lock.Pause(t)
+			time.Sleep(pause)
+			w.lock.Resume(t)
+		})
+	})
+	stop()
+	row, vs := w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s; acquire deadline 200 ms, read timeout 1 s", n, pause), sc.slack)
+	late := chaos.LateCalls(w.hist.Calls(), sc.slack.Call)
+	var worst time.Duration
+	for _, c := range late {
+		worst = max(worst, c.Return.Sub(c.Deadline))
+	}
+	addNote(&row, fmt.Sprintf("without ContextTimeoutEnabled, %d calls overran their deadline, by up to %s: set it", len(late), worst.Round(time.Millisecond)))
+	return row, vs
+}
