@@ -10,11 +10,16 @@
 //
 // # Usage
 //
-//	cd bench && go run . -out RESULTS.md -json results.jsonl
+//	cd bench && go run . -out RESULTS.md -json results.jsonl -readme ../README.md
 //
 // or `make bench-compare` from the repository root. It prints Markdown tables on
-// standard output and one JSON object per measurement to the -json file. Flags narrow a
-// run (-scenario, -lib), shorten it (-quick) or profile it (-cpuprofile).
+// standard output, one JSON object per measurement and per median to the -json file, and
+// a summary table between the bench-compare markers of the -readme file. Flags narrow a
+// run (-scenario, -lib), shorten it (-quick) or profile it (-cpuprofile, -memprofile;
+// every run carries the pprof label run=<scenario>/<cell>/<variant>). The analysis of
+// missed targets comes from analysis.md: its sections for the targets this run missed are
+// copied into the report, with {{scenario|cell|variant|metric|digits}} replaced by this
+// run's medians.
 //
 // # Counting
 //

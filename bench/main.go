@@ -31,7 +31,7 @@ var scenarioOrder = []string{"uncontended", "contended", "reentrant", "many"}
 
 type options struct {
 	out, jsonOut, analysis, cpuprofile string
-	memprofile                         string
+	memprofile, readme                 string
 	reps                               int
 	quick                              bool
 	scenarios, libs                    []string
@@ -45,6 +45,7 @@ func main() {
 	flag.StringVar(&o.analysis, "analysis", "analysis.md", "Markdown file appended to the report when it exists")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile of the whole run to this file")
+	flag.StringVar(&o.readme, "readme", "", "replace the text between the bench-compare markers of this file with a summary")
 	flag.IntVar(&o.reps, "reps", 3, "repetitions of every cell")
 	flag.BoolVar(&o.quick, "quick", false, "tiny durations, for trying the harness")
 	flag.StringVar(&scen, "scenario", strings.Join(scenarioOrder, ","), "scenarios to run")
@@ -217,11 +218,20 @@ func run(o options) error {
 		writeJSON(jw, "median", s)
 	}
 	rep := report{o: o, d: d, e: e, started: started, elapsed: time.Since(started), sums: sums, variants: all, manyN: manyN}
-	md := rep.markdown(context.Background())
+	md := rep.markdown()
 	fmt.Print(md)
 	if o.out != "" {
 		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
 			return err
+		}
+	}
+	if o.readme != "" {
+		ok, err := rep.updateReadme(o.readme)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			fmt.Fprintf(os.Stderr, "%s has no %s … %s markers: not updated\n", o.readme, readmeStart, readmeEnd)
 		}
 	}
 	return nil

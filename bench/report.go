@@ -129,12 +129,12 @@ func thousands(n int64) string {
 	return string(out)
 }
 
-func (r *report) markdown(ctx context.Context) string {
+func (r *report) markdown() string {
 	var b strings.Builder
 	b.WriteString("# guardkit: comparative benchmarks\n\n")
 	fmt.Fprintf(&b, "Produced by one run of `make bench-compare` (`cd bench && go run . %s`) on %s, in %s.\n\n",
 		strings.Join(os.Args[1:], " "), r.started.UTC().Format("2006-01-02 15:04 MST"), r.elapsed.Round(time.Second))
-	r.machine(ctx, &b)
+	r.machine(&b)
 	r.method(&b)
 	r.targets(&b)
 	b.WriteString(r.analysis())
@@ -196,18 +196,11 @@ func (r *report) addCeilingRatio() {
 	}
 }
 
-func (r *report) machine(ctx context.Context, b *strings.Builder) {
+func (r *report) machine(b *strings.Builder) {
 	cpu := firstLine("/proc/cpuinfo", "model name")
 	kernel := strings.TrimSpace(readFile("/proc/sys/kernel/osrelease"))
 	load := strings.Join(strings.Fields(readFile("/proc/loadavg"))[:min(3, len(strings.Fields(readFile("/proc/loadavg"))))], " ")
-	redisVersion := "?"
-	if txt, err := r.e.info.Info(ctx, "server").Result(); err == nil {
-		for _, l := range strings.Split(txt, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "redis_version:"); ok {
-				redisVersion = v
-			}
-		}
-	}
+	redisVersion := r.redisVersion()
 	b.WriteString("## Machine\n\n")
 	fmt.Fprintf(b, "- CPU: %s, %d logical CPUs (GOMAXPROCS %d), %s/%s, Linux %s; load average when the run started: %s (the machine was shared; nothing else was stopped for the run).\n",
 		orDash(cpu), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, orDash(kernel), orDash(load))
@@ -342,8 +335,8 @@ func (r *report) targets(b *strings.Builder) {
 }
 
 // analysis returns the parts of the analysis file that apply to this run: the text
-// before the first section, and every "<!-- target: id -->" section whose target was
-// missed. A "<!-- always -->" section is always kept.
+// before the first section, and every "<!-- target: id, id... -->" section one of whose
+// targets was missed. A "<!-- always -->" section is always kept.
 func (r *report) analysis() string {
 	data, err := os.ReadFile(r.o.analysis)
 	if err != nil || r.o.analysis == "" {
@@ -361,9 +354,11 @@ func (r *report) analysis() string {
 	for _, line := range strings.SplitAfter(string(data), "\n") {
 		t := strings.TrimSpace(line)
 		if strings.HasPrefix(t, "<!--") && strings.HasSuffix(t, "-->") {
-			id := strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(t, "<!--"), "-->"))
-			id = strings.TrimSpace(strings.TrimPrefix(id, "target:"))
-			keep = missed[id]
+			ids := strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(t, "<!--"), "-->"))
+			keep = false
+			for _, id := range strings.Split(strings.TrimPrefix(ids, "target:"), ",") {
+				keep = keep || missed[strings.TrimSpace(id)]
+			}
 			continue
 		}
 		if keep {
@@ -423,4 +418,69 @@ func gitDescribe() string {
 		return "(working tree)"
 	}
 	return "commit " + strings.TrimSpace(string(out))
+}
+
+// README markers between which -readme writes the summary of the run.
+const (
+	readmeStart = "<!-- bench-compare:start -->"
+	readmeEnd   = "<!-- bench-compare:end -->"
+)
+
+// summary is the short table quoted in the README.
+func (r *report) summary() string {
+	var b strings.Builder
+	main, _ := r.evaluate()
+	met := 0
+	for _, t := range main {
+		if t.met {
+			met++
+		}
+	}
+	fmt.Fprintf(&b, "Latest `make bench-compare` run: %s, %s (%d logical CPUs, shared with redis-server), redis-server %s, %s. Medians of %d interleaved runs; guardkit met %d of its %d targets. Full tables, method and the analysis of missed targets: [bench/RESULTS.md](bench/RESULTS.md).\n\n",
+		r.started.UTC().Format("2006-01-02"), orDash(firstLine("/proc/cpuinfo", "model name")), runtime.NumCPU(), r.redisVersion(), runtime.Version(), r.o.reps, met, len(main))
+	b.WriteString("| library | uncontended pairs/s, G=1 | G=64 (× raw) | contended W=64, 1 ms hold: acq/s | RT/acq | Jain | p99 handoff gap µs | 10k leases: RT/s | client CPU % |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, v := range []string{"raw", "guardkit", "redsync", "redislock", "rueidislock", "ceiling"} {
+		cell := func(scenario, c, key string, prec int) string {
+			x, ok := r.metric(scenario, c, v, key)
+			return num(x, ok, prec)
+		}
+		ratio := cell("uncontended", "G=64", "ratio_raw", 2)
+		fmt.Fprintf(&b, "| %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s |\n", v,
+			cell("uncontended", "G=1", "pairs_per_s", -1), cell("uncontended", "G=64", "pairs_per_s", -1), ratio,
+			cell("contended", "W=64 H=1ms", "acq_per_s", -1), cell("contended", "W=64 H=1ms", "rt_per_acq_hook", 1),
+			cell("contended", "W=64 H=1ms", "jain", 2), cell("contended", "W=64 H=1ms", "gap_p99_us", 0),
+			cell("many", "N=10000", "rt_per_s_hook", -1), cell("many", "N=10000", "client_cpu_pct", 0))
+	}
+	b.WriteString("\nRT = client round trips (go-redis hook; — for rueidis). The peers' rows use their best blocking settings; their shipped defaults, a Locker per worker, and the reentrant scenario are in RESULTS.md.\n")
+	return b.String()
+}
+
+func (r *report) redisVersion() string {
+	txt, err := r.e.info.Info(context.Background(), "server").Result()
+	if err != nil {
+		return "?"
+	}
+	for _, l := range strings.Split(txt, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "redis_version:"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+// updateReadme replaces the text between the bench-compare markers of the file at path
+// with the summary of this run. A file without the markers is left alone.
+func (r *report) updateReadme(path string) (bool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	s := string(data)
+	i, j := strings.Index(s, readmeStart), strings.Index(s, readmeEnd)
+	if i < 0 || j < i {
+		return false, nil
+	}
+	s = s[:i+len(readmeStart)] + "\n" + r.summary() + s[j:]
+	return true, os.WriteFile(path, []byte(s), 0o644)
 }

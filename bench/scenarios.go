@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,7 @@ func memStats() runtime.MemStats {
 // counts is the before/after of every counter a run reads.
 type counts struct {
 	srv serverStats
+	rts rtStats
 	rt  int64
 	mem runtime.MemStats
 	cpu time.Duration
@@ -70,7 +72,7 @@ type counts struct {
 }
 
 func (e *env) counts(libs []Lib, mem bool) counts {
-	c := counts{rt: roundTrips(libs), cpu: cpuTime()}
+	c := counts{rt: roundTrips(libs), cpu: cpuTime(), rts: readRuntime()}
 	if mem {
 		c.mem = memStats()
 	}
@@ -197,7 +199,17 @@ func (e *env) uncontended(v variant, g int) (map[string]float64, serverDelta, er
 		"client_cpu_us_per_pair": us(b.cpu-a.cpu) / float64(max(ops, 1)),
 	}
 	d := perOp(m, a, b, ops, "per_pair")
+	addRuntime(m, a.rts, b.rts, ops)
 	m["server_cpu_us_per_pair"] = us(d.cpu) / float64(max(ops, 1))
+	// Time Redis spent executing scripts (their commands included) and SET, per pair.
+	var scriptUsec int64
+	for k, v := range d.usecBy {
+		if strings.HasPrefix(k, "eval") || strings.HasPrefix(k, "fcall") {
+			scriptUsec += v
+		}
+	}
+	m["script_us_per_pair"] = float64(scriptUsec) / float64(max(ops, 1))
+	m["set_us_per_pair"] = float64(d.usecBy["set"]) / float64(max(ops, 1))
 	return m, d, nil
 }
 
@@ -304,6 +316,7 @@ func (e *env) contended(v variant, w int, hold time.Duration) (map[string]float6
 		sum += c
 	}
 	d := perOp(m, a, b, sum, "per_acq") // every acquisition's whole cost, including those after the stop
+	addRuntime(m, a.rts, b.rts, sum)
 	if sum > 0 {
 		// guardkit's acquire script calls PTTL only when the lock is busy: one per failed
 		// attempt. PUBLISH is its release notification.

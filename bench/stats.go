@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"math/bits"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,4 +175,62 @@ func (a serverStats) to(b serverStats) serverDelta {
 		}
 	}
 	return d
+}
+
+// rtStats are Go runtime counters read around a run.
+type rtStats struct {
+	created, gcs uint64
+	lat          *metrics.Float64Histogram // scheduling latency: runnable → running
+}
+
+var rtSamples = []metrics.Sample{
+	{Name: "/sched/goroutines-created:goroutines"},
+	{Name: "/gc/cycles/total:gc-cycles"},
+	{Name: "/sched/latencies:seconds"},
+}
+
+func readRuntime() rtStats {
+	s := slices.Clone(rtSamples)
+	metrics.Read(s)
+	var r rtStats
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		r.created = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		r.gcs = s[1].Value.Uint64()
+	}
+	if s[2].Value.Kind() == metrics.KindFloat64Histogram {
+		r.lat = s[2].Value.Float64Histogram()
+	}
+	return r
+}
+
+// addRuntime adds the runtime counters of a run to m, per op where it says so.
+func addRuntime(m map[string]float64, a, b rtStats, ops int64) {
+	if ops <= 0 {
+		return
+	}
+	if b.created > 0 {
+		m["goroutines_created_per_op"] = float64(b.created-a.created) / float64(ops)
+	}
+	m["gc_per_kop"] = 1000 * float64(b.gcs-a.gcs) / float64(ops)
+	if a.lat != nil && b.lat != nil && len(a.lat.Counts) == len(b.lat.Counts) {
+		var total uint64
+		d := make([]uint64, len(b.lat.Counts))
+		for i := range d {
+			d[i] = b.lat.Counts[i] - a.lat.Counts[i]
+			total += d[i]
+		}
+		if total > 0 {
+			rank := uint64(math.Ceil(0.99 * float64(total)))
+			var seen uint64
+			for i, c := range d {
+				seen += c
+				if seen >= rank {
+					m["sched_latency_p99_us"] = b.lat.Buckets[i] * 1e6 // bucket's lower bound
+					break
+				}
+			}
+		}
+	}
 }
