@@ -35,6 +35,6 @@ lint:
 demo:
 	$(GO) run ./examples/demo
 
-## bench-compare: guardkit side by side with other Go lock libraries on one redis-server (bench/, its own module); writes bench/RESULTS.md.
+## bench-compare: guardkit side by side with other Go lock libraries on one redis-server (bench/, its own module); writes bench/RESULTS.md and the README's performance summary.
 bench-compare: redis-server
-	cd bench && $(GO) run . -out RESULTS.md -json results.jsonl
+	cd bench && $(GO) run . -out RESULTS.md -json results.jsonl -readme ../README.md
