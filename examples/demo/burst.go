@@ -152,7 +152,7 @@ func (d *demo) burst(ctx context.Context, name string, locked bool) (*outcome, e
 		}
 	}
 	o.elapsed = time.Since(start)
-	fmt.Printf("  %d/%d answered in %s\n", answered.Load(), c.requests, o.elapsed.Round(time.Millisecond))
+	fmt.Printf("  %d/%d answered in %s\n", answered.Load(), c.requests, short(o.elapsed))
 
 	for i := range c.accounts {
 		if o.final[i], err = w.BalanceOf(ctx, accountID(i)); err != nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -30,7 +29,7 @@ func report(out io.Writer, c config, guarded, unguarded *outcome) bool {
 	for _, q := range []float64{0.50, 0.90, 0.99} {
 		row(fmt.Sprintf("lock wait p%.0f", q*100), percentile(guarded.waits, q), "no lock")
 	}
-	row("burst took", guarded.elapsed.Round(time.Millisecond), unguarded.elapsed.Round(time.Millisecond))
+	row("burst took", short(guarded.elapsed), short(unguarded.elapsed))
 	tw.Flush()
 
 	fmt.Fprintln(out)
@@ -91,7 +90,18 @@ func percentile(ds []time.Duration, q float64) string {
 	slices.Sort(s)
 	i := int(float64(len(s))*q+0.999999) - 1
 	i = min(max(i, 0), len(s)-1)
-	return strings.TrimSpace(s[i].Round(100 * time.Microsecond).String())
+	return short(s[i])
+}
+
+// short rounds d to three significant digits or so, for reading.
+func short(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= 10*time.Millisecond:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Microsecond).String()
 }
 
 func abs(n int64) int64 {
