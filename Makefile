@@ -31,8 +31,10 @@ lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-## demo: an example service under real contention (see examples/).
+## demo: the echo example's wallet under a burst of concurrent withdrawals, with and without
+## the lock, on an embedded Redis (or REDIS_ADDR); exits 1 if the guarded run loses an update.
 demo:
+	@echo "building and running examples/demo"
 	$(GO) run ./examples/demo
 
 ## bench-compare: guardkit side by side with other Go lock libraries on one redis-server (bench/, its own module); writes bench/RESULTS.md and the README's performance summary.
