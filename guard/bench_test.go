@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
@@ -164,4 +167,27 @@ func BenchmarkRawSetNX(b *testing.B) {
 		}
 	})
 	reportRoundTrips(b, counter, b.N)
+}
+
+// BenchmarkAcquireReleaseTelemetry is BenchmarkAcquireRelease with the OpenTelemetry SDK
+// recording every span and metric, to compare with the default no-op providers.
+func BenchmarkAcquireReleaseTelemetry(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client(b)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder()))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) }()
+	l := lockerOn(b, c, guard.WithTracerProvider(tp), guard.WithMeterProvider(mp))
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		le, err := l.TryAcquire(ctx, "bench", guard.Name("bench"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := le.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -31,6 +31,7 @@ type held struct {
 	// Set before ready is closed, read-only after.
 	token    int64
 	acquired time.Time // when the winning attempt was sent
+	tel      heldTelemetry
 
 	// Guarded by l.mu.
 	state      heldState
@@ -122,7 +123,8 @@ func (h *held) lose(reason string, err error) {
 		return
 	}
 	h.state = stateLost
-	h.cause = &LeaseLostError{Key: h.hk.key, Reason: reason, Err: err}
+	lost := &LeaseLostError{Key: h.hk.key, Reason: reason, Err: err}
+	h.cause = lost
 	if l.held[h.hk] == h {
 		delete(l.held, h.hk)
 	}
@@ -131,8 +133,9 @@ func (h *held) lose(reason string, err error) {
 	l.mu.Unlock()
 	l.renew.remove(h, false)
 	for _, le := range handles {
-		le.cancel(h.cause)
+		le.cancel(lost)
 	}
+	l.tel.ended(h, lost)
 }
 
 // lostCause returns why the lease was lost, or nil when it was not.
@@ -176,6 +179,12 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	l.renew.remove(h, true)
 	code, err := l.releaseRemote(ctx, h)
 	le.cancel(ErrReleased)
+	if prev != stateLost {
+		l.tel.ended(h, nil)
+		if code == -1 {
+			l.tel.releasedLate(h)
+		}
+	}
 	switch {
 	case prev == stateLost:
 		return lost

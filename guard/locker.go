@@ -50,6 +50,7 @@ type Locker struct {
 
 	waits waiters
 	renew renewer
+	tel   *telemetry
 	bg    sync.WaitGroup // background calls: compensating releases, abandoned attempts
 }
 
@@ -91,6 +92,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	l.waits.l = l
 	l.renew.l = l
+	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
 	return l, nil
 }
 
@@ -177,6 +179,15 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	if owner == "" || len(owner) > maxOwnerLen || strings.IndexByte(string(owner), '#') >= 0 {
 		return nil, fmt.Errorf("guard: acquire %s: owner %q: %w", quoteKey(key), owner, ctxid.ErrInvalid)
 	}
+	rctx, a := l.tel.startAcquire(ctx, s, key, string(owner))
+	le, err := l.acquireAs(ctx, rctx, a, key, rk, owner, s, p)
+	a.end(rctx, le, err, p)
+	return le, err
+}
+
+// acquireAs acquires key for owner. ctx carries the owner and becomes the lease's
+// context; rctx, ctx plus the acquire span, is what Redis calls are made with.
+func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string, rk redisKeys, owner ctxid.ID, s *settings, p RetryPolicy) (*Lease, error) {
 	var deadline time.Time
 	if p.limit == limitMaxWait {
 		deadline = time.Now().Add(p.maxWait)
@@ -193,7 +204,7 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 			h = &held{l: l, hk: hk, rk: rk, s: s, ready: make(chan struct{})}
 			l.held[hk] = h
 			l.mu.Unlock()
-			return l.acquireRemote(ctx, h, p, deadline)
+			return l.acquireRemote(ctx, rctx, a, h, p, deadline)
 		}
 		if h.state == stateHeld {
 			le := h.newLease(ctx, true)
@@ -217,8 +228,8 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 
 // acquireRemote acquires h in Redis for its owner and publishes the outcome to the
 // owner's other goroutines waiting on h.ready.
-func (l *Locker) acquireRemote(ctx context.Context, h *held, p RetryPolicy, deadline time.Time) (*Lease, error) {
-	g, err := l.wait(ctx, h, p, deadline)
+func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *held, p RetryPolicy, deadline time.Time) (*Lease, error) {
+	g, err := l.wait(rctx, a, h, p, deadline)
 	l.mu.Lock()
 	if err == nil && l.closed {
 		err = ErrClosed
@@ -234,6 +245,7 @@ func (l *Locker) acquireRemote(ctx context.Context, h *held, p RetryPolicy, dead
 		return nil, err
 	}
 	h.hold(g)
+	h.tel = l.tel.held(ctx, a.name)
 	le := h.newLease(ctx, g.holds > 1)
 	close(h.ready)
 	l.mu.Unlock()

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Option configures a Locker (passed to New, where it sets the Locker's defaults), one
@@ -40,6 +43,10 @@ type settings struct {
 	releaseTimeout time.Duration
 	maxHold        time.Duration // 0: no limit
 	fenceRetention time.Duration
+	name           string // lock name for telemetry; "" → the key template, else "unnamed"
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	redactKeys     bool
 
 	wrap wrapSettings // read by the decorators, ignored by the engine
 }
@@ -283,4 +290,40 @@ func SkipIf[Req any](skip func(ctx context.Context, req Req) bool) Option {
 // Applies to Wrap, WrapE and Do. Default 0: release when the function returns.
 func MinHold(d time.Duration) Option {
 	return Option{name: "MinHold", scope: scopeWrap, apply: func(s *settings) { s.wrap.minHold = d }}
+}
+
+// Name names the lock in telemetry: the guard.lock.name attribute of spans and metrics.
+// Keep names few (a route, a method, a key template), never a rendered key.
+// Applies to New (as a default) and to each call. Default: the key template for Key,
+// else "unnamed". The Echo middleware and gRPC interceptors default to the route and the
+// method.
+func Name(name string) Option {
+	return Option{name: "Name", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.name = name }}
+}
+
+// WithTracerProvider sets where the guard.acquire spans go. A nil provider is ignored.
+// Applies to New. Default: the global provider, otel.GetTracerProvider().
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return Option{name: "WithTracerProvider", scope: scopeLocker, apply: func(s *settings) {
+		if tp != nil {
+			s.tracerProvider = tp
+		}
+	}}
+}
+
+// WithMeterProvider sets where guard's metrics go. A nil provider is ignored.
+// Applies to New. Default: the global provider, otel.GetMeterProvider().
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return Option{name: "WithMeterProvider", scope: scopeLocker, apply: func(s *settings) {
+		if mp != nil {
+			s.meterProvider = mp
+		}
+	}}
+}
+
+// RedactKeys leaves the rendered key (guard.lock.key) out of spans, for keys that hold
+// personal data. Metrics never carry it.
+// Applies to New. Default: keys are recorded on spans.
+func RedactKeys() Option {
+	return Option{name: "RedactKeys", scope: scopeLocker, apply: func(s *settings) { s.redactKeys = true }}
 }

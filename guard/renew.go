@@ -115,11 +115,13 @@ func (r *renewer) run() {
 		errs, ttls := r.send(batch, sent)
 
 		r.mu.Lock()
+		live := make([]bool, len(batch))
 		for i, h := range batch {
 			h.inflight = nil
 			if h.stopped {
 				continue
 			}
+			live[i] = true
 			interval := h.s.renewInterval()
 			switch {
 			case errs[i] == nil:
@@ -136,15 +138,22 @@ func (r *renewer) run() {
 		close(done)
 		r.mu.Unlock()
 
+		tel := r.l.tel
 		for i, h := range batch {
+			if !live[i] {
+				continue // released meanwhile
+			}
 			switch {
 			case errs[i] == nil:
 				if ttls[i] > 0 {
 					h.renewed(sent, ttls[i])
+					tel.renewed(h, renewOK, nil)
 				}
 			case errs[i] == errNotOwner:
+				tel.renewed(h, renewLost, nil)
 				h.lose("lock deleted or taken by another owner", nil)
 			default:
+				tel.renewed(h, renewFailed, errs[i])
 				h.renewFailed(errs[i])
 			}
 		}

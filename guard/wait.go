@@ -21,7 +21,7 @@ const confirmWait = time.Second
 // one goroutine per key and process makes attempts at a time (the key's gate); the
 // others queue behind it, so Redis sees one waiter per process however many goroutines
 // wait.
-func (l *Locker) wait(ctx context.Context, h *held, p RetryPolicy, deadline time.Time) (granted, error) {
+func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolicy, deadline time.Time) (granted, error) {
 	subscribed := l.waits.subscribed(h.rk)
 	var (
 		kw       *keyWait
@@ -38,6 +38,7 @@ func (l *Locker) wait(ctx context.Context, h *held, p RetryPolicy, deadline time
 			kw.drain()
 		}
 		attempts++
+		a.attempts = attempts
 		g, err := l.attempt(ctx, h)
 		if err != nil || g.acquired {
 			return g, err
@@ -52,6 +53,7 @@ func (l *Locker) wait(ctx context.Context, h *held, p RetryPolicy, deadline time
 		if kw == nil {
 			kw = l.waits.join(ctx, h.rk)
 			defer l.waits.leave(kw)
+			a.startWaiting(ctx)
 			if err := kw.enter(ctx, deadline, l.done); err != nil {
 				return granted{}, l.waitError(err, busy)
 			}

@@ -66,7 +66,10 @@ func compileRules(locker *guard.Locker, rules []Rule) (*ruleSet, error) {
 		}
 		// The rule's own options come first so that the key and the Locker cannot be
 		// overridden by them.
-		opts := append(slices.Clip(rl.Options), guard.Use(locker), guard.KeyFunc(invocationKey))
+		// The lock is named after the rule's method (or pattern) in telemetry, unless the
+		// rule's options name it otherwise.
+		opts := append([]guard.Option{guard.Name(rl.Method)}, rl.Options...)
+		opts = append(opts, guard.Use(locker), guard.KeyFunc(invocationKey))
 		if r.run, err = guard.WrapE(runHandler, opts...); err != nil {
 			return nil, fmt.Errorf("interceptor: rule %d (%q): %w", i, rl.Method, err)
 		}

@@ -178,8 +178,11 @@ func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 		return nil, err
 	}
 	m := &lock{
-		skip:     config.Skipper,
-		run:      run,
+		skip: config.Skipper,
+		run:  run,
+		named: func(route string) (runner, error) {
+			return config.decorate(tpl, guard.Name(route))
+		},
 		signer:   config.Signer,
 		failOpen: config.FailOpen,
 		deny:     config.DenyHandler,
@@ -198,7 +201,7 @@ func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 
 // decorate builds the guarded call that every request goes through: guard.WrapE owns
 // acquisition, renewal, release (on panic too) and the detection of lost leases.
-func (config LockConfig) decorate(tpl *keyfunc.Template[echo.Context]) (func(context.Context, *call) (struct{}, error), error) {
+func (config LockConfig) decorate(tpl *keyfunc.Template[echo.Context], name ...guard.Option) (func(context.Context, *call) (struct{}, error), error) {
 	var own []guard.Option
 	if config.TTL > 0 {
 		own = append(own, guard.TTL(config.TTL))
@@ -222,7 +225,7 @@ func (config LockConfig) decorate(tpl *keyfunc.Template[echo.Context]) (func(con
 		}
 		return guard.WrapE(runHandler, all...)
 	}
-	run, err := build(own, config.Options, fixed)
+	run, err := build(name, own, config.Options, fixed)
 	if err == nil {
 		return run, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 
@@ -14,11 +15,33 @@ import (
 // lock is one Lock middleware, shared by every route it is applied to.
 type lock struct {
 	skip     Skipper
-	run      func(context.Context, *call) (struct{}, error)
+	run      runner                             // unnamed: for requests that matched no route
+	named    func(route string) (runner, error) // the same, naming the lock after route
+	routes   sync.Map                           // route → runner
 	signer   *ctxid.Signer
 	failOpen bool
 	deny     func(echo.Context, *guard.LockedError) error
 	onError  func(echo.Context, error) error
+}
+
+// runner is a guarded call: runHandler decorated by guard.WrapE.
+type runner = func(context.Context, *call) (struct{}, error)
+
+// runner returns the guarded call for route, whose lock telemetry names after route
+// (guard.Name), unless the configuration's Options name it otherwise.
+func (m *lock) runner(route string) runner {
+	if route == "" {
+		return m.run
+	}
+	if r, ok := m.routes.Load(route); ok {
+		return r.(runner)
+	}
+	r, err := m.named(route)
+	if err != nil {
+		return m.run // the same options passed the checks at construction: not expected
+	}
+	actual, _ := m.routes.LoadOrStore(route, r)
+	return actual.(runner)
 }
 
 // call is one request going through the guarded call: what runHandler needs, and what
@@ -46,7 +69,7 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 	}
 	ctx := m.owner(c)
 	r := &call{c: c, next: next}
-	_, err := m.run(ctx, r)
+	_, err := m.runner(c.Path())(ctx, r)
 	if err == nil {
 		return r.err
 	}

@@ -1,0 +1,281 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the OpenTelemetry instrumentation scope of guard's spans and metrics.
+const ScopeName = "github.com/guardkit/guardkit/guard"
+
+// Version is the instrumentation scope version.
+const Version = "0.1.0"
+
+// Attribute keys of guard's spans, events and metrics.
+const (
+	AttrLockName    = attribute.Key("guard.lock.name")     // the lock name: Name option, else the key template
+	AttrLockKey     = attribute.Key("guard.lock.key")      // the rendered key (spans only; see RedactKeys)
+	AttrOwner       = attribute.Key("guard.owner")         // the owner ID (spans only)
+	AttrOutcome     = attribute.Key("guard.outcome")       // acquired, busy, timeout, canceled, error; ok, failed, lost for renewals
+	AttrAttempts    = attribute.Key("guard.attempts")      // acquire round trips made
+	AttrReentrant   = attribute.Key("guard.reentrant")     // the owner already held the lock
+	AttrToken       = attribute.Key("guard.fencing_token") // the lease's fencing token
+	AttrWaitSeconds = attribute.Key("guard.wait.seconds")  // time spent acquiring
+)
+
+// Outcomes of an acquisition, as recorded in AttrOutcome.
+const (
+	OutcomeAcquired = "acquired" // the lease was granted
+	OutcomeBusy     = "busy"     // the retry policy gave up on a held lock
+	OutcomeTimeout  = "timeout"  // a deadline (the policy's MaxWait or the context's) ended the wait
+	OutcomeCanceled = "canceled" // the context was cancelled
+	OutcomeError    = "error"    // Redis failed, or the key or configuration was invalid
+)
+
+// unnamed is the lock name of acquisitions with neither a Name option nor a key template.
+const unnamed = "unnamed"
+
+// telemetry holds a Locker's tracer and instruments, created once in New.
+type telemetry struct {
+	tracer     trace.Tracer
+	redactKeys bool
+
+	wait         metric.Float64Histogram
+	hold         metric.Float64Histogram
+	acquisitions metric.Int64Counter
+	lost         metric.Int64Counter
+	renewals     metric.Int64Counter
+	active       metric.Int64UpDownCounter
+	waiters      metric.Int64UpDownCounter
+
+	sets sync.Map // attrSetKey → attribute.Set, so recording does not rebuild sets
+}
+
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, redactKeys bool) *telemetry {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	t := &telemetry{
+		tracer:     tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
+		redactKeys: redactKeys,
+	}
+	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
+	fallback := noop.NewMeterProvider().Meter(ScopeName)
+	waitBuckets := metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+	holdBuckets := metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900)
+	var err error
+	if t.wait, err = m.Float64Histogram("guard.lock.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time spent acquiring a lock, by lock name and outcome."), waitBuckets); err != nil {
+		otel.Handle(err)
+		t.wait, _ = fallback.Float64Histogram("guard.lock.wait.duration")
+	}
+	if t.hold, err = m.Float64Histogram("guard.lock.hold.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time a lease was held, from acquisition to release or loss."), holdBuckets); err != nil {
+		otel.Handle(err)
+		t.hold, _ = fallback.Float64Histogram("guard.lock.hold.duration")
+	}
+	if t.acquisitions, err = m.Int64Counter("guard.lock.acquisitions", metric.WithUnit("{acquisition}"),
+		metric.WithDescription("Acquisitions by lock name, outcome and reentrancy.")); err != nil {
+		otel.Handle(err)
+		t.acquisitions, _ = fallback.Int64Counter("guard.lock.acquisitions")
+	}
+	if t.lost, err = m.Int64Counter("guard.lock.lost", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases lost before release.")); err != nil {
+		otel.Handle(err)
+		t.lost, _ = fallback.Int64Counter("guard.lock.lost")
+	}
+	if t.renewals, err = m.Int64Counter("guard.lock.renewals", metric.WithUnit("{renewal}"),
+		metric.WithDescription("Lease renewals by outcome: ok, failed (retried) or lost.")); err != nil {
+		otel.Handle(err)
+		t.renewals, _ = fallback.Int64Counter("guard.lock.renewals")
+	}
+	if t.active, err = m.Int64UpDownCounter("guard.lock.active", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases held now.")); err != nil {
+		otel.Handle(err)
+		t.active, _ = fallback.Int64UpDownCounter("guard.lock.active")
+	}
+	if t.waiters, err = m.Int64UpDownCounter("guard.lock.waiters", metric.WithUnit("{waiter}"),
+		metric.WithDescription("Goroutines waiting for a busy lock now.")); err != nil {
+		otel.Handle(err)
+		t.waiters, _ = fallback.Int64UpDownCounter("guard.lock.waiters")
+	}
+	return t
+}
+
+type attrSetKey struct {
+	name, outcome string
+	reentrant     int8 // -1: not recorded
+}
+
+// set returns the cached attribute set for a metric recording.
+func (t *telemetry) set(name, outcome string, reentrant int8) metric.MeasurementOption {
+	k := attrSetKey{name, outcome, reentrant}
+	if s, ok := t.sets.Load(k); ok {
+		return metric.WithAttributeSet(s.(attribute.Set))
+	}
+	kv := []attribute.KeyValue{AttrLockName.String(name)}
+	if outcome != "" {
+		kv = append(kv, AttrOutcome.String(outcome))
+	}
+	if reentrant >= 0 {
+		kv = append(kv, AttrReentrant.Bool(reentrant == 1))
+	}
+	s := attribute.NewSet(kv...)
+	t.sets.Store(k, s)
+	return metric.WithAttributeSet(s)
+}
+
+// lockName is the name recorded for acquisitions made with s.
+func lockName(s *settings) string {
+	switch {
+	case s.name != "":
+		return s.name
+	case s.wrap.key.kind == keyTemplate:
+		return s.wrap.key.text
+	}
+	return unnamed
+}
+
+// acquisition records one acquisition: its span and its metrics.
+type acquisition struct {
+	t        *telemetry
+	name     string
+	start    time.Time
+	span     trace.Span
+	attempts int
+	waiting  bool
+}
+
+// startAcquire opens the guard.acquire span as a child of ctx's span and returns the
+// context to make Redis calls with.
+func (t *telemetry) startAcquire(ctx context.Context, s *settings, key string, owner string) (context.Context, *acquisition) {
+	a := &acquisition{t: t, name: lockName(s), start: time.Now()}
+	ctx, a.span = t.tracer.Start(ctx, "guard.acquire", trace.WithSpanKind(trace.SpanKindInternal))
+	if a.span.IsRecording() {
+		attrs := []attribute.KeyValue{AttrLockName.String(a.name), AttrOwner.String(owner)}
+		if !t.redactKeys {
+			attrs = append(attrs, AttrLockKey.String(key))
+		}
+		a.span.SetAttributes(attrs...)
+	}
+	return ctx, a
+}
+
+// startWaiting counts the goroutine as a waiter until stopWaiting.
+func (a *acquisition) startWaiting(ctx context.Context) {
+	a.waiting = true
+	a.t.waiters.Add(ctx, 1, a.t.set(a.name, "", -1))
+}
+
+func (a *acquisition) stopWaiting(ctx context.Context) {
+	if a.waiting {
+		a.waiting = false
+		a.t.waiters.Add(ctx, -1, a.t.set(a.name, "", -1))
+	}
+}
+
+// end closes the span and records the outcome.
+func (a *acquisition) end(ctx context.Context, le *Lease, err error, p RetryPolicy) {
+	a.stopWaiting(ctx)
+	wait := time.Since(a.start)
+	outcome := outcomeOf(err, p)
+	reentrant := int8(0)
+	if le != nil && le.reentrant {
+		reentrant = 1
+	}
+	a.t.acquisitions.Add(ctx, 1, a.t.set(a.name, outcome, reentrant))
+	a.t.wait.Record(ctx, wait.Seconds(), a.t.set(a.name, outcome, -1))
+	if a.span.IsRecording() {
+		attrs := []attribute.KeyValue{
+			AttrOutcome.String(outcome),
+			AttrAttempts.Int(a.attempts),
+			AttrReentrant.Bool(reentrant == 1),
+			AttrWaitSeconds.Float64(wait.Seconds()),
+		}
+		if le != nil {
+			attrs = append(attrs, AttrToken.Int64(le.Token()))
+		}
+		a.span.SetAttributes(attrs...)
+		if err != nil && outcome == OutcomeError {
+			a.span.RecordError(err)
+			a.span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	a.span.End()
+}
+
+func outcomeOf(err error, p RetryPolicy) string {
+	switch {
+	case err == nil:
+		return OutcomeAcquired
+	case errors.Is(err, context.Canceled):
+		return OutcomeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return OutcomeTimeout
+	case errors.Is(err, ErrLocked):
+		if p.limit == limitMaxWait {
+			return OutcomeTimeout
+		}
+		return OutcomeBusy
+	}
+	return OutcomeError
+}
+
+// heldTelemetry is the part of a held lease that telemetry needs after acquisition.
+type heldTelemetry struct {
+	name string
+	span trace.Span // the acquirer's span: renewal failures and loss are events on it
+}
+
+func (t *telemetry) held(ctx context.Context, name string) heldTelemetry {
+	t.active.Add(ctx, 1, t.set(name, "", -1))
+	return heldTelemetry{name: name, span: trace.SpanFromContext(ctx)}
+}
+
+// ended records the end of a held lease, lost or released.
+func (t *telemetry) ended(h *held, lost *LeaseLostError) {
+	ctx := context.Background()
+	ht := h.tel
+	t.active.Add(ctx, -1, t.set(ht.name, "", -1))
+	t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.set(ht.name, "", -1))
+	if lost != nil {
+		t.lost.Add(ctx, 1, t.set(ht.name, "", -1))
+		ht.span.AddEvent("guard.lease_lost", trace.WithAttributes(
+			AttrLockName.String(ht.name), attribute.String("guard.reason", lost.Reason)))
+	}
+}
+
+// renewed records a renewal's outcome: renewOK, renewFailed or renewLost.
+func (t *telemetry) renewed(h *held, outcome string, err error) {
+	t.renewals.Add(context.Background(), 1, t.set(h.tel.name, outcome, -1))
+	if outcome == renewFailed {
+		h.tel.span.AddEvent("guard.renewal_failed", trace.WithAttributes(
+			AttrLockName.String(h.tel.name), attribute.String("guard.error", err.Error())))
+	}
+}
+
+// releasedLate records a release that found the lock already expired.
+func (t *telemetry) releasedLate(h *held) {
+	h.tel.span.AddEvent("guard.released_late", trace.WithAttributes(
+		AttrLockName.String(h.tel.name), AttrToken.String(strconv.FormatInt(h.token, 10))))
+}
+
+// Renewal outcomes, as recorded in AttrOutcome on guard.lock.renewals.
+const (
+	renewOK     = "ok"
+	renewFailed = "failed"
+	renewLost   = "lost"
+)

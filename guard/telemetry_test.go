@@ -1,0 +1,253 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+type otelRig struct {
+	spans  *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+	reader *sdkmetric.ManualReader
+	mp     *sdkmetric.MeterProvider
+}
+
+func newOtelRig(t *testing.T) *otelRig {
+	r := &otelRig{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
+	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
+	r.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
+	t.Cleanup(func() {
+		_ = r.tp.Shutdown(context.Background())
+		_ = r.mp.Shutdown(context.Background())
+	})
+	return r
+}
+
+func (r *otelRig) options() []guard.Option {
+	return []guard.Option{guard.WithTracerProvider(r.tp), guard.WithMeterProvider(r.mp)}
+}
+
+func (r *otelRig) acquireSpans() []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range r.spans.Ended() {
+		if s.Name() == "guard.acquire" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func attrOf(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
+	for _, kv := range s.Attributes() {
+		if kv.Key == k {
+			return kv.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+func (r *otelRig) metrics(t *testing.T) map[string]metricdata.Aggregation {
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != guard.ScopeName {
+			t.Errorf("scope %q, want %q", sm.Scope.Name, guard.ScopeName)
+		}
+		for _, m := range sm.Metrics {
+			out[m.Name] = m.Data
+		}
+	}
+	return out
+}
+
+// TestTelemetryContendedAcquire: the wait is one guard.acquire span, a child of the
+// caller's span, covering the wait, with the expected attributes and metrics.
+func TestTelemetryContendedAcquire(t *testing.T) {
+	srv := redistest.Start(t)
+	rig := newOtelRig(t)
+	holder, _ := newLocker(t, srv)
+	l, _ := newLocker(t, srv, rig.options()...)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	held := mustAcquire(t, holder, ctx, "order:7")
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = held.Release(context.Background())
+	}()
+	parentCtx, parent := rig.tp.Tracer("test").Start(ctx, "request")
+	le := mustAcquire(t, l, parentCtx, "order:7", guard.Name("orders"))
+	parent.End()
+	mustRelease(t, le)
+
+	spans := rig.acquireSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d guard.acquire spans, want 1", len(spans))
+	}
+	s := spans[0]
+	if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+		t.Fatalf("span parent %v, want the caller's span %v", s.Parent().SpanID(), parent.SpanContext().SpanID())
+	}
+	if d := s.EndTime().Sub(s.StartTime()); d < 250*time.Millisecond {
+		t.Fatalf("span lasted %s, want it to cover the ~300ms wait", d)
+	}
+	want := map[attribute.Key]attribute.Value{
+		guard.AttrLockName:  attribute.StringValue("orders"),
+		guard.AttrLockKey:   attribute.StringValue("order:7"),
+		guard.AttrOwner:     attribute.StringValue(string(le.Owner())),
+		guard.AttrOutcome:   attribute.StringValue(guard.OutcomeAcquired),
+		guard.AttrReentrant: attribute.BoolValue(false),
+		guard.AttrToken:     attribute.Int64Value(le.Token()),
+	}
+	for k, v := range want {
+		if got, ok := attrOf(s, k); !ok || got != v {
+			t.Errorf("attribute %s = %v, want %v", k, got.Emit(), v.Emit())
+		}
+	}
+	if n, _ := attrOf(s, guard.AttrAttempts); n.AsInt64() < 2 {
+		t.Errorf("attempts = %d, want ≥ 2", n.AsInt64())
+	}
+
+	m := rig.metrics(t)
+	wait, ok := m["guard.lock.wait.duration"].(metricdata.Histogram[float64])
+	if !ok || len(wait.DataPoints) == 0 {
+		t.Fatalf("wait histogram = %+v", m["guard.lock.wait.duration"])
+	}
+	if max, _ := wait.DataPoints[0].Max.Value(); max < 0.25 {
+		t.Fatalf("wait histogram = %+v", m["guard.lock.wait.duration"])
+	}
+	hold, ok := m["guard.lock.hold.duration"].(metricdata.Histogram[float64])
+	if !ok || len(hold.DataPoints) == 0 || hold.DataPoints[0].Count != 1 {
+		t.Fatalf("hold histogram = %+v", m["guard.lock.hold.duration"])
+	}
+	acq := m["guard.lock.acquisitions"].(metricdata.Sum[int64])
+	if len(acq.DataPoints) != 1 || acq.DataPoints[0].Value != 1 {
+		t.Fatalf("acquisitions = %+v", acq)
+	}
+	if v, _ := acq.DataPoints[0].Attributes.Value(guard.AttrOutcome); v.AsString() != guard.OutcomeAcquired {
+		t.Fatalf("acquisitions outcome = %v", v.Emit())
+	}
+	active := m["guard.lock.active"].(metricdata.Sum[int64])
+	waiters := m["guard.lock.waiters"].(metricdata.Sum[int64])
+	if active.DataPoints[0].Value != 0 || waiters.DataPoints[0].Value != 0 {
+		t.Fatalf("after release: active %d, waiters %d, want 0 and 0", active.DataPoints[0].Value, waiters.DataPoints[0].Value)
+	}
+	assertNoKeyInMetrics(t, rig, "order:7")
+}
+
+func assertNoKeyInMetrics(t *testing.T, rig *otelRig, key string) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	_ = rig.reader.Collect(context.Background(), &rm)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			var sets []attribute.Set
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					sets = append(sets, dp.Attributes)
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					sets = append(sets, dp.Attributes)
+				}
+			}
+			for _, s := range sets {
+				for _, kv := range s.ToSlice() {
+					if kv.Key == guard.AttrLockKey || kv.Key == guard.AttrOwner || kv.Value.Emit() == key {
+						t.Errorf("metric %s carries %s=%s: metrics must stay low-cardinality", m.Name, kv.Key, kv.Value.Emit())
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestTelemetryBusyAndRedacted(t *testing.T) {
+	srv := redistest.Start(t)
+	rig := newOtelRig(t)
+	holder, _ := newLocker(t, srv)
+	l, _ := newLocker(t, srv, append(rig.options(), guard.RedactKeys())...)
+	ctx := ctxTimeout(t, 5*time.Second)
+	held := mustAcquire(t, holder, ctx, "user:alice@example.com")
+	defer mustRelease(t, held)
+
+	if _, err := l.TryAcquire(ctx, "user:alice@example.com"); !errors.Is(err, guard.ErrLocked) {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, _ = l.Acquire(tctx, "user:alice@example.com")
+
+	spans := rig.acquireSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	for i, want := range []string{guard.OutcomeBusy, guard.OutcomeTimeout} {
+		if v, _ := attrOf(spans[i], guard.AttrOutcome); v.AsString() != want {
+			t.Errorf("span %d outcome %q, want %q", i, v.AsString(), want)
+		}
+		if _, ok := attrOf(spans[i], guard.AttrLockKey); ok {
+			t.Errorf("span %d records the key despite RedactKeys", i)
+		}
+		if v, _ := attrOf(spans[i], guard.AttrLockName); v.AsString() != "unnamed" {
+			t.Errorf("span %d lock name %q, want unnamed", i, v.AsString())
+		}
+	}
+	assertNoKeyInMetrics(t, rig, "user:alice@example.com")
+}
+
+func TestTelemetryLeaseLost(t *testing.T) {
+	srv := redistest.Start(t)
+	rig := newOtelRig(t)
+	l, c := newLocker(t, srv, append(rig.options(), guard.TTL(300*time.Millisecond))...)
+	ctx, span := rig.tp.Tracer("test").Start(ctxTimeout(t, 5*time.Second), "job")
+	le := mustAcquire(t, l, ctx, "lost", guard.Name("jobs"))
+	c.Del(ctx, lockName("lost"))
+	<-le.Context().Done()
+	_ = le.Release(ctx)
+	span.End()
+
+	var events []string
+	for _, s := range rig.spans.Ended() {
+		if s.Name() == "job" {
+			for _, e := range s.Events() {
+				events = append(events, e.Name)
+			}
+		}
+	}
+	if len(events) != 1 || events[0] != "guard.lease_lost" {
+		t.Fatalf("events on the caller's span = %v, want [guard.lease_lost]", events)
+	}
+	m := rig.metrics(t)
+	lost := m["guard.lock.lost"].(metricdata.Sum[int64])
+	if len(lost.DataPoints) != 1 || lost.DataPoints[0].Value != 1 {
+		t.Fatalf("lost counter = %+v", lost)
+	}
+	renewals := m["guard.lock.renewals"].(metricdata.Sum[int64])
+	found := false
+	for _, dp := range renewals.DataPoints {
+		if v, _ := dp.Attributes.Value(guard.AttrOutcome); v.AsString() == "lost" && dp.Value == 1 {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("renewals = %+v, want one with outcome lost", renewals)
+	}
+	if a := m["guard.lock.active"].(metricdata.Sum[int64]); a.DataPoints[0].Value != 0 {
+		t.Fatalf("active = %d after loss and release, want 0", a.DataPoints[0].Value)
+	}
+}
