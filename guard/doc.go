@@ -94,6 +94,22 @@
 // retries after a timeout takes effect once. An acquire whose outcome is unknown (a
 // network error) is undone in the background if it took effect.
 //
+// # Telemetry
+//
+// Every acquisition is a span, guard.acquire, a child of the caller's span, covering the
+// whole wait; its attributes are the lock name (the Name option, else the key template,
+// else "unnamed"), the key (unless RedactKeys), the owner, the attempts made, the outcome
+// (acquired, busy, timeout, canceled, error), reentrancy and the fencing token. A lease
+// held under a span adds events to it: guard.renewal_failed, guard.lease_lost and
+// guard.released_late. No span covers the held section: the caller's own span does.
+//
+// Metrics, with the lock name and outcome as their only attributes: the histograms
+// guard.lock.wait.duration and guard.lock.hold.duration (seconds), the counters
+// guard.lock.acquisitions, guard.lock.lost and guard.lock.renewals, and the up-down
+// counters guard.lock.active and guard.lock.waiters. Providers come from
+// WithTracerProvider and WithMeterProvider, or the OpenTelemetry globals; the library
+// depends on the OpenTelemetry API only.
+//
 // # Errors
 //
 // Sentinels for errors.Is — ErrLocked, ErrLeaseLost, ErrReleased, ErrNotHeld, ErrExpired,
