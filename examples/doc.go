@@ -6,6 +6,7 @@
 //	go run ./examples/service  # guard.Wrap on service methods, nested calls
 //	go run ./examples/echo     # an Echo service with locked routes, on :8080
 //	go run ./examples/grpc     # two gRPC services, reentrancy across them
+//	go run ./examples/tracing  # the service example's spans and metrics, on stdout
 //
 // Every program uses the Redis named by -redis or REDIS_ADDR and, when there is none,
 // starts an embedded one in its own process (see package internal/embedded); its first

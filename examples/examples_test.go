@@ -26,6 +26,7 @@ var programs = map[string]struct {
 	"echo":    {[]string{"-smoke"}, "smoke: ok"},
 	"grpc":    {nil, "ok: "},
 	"service": {nil, "ok: "},
+	"tracing": {nil, "ok: "},
 }
 
 // runDeadline bounds one run of one example.

@@ -7,7 +7,6 @@ package embedded
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -280,9 +279,6 @@ func TestEngineFencingTokensRise(t *testing.T) {
 			t.Fatalf("acquisition %d: token %d not above the previous %d", i, le.Token(), last)
 		}
 		last = le.Token()
-		if v := r.Client.Get(ctx, lockName("fenced")+":fence").Val(); v != strconv.FormatInt(last, 10) {
-			t.Fatalf("fence counter = %q, want %d", v, last)
-		}
 		release(t, le)
 	}
 }
