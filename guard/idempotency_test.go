@@ -127,3 +127,36 @@ func TestAbandonedAttemptOnStalledRedis(t *testing.T) {
 		t.Fatal("the stalled acquire never ran; the test proves nothing")
 	}
 }
+
+// TestAbandonedAttemptThenSameOwner: an attempt abandoned when its context ended did take
+// the lock; the same owner acquires again (a retrying caller, or a downstream service with
+// the owner's token) and reenters that hold before the attempt's undo lands. The undo
+// still finds its own nonce and drops exactly the hold it took, so once the second lease
+// is released the lock is free, long before its TTL.
+func TestAbandonedAttemptThenSameOwner(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	lossy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = lossy.Close() })
+	first := lockerOn(t, lossy, guard.TTL(time.Minute))
+	second, direct := newLocker(t, srv, guard.TTL(time.Minute))
+	ctx, owner := ctxid.Ensure(context.Background())
+	mustRelease(t, mustAcquire(t, first, ctx, "warm-up"))
+
+	proxy.DelayNextReply(700 * time.Millisecond)
+	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err := first.Acquire(actx, "retry")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first Acquire = %v, want the deadline", err)
+	}
+	le := mustAcquire(t, second, ctx, "retry")
+	if n, _ := direct.HGet(ctx, lockName("retry"), string(owner)).Int(); n != 2 {
+		t.Fatalf("holds = %d, want 2: the abandoned attempt's and this one", n)
+	}
+	mustRelease(t, le)
+	waitUntil(t, 3*time.Second, "the abandoned attempt's undo", func() bool {
+		n, _ := direct.Exists(ctx, lockName("retry")).Result()
+		return n == 0
+	})
+}

@@ -131,7 +131,7 @@ func (h *held) lose(reason string, err error) {
 	h.timer.Stop()
 	handles := append([]*Lease(nil), h.handles...)
 	l.mu.Unlock()
-	l.renew.remove(h, false)
+	l.renew.remove(context.Background(), h, false)
 	for _, le := range handles {
 		le.cancel(lost)
 	}
@@ -176,8 +176,10 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	h.timer.Stop()
 	l.mu.Unlock()
 
-	l.renew.remove(h, true)
-	code, err := l.releaseRemote(ctx, h)
+	rctx, cancel := l.releaseCtx(ctx)
+	defer cancel()
+	l.renew.remove(rctx, h, true)
+	code, err := l.releaseRemote(rctx, h)
 	le.cancel(ErrReleased)
 	if prev != stateLost {
 		l.tel.ended(h, nil)

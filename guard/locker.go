@@ -38,11 +38,12 @@ var (
 // that wakes waiters when a lock is released, and one watchdog that renews every held
 // lease in pipelined batches.
 type Locker struct {
-	client redis.UniversalClient
-	cfg    settings
-	nonce  string        // random prefix of attempt and release nonces
-	seq    atomic.Uint64 // suffix of nonces
-	done   chan struct{} // closed by Close
+	client           redis.UniversalClient
+	honoursDeadlines bool // client gives up on calls at their context's deadline
+	cfg              settings
+	nonce            string        // random prefix of attempt and release nonces
+	seq              atomic.Uint64 // suffix of nonces
+	done             chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	held   map[holdKey]*held // leases held or being acquired, by key and owner
@@ -84,11 +85,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("guard: reading random nonce prefix: %w", err)
 	}
 	l := &Locker{
-		client: client,
-		cfg:    cfg,
-		nonce:  base64.RawURLEncoding.EncodeToString(b[:]) + ":",
-		done:   make(chan struct{}),
-		held:   make(map[holdKey]*held),
+		client:           client,
+		honoursDeadlines: honoursDeadlines(client),
+		cfg:              cfg,
+		nonce:            base64.RawURLEncoding.EncodeToString(b[:]) + ".", // no ':' or ' ': the scripts list nonces
+		done:             make(chan struct{}),
+		held:             make(map[holdKey]*held),
 	}
 	l.waits.l = l
 	l.renew.l = l
@@ -240,7 +242,9 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 		l.mu.Unlock()
 		if g.acquired { // closed while acquiring: give it back
 			h.state = stateReleased
-			l.releaseRemote(context.Background(), h)
+			rctx, cancel := l.releaseCtx(ctx)
+			_, _ = l.releaseRemote(rctx, h)
+			cancel()
 		}
 		return nil, err
 	}
@@ -397,20 +401,59 @@ func (l *Locker) background(fn func()) bool {
 	return true
 }
 
+// releaseCtx bounds a release: ctx's values, not its cancellation, for ReleaseTimeout.
+func (l *Locker) releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
+}
+
 // releaseRemote drops one Redis-side hold of h and wakes local waiters when the lock is
-// freed. It returns the script's outcome code.
+// freed. It returns the script's outcome code, by the deadline of ctx (see releaseCtx)
+// even when the client does not honour deadlines: the call then finishes aside.
 func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
-	defer cancel()
-	code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
-		string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds()).Int64()
-	if err != nil {
-		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: err}
+	type reply struct {
+		code int64
+		err  error
 	}
-	if code == 1 {
+	call := func() reply {
+		code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
+			string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds()).Int64()
+		return reply{code, err}
+	}
+	var r reply
+	if l.honoursDeadlines {
+		r = call()
+	} else {
+		replies := make(chan reply, 1)
+		if !l.background(func() { replies <- call() }) {
+			replies <- call()
+		}
+		select {
+		case r = <-replies:
+		case <-ctx.Done():
+			r.err = ctx.Err()
+		}
+	}
+	if r.err != nil {
+		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: r.err}
+	}
+	if r.code == 1 {
 		l.waits.wake(h.rk)
 	}
-	return code, nil
+	return r.code, nil
+}
+
+// honoursDeadlines reports whether c gives up on a call when its context's deadline
+// passes (go-redis does with ContextTimeoutEnabled).
+func honoursDeadlines(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 func (l *Locker) newNonce() string {

@@ -53,9 +53,15 @@ func (r *renewer) add(h *held, sent time.Time) {
 	}
 }
 
-// remove stops h's renewal. With wait, it also waits for a renewal of h already in
-// flight, so that no renewal of h is sent after remove returns.
-func (r *renewer) remove(h *held, wait bool) {
+// inflightWait bounds how long a release waits for a renewal of its lease already in
+// flight. On a healthy Redis that renewal completes in a round trip; on a stalled one the
+// release goes ahead: a renewal that lands after it finds the lock gone and does nothing.
+const inflightWait = 100 * time.Millisecond
+
+// remove stops h's renewal. With wait, it also waits, up to inflightWait and within ctx,
+// for a renewal of h already in flight, so that normally no renewal of h is sent after
+// remove returns.
+func (r *renewer) remove(ctx context.Context, h *held, wait bool) {
 	r.mu.Lock()
 	h.stopped = true
 	if h.index >= 0 {
@@ -64,7 +70,13 @@ func (r *renewer) remove(h *held, wait bool) {
 	inflight := h.inflight
 	r.mu.Unlock()
 	if wait && inflight != nil {
-		<-inflight
+		t := time.NewTimer(inflightWait)
+		defer t.Stop()
+		select {
+		case <-inflight:
+		case <-t.C:
+		case <-ctx.Done():
+		}
 	}
 }
 

@@ -27,6 +27,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 		kw       *keyWait
 		timer    *time.Timer
 		attempts int
+		lastTTL  time.Duration // the holder's TTL at the last busy attempt
 	)
 	defer func() {
 		if timer != nil {
@@ -40,9 +41,14 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 		attempts++
 		a.attempts = attempts
 		g, err := l.attempt(ctx, h)
+		if err != nil && attempts > 1 && ctx.Err() != nil {
+			// The context ended the wait during an attempt: the lock was busy before.
+			return granted{}, &LockedError{Key: h.hk.key, RetryAfter: max(lastTTL, 0), Attempts: attempts, Err: ctx.Err()}
+		}
 		if err != nil || g.acquired {
 			return g, err
 		}
+		lastTTL = g.pttl
 		busy := func(cause error) error {
 			return &LockedError{Key: h.hk.key, RetryAfter: max(g.pttl, 0), Attempts: attempts, Err: cause}
 		}
@@ -228,8 +234,13 @@ func (w *waiters) join(ctx context.Context, k redisKeys) *keyWait {
 	}
 	ps := w.ps
 	w.mu.Unlock()
-	// A failed subscribe leaves the key unconfirmed: its waiters poll on their backoff.
-	_ = ps.Subscribe(context.WithoutCancel(ctx), ch)
+	// Subscribe aside: it may have to dial, which the caller's deadline must not wait for
+	// (awaitSubscribed waits for the confirmation within it). A failed subscribe leaves
+	// the key unconfirmed: its waiters poll on their backoff.
+	sub := func() { _ = ps.Subscribe(context.Background(), ch) }
+	if !w.l.background(sub) {
+		sub()
+	}
 	return kw
 }
 

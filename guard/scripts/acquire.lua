@@ -1,8 +1,10 @@
 -- acquire.lua: take a lock, reenter it for the same owner, or report the holder's TTL.
 --
--- KEYS[1] lock hash:  <owner> = hold count, <owner>#a = nonce of the owner's last applied
---                     acquire, #t = fencing token, #w = present once someone had to wait
--- KEYS[2] fence:      "<last token>" or "<last token>:<nonce of the last final release>"
+-- KEYS[1] lock hash:  <owner> = hold count; <owner>#a = nonces of the owner's last applied
+--                     acquires, newest first, space-separated (at most 4); #t = fencing
+--                     token; #w = present once someone had to wait
+-- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
+--                     releases, newest first (at most 8)
 -- ARGV[1] owner ID
 -- ARGV[2] TTL in milliseconds
 -- ARGV[3] attempt nonce (unique per attempt; makes a client-side retry of this call a no-op)
@@ -12,14 +14,24 @@
 --         {0, pttl}         when another owner holds it.
 local lock, fence = KEYS[1], KEYS[2]
 local owner, ttl, nonce = ARGV[1], ARGV[2], ARGV[3]
-local nfield = owner .. '#a'
-local v = redis.call('HMGET', lock, owner, nfield, '#t', '#w')
+local afield = owner .. '#a'
+local v = redis.call('HMGET', lock, owner, afield, '#t', '#w')
+
+-- recent puts n in front of the space-separated list, keeping at most 4 entries.
+local function recent(n, list)
+  local out, k = n, 1
+  for x in string.gmatch(list or '', '%S+') do
+    if k >= 4 then break end
+    out, k = out .. ' ' .. x, k + 1
+  end
+  return out
+end
 
 if v[1] then
   local holds = tonumber(v[1])
-  if v[2] ~= nonce then
+  if not string.find(' ' .. (v[2] or '') .. ' ', ' ' .. nonce .. ' ', 1, true) then
     holds = redis.call('HINCRBY', lock, owner, 1)
-    redis.call('HSET', lock, nfield, nonce)
+    redis.call('HSET', lock, afield, recent(nonce, v[2]))
   end
   redis.call('PEXPIRE', lock, ttl)
   return {1, v[3], holds}
@@ -34,17 +46,19 @@ end
 
 -- A new token is one more than the last one issued and never below the server clock in
 -- microseconds, so tokens keep rising after the fence key expired or Redis restarted empty.
+local prev, released = 0, ''
+local f = redis.call('GET', fence)
+if f then
+  local p, r = string.match(f, '^(%d+)(.*)$')
+  prev, released = tonumber(p) or 0, r or ''
+end
 local now = redis.call('TIME')
 local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = redis.call('SET', fence, string.format('%.0f', token), 'PX', ARGV[4], 'GET')
-if last then
-  local prev = tonumber(string.match(last, '^%d+'))
-  if prev and prev >= token then
-    token = prev + 1
-    redis.call('SET', fence, string.format('%.0f', token), 'PX', ARGV[4])
-  end
+if prev >= token then
+  token = prev + 1
 end
 token = string.format('%.0f', token)
-redis.call('HSET', lock, owner, 1, nfield, nonce, '#t', token)
+redis.call('SET', fence, token .. released, 'PX', ARGV[4])
+redis.call('HSET', lock, owner, 1, afield, nonce, '#t', token)
 redis.call('PEXPIRE', lock, ttl)
 return {1, token, 1}

@@ -1,6 +1,7 @@
 -- release.lua: drop one hold of a lock, only for its owner; free it at zero and wake waiters.
 --
--- KEYS[1] lock hash (see acquire.lua)
+-- KEYS[1] lock hash (see acquire.lua); also <owner>#r = nonces of the owner's last
+--         releases that left it holding, newest first, space-separated (at most 4)
 -- KEYS[2] fence (see acquire.lua)
 -- ARGV[1] owner ID
 -- ARGV[2] release nonce (unique per release; makes a client-side retry of this call a no-op)
@@ -15,17 +16,39 @@
 --         -2 another owner holds the lock
 local lock, fence = KEYS[1], KEYS[2]
 local owner, nonce, undo = ARGV[1], ARGV[2], ARGV[3]
-local rfield = owner .. '#r'
-local v = redis.call('HMGET', lock, owner, owner .. '#a', rfield, '#t', '#w')
+local afield, rfield = owner .. '#a', owner .. '#r'
+local v = redis.call('HMGET', lock, owner, afield, rfield, '#t', '#w')
 
-if undo ~= '' and (not v[1] or v[2] ~= undo) then
-  return 0
+local function has(list, n)
+  return string.find(' ' .. (list or '') .. ' ', ' ' .. n .. ' ', 1, true) ~= nil
+end
+
+-- recent puts n in front of the space-separated list, keeping at most 4 entries.
+local function recent(n, list)
+  local out, k = n, 1
+  for x in string.gmatch(list or '', '%S+') do
+    if k >= 4 then break end
+    out, k = out .. ' ' .. x, k + 1
+  end
+  return out
+end
+
+if undo ~= '' then
+  if not v[1] or not has(v[2], undo) then
+    return 0
+  end
+  -- Forget the undone attempt, so that a second undo (a client retry) does nothing.
+  local rest = {}
+  for x in string.gmatch(v[2], '%S+') do
+    if x ~= undo then rest[#rest + 1] = x end
+  end
+  redis.call('HSET', lock, afield, table.concat(rest, ' '))
 end
 
 if not v[1] then
   local f = redis.call('GET', fence)
-  if f and string.sub(f, -(#nonce + 1)) == ':' .. nonce then
-    return 1
+  if f and string.find(f .. ':', ':' .. nonce .. ':', 1, true) then
+    return 1 -- a retry of a release that freed the lock
   end
   if v[4] then
     return -2
@@ -33,18 +56,28 @@ if not v[1] then
   return -1
 end
 
-if v[3] == nonce then
-  return 2
+if has(v[3], nonce) then
+  return 2 -- a retry of a release that dropped one hold
 end
 
 if tonumber(v[1]) > 1 then
   redis.call('HINCRBY', lock, owner, -1)
-  redis.call('HSET', lock, rfield, nonce)
+  redis.call('HSET', lock, rfield, recent(nonce, v[3]))
   return 2
 end
 
+-- Free the lock and remember this release's nonce beside the token, so that a retry of
+-- this call, even after other owners took and freed the lock, reports it released.
 redis.call('DEL', lock)
-redis.call('SET', fence, v[4] .. ':' .. nonce, 'PX', ARGV[4])
+local kept, k = '', 1
+local f = redis.call('GET', fence)
+if f then
+  for x in string.gmatch(string.match(f, '^%d+(.*)$') or '', ':([^:]+)') do
+    if k >= 8 then break end
+    kept, k = kept .. ':' .. x, k + 1
+  end
+end
+redis.call('SET', fence, v[4] .. ':' .. nonce .. kept, 'PX', ARGV[4])
 if v[5] then
   redis.call('PUBLISH', lock .. ':release', '1')
 end
