@@ -27,6 +27,9 @@
 // its TTL as it would on Redis. Expired keys are removed lazily, when a command touches
 // the database, which a lock cannot tell apart from Redis's own expiry.
 //
-// It is for examples and demos: one process, data in memory, nothing persisted. Use a
-// real Redis to share locks between processes on different machines.
+// It is for examples and demos: one process, data in memory, nothing persisted, and
+// slower than Redis — miniredis runs each Lua script in a fresh interpreter (about half a
+// millisecond per lock operation) and all commands under one mutex, so lock waits under
+// contention are longer than on a real server. Use a real Redis to measure, and to share
+// locks between processes on different machines.
 package embedded
