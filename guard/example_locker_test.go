@@ -1,0 +1,101 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/guardkit/guardkit/guard"
+)
+
+// Take a lease, do the work under its context, release it.
+func ExampleLocker_Acquire() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locker, err := guard.New(rdb, guard.TTL(10*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // bounds the wait
+	defer cancel()
+	lease, err := locker.Acquire(ctx, "order:42")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lease.Release(ctx)
+
+	work, done := lease.Bind(ctx) // ends if the lease is lost
+	defer done()
+	fmt.Println("holding", lease.Key(), "token issued:", lease.Token() > 0, "work may run:", work.Err() == nil)
+	// Output:
+	// holding order:42 token issued: true work may run: true
+}
+
+// TryAcquire makes one attempt: a lock another owner holds fails at once, with the
+// holder's remaining TTL as a hint of when to come back.
+func ExampleLocker_TryAcquire() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locker, err := guard.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	held, _ := locker.Acquire(context.Background(), "report:daily")
+	defer held.Release(context.Background())
+
+	_, err = locker.TryAcquire(context.Background(), "report:daily") // another request: a fresh owner
+	var busy *guard.LockedError
+	fmt.Println(errors.Is(err, guard.ErrLocked), errors.As(err, &busy) && busy.RetryAfter > 0)
+	// Output:
+	// true true
+}
+
+// Within one request (one owner in the context), a nested acquisition of a held lock
+// reenters it at once, without a Redis call, and keeps the fencing token.
+func ExampleLease_Context() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locker, err := guard.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	outer, _ := locker.Acquire(context.Background(), "account:7")
+	inner, err := locker.Acquire(outer.Context(), "account:7")
+	fmt.Println(err, inner.Reentrant(), inner.Token() == outer.Token())
+	_ = inner.Release(context.Background())
+	fmt.Println(outer.Release(context.Background()))
+	// Output:
+	// <nil> true true
+	// <nil>
+}
+
+// Retry policies are values: build one, share it.
+func ExampleMaxWait() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locker, err := guard.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+	patient := guard.Retry(guard.MaxWait(100*time.Millisecond, guard.Exponential(10*time.Millisecond, 50*time.Millisecond)))
+
+	held, _ := locker.Acquire(context.Background(), "batch")
+	defer held.Release(context.Background())
+	_, err = locker.Acquire(context.Background(), "batch", patient)
+	fmt.Println(err != nil, errors.Is(err, guard.ErrLocked))
+	// Output:
+	// true true
+}
