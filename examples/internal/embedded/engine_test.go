@@ -191,10 +191,12 @@ func TestEngineMutualExclusion(t *testing.T) {
 
 func TestEngineRenewalKeepsLockPastTTL(t *testing.T) {
 	r := server(t)
-	l := locker(t, r, guard.TTL(300*time.Millisecond))
-	ctx := ctxTimeout(t, 5*time.Second)
+	// The TTL leaves room for a busy machine: a renewal every 250ms may be late by up
+	// to half a second before the lease is lost.
+	l := locker(t, r, guard.TTL(750*time.Millisecond))
+	ctx := ctxTimeout(t, 10*time.Second)
 	le := acquire(t, l, ctx, "long")
-	time.Sleep(900 * time.Millisecond) // three TTLs: the lock lives only if renewed
+	time.Sleep(2 * time.Second) // over two TTLs: the lock lives only if renewed
 	if err := le.Err(); err != nil {
 		t.Fatalf("lease lost while renewed: %v", err)
 	}
@@ -206,8 +208,8 @@ func TestEngineRenewalKeepsLockPastTTL(t *testing.T) {
 
 func TestEngineUnrenewedLockExpires(t *testing.T) {
 	r := server(t)
-	dead := locker(t, r, guard.TTL(200*time.Millisecond))
-	ctx := ctxTimeout(t, 5*time.Second)
+	dead := locker(t, r, guard.TTL(time.Second))
+	ctx := ctxTimeout(t, 10*time.Second)
 	acquire(t, dead, ctx, "crashed")
 	dead.Close() // as if the process died: no release, no renewal
 
@@ -216,7 +218,7 @@ func TestEngineUnrenewedLockExpires(t *testing.T) {
 		t.Fatalf("TryAcquire before the TTL ran out = %v, want ErrLocked", err)
 	}
 	// The waiter sleeps until the holder's TTL runs out, as reported by PTTL.
-	le := acquire(t, l, ctx, "crashed", guard.Retry(guard.MaxWait(3*time.Second, guard.Fixed(time.Minute, 0))))
+	le := acquire(t, l, ctx, "crashed", guard.Retry(guard.MaxWait(5*time.Second, guard.Fixed(time.Minute, 0))))
 	release(t, le)
 }
 
@@ -243,14 +245,14 @@ func TestEngineLeaseLostWhenLockDeleted(t *testing.T) {
 
 func TestEngineScriptsReloadedAfterFlush(t *testing.T) {
 	r := server(t)
-	l := locker(t, r, guard.TTL(300*time.Millisecond))
-	ctx := ctxTimeout(t, 5*time.Second)
+	l := locker(t, r, guard.TTL(750*time.Millisecond))
+	ctx := ctxTimeout(t, 10*time.Second)
 	le := acquire(t, l, ctx, "a")
 	// Renewal pipelines EVALSHA: after SCRIPT FLUSH it gets NOSCRIPT and must reload.
 	if err := r.Client.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(time.Second) // four renewals, all after the flush
 	if err := le.Err(); err != nil {
 		t.Fatalf("lease lost after SCRIPT FLUSH: %v", err)
 	}
