@@ -353,6 +353,7 @@ type world struct {
 	hist  *chaos.History
 	epoch atomic.Int64
 	leaks goleak.Option
+	lag   *lagMonitor
 	nodes []*node
 	procs []*proc
 
@@ -369,6 +370,8 @@ func newWorld(t *testing.T, cfg config, lockArgs ...string) *world {
 	w.lock = redistest.Start(t, redistest.Args(lockArgs...))
 	w.store = redistest.Start(t)
 	w.leaks = goleak.IgnoreCurrent()
+	w.lag = startLag()
+	t.Cleanup(func() { w.lag.finish() })
 	w.sc = w.store.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	w.probe = w.lock.Client(t, func(o *redis.Options) {
 		o.ContextTimeoutEnabled = true
@@ -467,9 +470,13 @@ func (w *world) fault(kind string, do func()) {
 	w.hist.AddFault(chaos.Fault{Kind: kind, Start: start, End: chaos.Now()})
 }
 
-// forget bumps the data epoch: the lock Redis is about to lose its data, so the probes
-// of sections that began before must not expect their locks to be there.
-func (w *world) forget() { w.epoch.Add(1) }
+// forget bumps the data epoch around lose, which makes the lock Redis lose its data:
+// the probes of sections that began before it ended must not expect their locks there.
+func (w *world) forget(lose func()) {
+	w.epoch.Add(1)
+	lose()
+	w.epoch.Add(1)
+}
 
 // faultLoop injects faults, each after gap, until d has passed, and at least once; then
 // it lets the workers run for gap more, so that the last fault is followed by recovery.
@@ -531,6 +538,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	}
 	_ = w.probe.Close()
 	_ = w.sc.Close()
+	lagP99, lagMax := w.lag.finish()
 	// A server restarted during the scenario has a goroutine reaping it; it belongs to
 	// the harness, not to the Lockers.
 	if err := goleak.Find(w.leaks, goleak.IgnoreAnyFunction("github.com/guardkit/guardkit/internal/redistest.(*Server).launch.func1")); err != nil {
@@ -545,6 +553,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 		Faults:     faults,
 		Violations: chaos.Count(vs),
 	}
+	row.Lag, row.LagMax = lagP99, lagMax
 	row.Detect, _ = chaos.Percentile(detect, 99)
 	row.Recover, _ = chaos.Percentile(recover, 99)
 	w.mu.Lock()
@@ -590,4 +599,46 @@ func (w *world) checkOrphans(ctx context.Context) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// lagMonitor measures how late goroutines of this process get to run: one sleeps 5ms at
+// a time and records how much longer each sleep took. Timing invariants (I4, M2) are
+// read against it: on a loaded machine every deadline is late by about this much.
+type lagMonitor struct {
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+	lags []time.Duration
+}
+
+func startLag() *lagMonitor {
+	m := &lagMonitor{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		const tick = 5 * time.Millisecond
+		t := time.NewTimer(tick)
+		defer t.Stop()
+		for {
+			start := time.Now()
+			select {
+			case <-m.stop:
+				return
+			case <-t.C:
+				m.lags = append(m.lags, time.Since(start)-tick)
+				t.Reset(tick)
+			}
+		}
+	}()
+	return m
+}
+
+// finish stops the monitor and returns the p99 and the largest lag.
+func (m *lagMonitor) finish() (p99, worst time.Duration) {
+	m.once.Do(func() { close(m.stop) })
+	<-m.done
+	p99, _ = chaos.Percentile(m.lags, 99)
+	for _, l := range m.lags {
+		worst = max(worst, l)
+	}
+	return p99, worst
 }

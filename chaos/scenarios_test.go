@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -294,8 +295,7 @@ func restartDelayed(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	down := cfg.TTL + 100*time.Millisecond
 	n := w.faultLoop(sc.run, 700*time.Millisecond, func(int) {
 		w.fault("kill -9 + delayed restart", func() {
-			w.forget()
-			w.lock.Kill(t)
+			w.forget(func() { w.lock.Kill(t) })
 			time.Sleep(down)
 			w.lock.Restart(t)
 		})
@@ -315,8 +315,7 @@ func restartImmediate(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	stop := w.run(contended(sc))
 	n := w.faultLoop(sc.run, 700*time.Millisecond, func(int) {
 		w.fault("kill -9 + restart", func() {
-			w.forget()
-			w.lock.Restart(t)
+			w.forget(func() { w.lock.Restart(t) })
 		})
 	})
 	stop()
@@ -417,6 +416,11 @@ func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 					t.Fatalf("filling Redis up to maxmemory: %v after %d values", err, fill)
 				}
 			}
+			// Full by a margin, so that a lock deleted meanwhile does not make room.
+			used := w.lock.Stat(t, "used_memory")
+			if err := w.probe.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-(256<<10), 10)).Err(); err != nil {
+				t.Fatalf("CONFIG SET maxmemory: %v", err)
+			}
 			// While Redis is full, a fresh acquire fails with a typed error and writes nothing.
 			key := fmt.Sprintf("oom-probe-%d", i)
 			_, err := a.locker.TryAcquire(ctx, key)
@@ -431,10 +435,13 @@ func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 			time.Sleep(2 * cfg.TTL)
 			keys, _ := w.probe.Keys(ctx, "filler:*").Result()
 			_ = w.probe.Del(ctx, keys...).Err()
+			if err := w.probe.ConfigSet(ctx, "maxmemory", "8mb").Err(); err != nil {
+				t.Fatalf("CONFIG SET maxmemory: %v", err)
+			}
 		})
 	})
 	stop()
-	row, vs := w.finish("", fmt.Sprintf("%d× Redis at maxmemory for %s", n, 2*cfg.TTL), sc.slack)
+	row, vs := w.finish("", fmt.Sprintf("%d× Redis filled past maxmemory for %s", n, 2*cfg.TTL), sc.slack)
 	addNote(&row, fmt.Sprintf("%d acquires on a full Redis: typed ErrUnavailable (OOM), no keys written", checked))
 	return row, vs
 }

@@ -16,7 +16,10 @@ type Row struct {
 	// Detect and Recover are p99 times over the scenario's faults (see
 	// History.FaultTimes); zero when not measured.
 	Detect, Recover time.Duration
-	Note            string
+	// Lag and LagMax are the p99 and largest scheduling delays measured in the test
+	// process during the run: how late any goroutine woke, engine or not.
+	Lag, LagMax time.Duration
+	Note        string
 }
 
 // Markdown renders rows as a Markdown table, followed by the scenarios' notes.
@@ -26,17 +29,17 @@ func Markdown(rows []Row) string {
 	for _, inv := range Invariants {
 		b.WriteString(" " + string(inv) + " |")
 	}
-	b.WriteString(" p99 detect | p99 recover |\n|---|---:|---|")
+	b.WriteString(" p99 detect | p99 recover | sched lag p99 / max |\n|---|---:|---|")
 	for range Invariants {
 		b.WriteString("---:|")
 	}
-	b.WriteString("---:|---:|\n")
+	b.WriteString("---:|---:|---:|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %d / %d | %s |", r.Scenario, r.Sections, r.Acquires, r.Faults)
 		for _, inv := range Invariants {
 			fmt.Fprintf(&b, " %d |", r.Violations[inv])
 		}
-		fmt.Fprintf(&b, " %s | %s |\n", ms(r.Detect), ms(r.Recover))
+		fmt.Fprintf(&b, " %s | %s | %s / %s |\n", ms(r.Detect), ms(r.Recover), ms(r.Lag), ms(r.LagMax))
 	}
 	notes := false
 	for _, r := range rows {
