@@ -117,7 +117,7 @@ func run(o options) error {
 		return vs
 	}
 
-	started := time.Now()
+	started, commit := time.Now(), gitDescribe()
 	var ms []measurement
 	record := func(m measurement) {
 		ms = append(ms, m)
@@ -217,7 +217,7 @@ func run(o options) error {
 	for _, s := range sums {
 		writeJSON(jw, "median", s)
 	}
-	rep := report{o: o, d: d, e: e, started: started, elapsed: time.Since(started), sums: sums, variants: all, manyN: manyN}
+	rep := report{o: o, d: d, e: e, started: started, commit: commit, elapsed: time.Since(started), sums: sums, variants: all, manyN: manyN}
 	md := rep.markdown()
 	fmt.Print(md)
 	if o.out != "" {
@@ -291,18 +291,27 @@ func summarize(ms []measurement) []measurement {
 		g := groups[k]
 		s := measurement{Scenario: k.scenario, Cell: k.cell, Variant: k.variant, Metrics: map[string]float64{}, Rep: len(g)}
 		keys := map[string]bool{}
+		failed := 0
 		for _, m := range g {
 			if m.Err != "" {
+				failed++
 				s.Err = m.Err
+				continue
 			}
 			for mk := range m.Metrics {
 				keys[mk] = true
 			}
 		}
+		if failed < len(g) {
+			s.Err = "" // medians of the runs that succeeded; the failures are counted
+		}
+		if failed > 0 {
+			s.Metrics["failed_runs"] = float64(failed)
+		}
 		for mk := range keys {
 			var xs []float64
 			for _, m := range g {
-				if v, ok := m.Metrics[mk]; ok {
+				if v, ok := m.Metrics[mk]; ok && m.Err == "" {
 					xs = append(xs, v)
 				}
 			}

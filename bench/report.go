@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ type report struct {
 	d        durations
 	e        *env
 	started  time.Time
+	commit   string // guardkit's commit when the run started
 	elapsed  time.Duration
 	sums     []measurement
 	variants []variant
@@ -81,9 +83,13 @@ func (r *report) table(b *strings.Builder, scenario, cellHead string, cols []col
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(b, "| %s | %s |", cell, n)
+			label := n
+			if f := s.Metrics["failed_runs"]; f > 0 {
+				label = fmt.Sprintf("%s (%.0f of %d runs failed, see the JSON lines)", n, f, s.Rep)
+			}
+			fmt.Fprintf(b, "| %s | %s |", cell, label)
 			if s.Err != "" {
-				fmt.Fprintf(b, " error: %s |", strings.ReplaceAll(s.Err, "|", "/"))
+				fmt.Fprintf(b, " error: %s |", strings.ReplaceAll(strings.Join(strings.Fields(s.Err), " "), "|", "/"))
 				for range cols[1:] {
 					b.WriteString(" |")
 				}
@@ -215,7 +221,7 @@ func (r *report) machine(b *strings.Builder) {
 			}
 		}
 	}
-	mods = append(mods, "guardkit "+gitDescribe())
+	mods = append(mods, "guardkit "+r.commit)
 	b.WriteString(strings.Join(mods, ", ") + ".\n")
 	fmt.Fprintf(b, "- Each cell ran %d times, interleaved, the library order rotated every cell and round; tables show medians. Durations per run: uncontended %s, contended %s, reentrant %s per level, many-leases window %s, each after a %s warm-up.\n\n",
 		r.o.reps, r.d.uncontended, r.d.contended, r.d.reentrant, r.d.manyWindow, r.d.warm)
@@ -365,7 +371,22 @@ func (r *report) analysis() string {
 			b.WriteString(line)
 		}
 	}
-	out := placeholder.ReplaceAllStringFunc(b.String(), func(m string) string {
+	out := cmdList.ReplaceAllStringFunc(b.String(), func(m string) string {
+		f := strings.Split(strings.Trim(m, "{}"), "|")
+		s, ok := r.get(f[1], f[2], f[3])
+		if !ok {
+			return "—"
+		}
+		var parts []string
+		for k, v := range s.Metrics {
+			if name, ok := strings.CutPrefix(k, "cmd:"); ok && v >= 0.005 {
+				parts = append(parts, fmt.Sprintf("%s %.2f", strings.ToUpper(name), v))
+			}
+		}
+		slices.Sort(parts)
+		return strings.Join(parts, ", ")
+	})
+	out = placeholder.ReplaceAllStringFunc(out, func(m string) string {
 		f := strings.Split(strings.Trim(m, "{}"), "|")
 		if len(f) != 5 {
 			return m
@@ -381,7 +402,10 @@ func (r *report) analysis() string {
 }
 
 // placeholder is {{scenario|cell|variant|metric|digits}} in the analysis file: the median
-// of that metric in this run.
+// of that metric in this run. cmdList is {{cmds|scenario|cell|variant}}: the server
+// commands per operation.
+var cmdList = regexp.MustCompile(`\{\{cmds\|[^{}|]+\|[^{}|]+\|[^{}|]+\}\}`)
+
 var placeholder = regexp.MustCompile(`\{\{[^{}|]+\|[^{}|]+\|[^{}|]+\|[^{}|]+\|-?[0-9]+\}\}`)
 
 func readFile(p string) string {

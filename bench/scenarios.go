@@ -213,6 +213,9 @@ func (e *env) uncontended(v variant, g int) (map[string]float64, serverDelta, er
 		}
 	}
 	m["script_us_per_pair"] = float64(scriptUsec) / float64(max(ops, 1))
+	for k, v := range d.byCmd {
+		m["cmd:"+k] = float64(v) / float64(max(ops, 1))
+	}
 	m["nonscript_us_per_pair"] = float64(otherUsec) / float64(max(ops, 1))
 	m["set_us_per_pair"] = float64(d.usecBy["set"]) / float64(max(ops, 1))
 	return m, d, nil
@@ -325,6 +328,9 @@ func (e *env) contended(v variant, w int, hold time.Duration) (map[string]float6
 	if sum > 0 {
 		// guardkit's acquire script calls PTTL only when the lock is busy: one per failed
 		// attempt. PUBLISH is its release notification.
+		for k, v := range d.byCmd {
+			m["cmd:"+k] = float64(v) / float64(sum)
+		}
 		m["pttl_per_acq"] = float64(d.byCmd["pttl"]) / float64(sum)
 		m["publish_per_acq"] = float64(d.byCmd["publish"]) / float64(sum)
 	}
