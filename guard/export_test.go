@@ -1,6 +1,9 @@
 package guard
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // KeyFor returns the key function that Wrap builds from opts, so that benchmarks can
 // measure key rendering on its own.
@@ -10,4 +13,12 @@ func KeyFor[Req any](opts ...Option) (func(context.Context, Req) (string, error)
 		return nil, err
 	}
 	return keyOf[Req](d.wrap.key)
+}
+
+// SetPubSubTiming shortens the Pub/Sub receive loop's timing for a test and returns a
+// function that restores it. Call it before the Locker under test first waits.
+func SetPubSubTiming(poll, ping, dead time.Duration) (restore func()) {
+	p, pi, d := receivePoll, pingIdle, deadIdle
+	receivePoll, pingIdle, deadIdle = poll, ping, dead
+	return func() { receivePoll, pingIdle, deadIdle = p, pi, d }
 }

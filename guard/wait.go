@@ -270,11 +270,15 @@ func (w *waiters) wake(k redisKeys) {
 
 // Receive-loop tuning.
 const (
-	receivePoll   = time.Second      // read timeout of the receive loop
 	idleUnsub     = 10 * time.Second // drop a key's subscription after this long unused
-	pingIdle      = 3 * time.Second  // ping the connection after this long without traffic
-	deadIdle      = 10 * time.Second // replace the connection after this long without traffic
 	reconnectWait = 100 * time.Millisecond
+)
+
+// Receive-loop timing; variables so that tests can shorten them.
+var (
+	receivePoll = time.Second      // read timeout of the receive loop
+	pingIdle    = 3 * time.Second  // ping the connection after this long without traffic
+	deadIdle    = 10 * time.Second // replace the connection after this long without traffic
 )
 
 // receive dispatches Pub/Sub traffic until the Locker closes.

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
@@ -183,5 +186,60 @@ func TestRetryPolicies(t *testing.T) {
 	_, err = waiter.Acquire(ctx, "busy")
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, guard.ErrLocked) {
 		t.Fatalf("context deadline: %v", err)
+	}
+}
+
+// switchedSub is a client whose Pub/Sub connections come from another client, which a
+// test can switch.
+type switchedSub struct {
+	*redis.Client
+	sub atomic.Pointer[redis.Client]
+}
+
+func (s *switchedSub) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return s.sub.Load().Subscribe(ctx, channels...)
+}
+
+// TestSilentPubSubReplaced: a Pub/Sub connection that goes silent (a black-holed path: no
+// error, no data) is pinged, then replaced, and notifications flow again. The waiter's
+// backoff is a minute and the holder's TTL 30s, so only a notification explains a prompt
+// acquisition.
+func TestSilentPubSubReplaced(t *testing.T) {
+	// Restored at cleanup, after the Lockers below have closed (cleanups run last first).
+	t.Cleanup(guard.SetPubSubTiming(50*time.Millisecond, 100*time.Millisecond, 300*time.Millisecond))
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = viaProxy.Close() })
+	client := &switchedSub{Client: srv.Client(t)}
+	client.sub.Store(viaProxy)
+	waiter := lockerOn(t, client)
+	holder, c := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	held := mustAcquire(t, holder, ctx, "silent")
+	got := make(chan error, 1)
+	go func() {
+		le, err := waiter.Acquire(ctx, "silent", sleepy)
+		if err == nil {
+			err = le.Release(ctx)
+		}
+		got <- err
+	}()
+	waitUntil(t, 3*time.Second, "the waiter's subscription", func() bool {
+		n, _ := c.PubSubNumSub(ctx, lockName("silent")+":release").Result()
+		return n[lockName("silent")+":release"] == 1
+	})
+	proxy.Blackhole(true) // the subscribed connection now hears nothing, and says nothing
+	client.sub.Store(srv.Client(t))
+	time.Sleep(600 * time.Millisecond) // past the replacement deadline
+	mustRelease(t, held)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter stranded behind a silent Pub/Sub connection")
 	}
 }
