@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	echomw "github.com/labstack/echo/v4/middleware"
 
 	"github.com/guardkit/guardkit/examples/echo/wallet"
 	"github.com/guardkit/guardkit/examples/internal/embedded"
@@ -78,6 +79,7 @@ func run(redisAddr, addr string, smoke bool) error {
 
 	// readme:begin echo
 	e := echo.New()
+	e.Use(echomw.Recover()) // a panicking handler still releases its lock first
 	// Changes to one account run one at a time, in every replica. A request waits up to
 	// 2s for its turn, then gets 409 Conflict with Retry-After.
 	lock := middleware.LockWithConfig(middleware.LockConfig{
