@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	echomw "github.com/labstack/echo/v4/middleware"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/guardkit/guardkit/ctxid"
@@ -20,30 +21,20 @@ import (
 	"github.com/guardkit/guardkit/middleware"
 )
 
-// recoverer turns a panic into an error for Echo's HTTPErrorHandler and records it, as
-// Echo's middleware.Recover does.
-func recoverer(seen *atomic.Value) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) (err error) {
-			defer func() {
-				if r := recover(); r != nil {
-					seen.Store(r)
-					err = fmt.Errorf("recovered: %v", r)
-				}
-			}()
-			return next(c)
-		}
-	}
-}
-
-// A panicking handler still releases the lock, and the panic reaches the recover
+// A panicking handler still releases the lock, and the panic reaches Echo's Recover
 // middleware outside the lock.
 func TestPanicReleasesLock(t *testing.T) {
 	srv := redistest.Start(t)
 	locker, rdb := newLocker(t, srv)
 	var seen atomic.Value
 	e := newEcho(nil)
-	e.Use(recoverer(&seen))
+	e.Use(echomw.RecoverWithConfig(echomw.RecoverConfig{
+		DisablePrintStack: true,
+		LogErrorFunc: func(_ echo.Context, err error, _ []byte) error {
+			seen.Store(err.Error())
+			return err
+		},
+	}))
 	e.POST("/orders/:id/pay", func(c echo.Context) error {
 		panic("card reader on fire")
 	}, middleware.Lock(locker, "order:{param.id}"))
