@@ -58,7 +58,8 @@ type telemetry struct {
 	active       metric.Int64UpDownCounter
 	waiters      metric.Int64UpDownCounter
 
-	sets sync.Map // attrSetKey → attribute.Set, so recording does not rebuild sets
+	setsMu sync.RWMutex
+	sets   map[attrSetKey]metric.MeasurementOption
 }
 
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, redactKeys bool) *telemetry {
@@ -120,11 +121,15 @@ type attrSetKey struct {
 	reentrant     int8 // -1: not recorded
 }
 
-// set returns the cached attribute set for a metric recording.
+// set returns the measurement option for a metric recording, cached so that recording
+// allocates nothing.
 func (t *telemetry) set(name, outcome string, reentrant int8) metric.MeasurementOption {
 	k := attrSetKey{name, outcome, reentrant}
-	if s, ok := t.sets.Load(k); ok {
-		return metric.WithAttributeSet(s.(attribute.Set))
+	t.setsMu.RLock()
+	o, ok := t.sets[k]
+	t.setsMu.RUnlock()
+	if ok {
+		return o
 	}
 	kv := []attribute.KeyValue{AttrLockName.String(name)}
 	if outcome != "" {
@@ -133,9 +138,14 @@ func (t *telemetry) set(name, outcome string, reentrant int8) metric.Measurement
 	if reentrant >= 0 {
 		kv = append(kv, AttrReentrant.Bool(reentrant == 1))
 	}
-	s := attribute.NewSet(kv...)
-	t.sets.Store(k, s)
-	return metric.WithAttributeSet(s)
+	o = metric.WithAttributeSet(attribute.NewSet(kv...))
+	t.setsMu.Lock()
+	if t.sets == nil {
+		t.sets = make(map[attrSetKey]metric.MeasurementOption)
+	}
+	t.sets[k] = o
+	t.setsMu.Unlock()
+	return o
 }
 
 // lockName is the name recorded for acquisitions made with s.
