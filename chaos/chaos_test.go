@@ -26,7 +26,7 @@ const (
 func TestChaos(t *testing.T) {
 	start := time.Now()
 	rows := runScenarios(t, fullScale, func(scenario) bool { return true })
-	table := fmt.Sprintf("Run of %s on %d CPUs (%s, -race), %s in all. Slack: I4 %s, M2 %s.\n\n%s",
+	table := fmt.Sprintf("Run of %s on %d CPUs (%s, -race), %s in all. Slack: I4 %s, M2 %s, plus the scheduling stall measured at the time.\n\n%s",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(),
 		time.Since(start).Round(time.Second), fullScale.slack.Call, fullScale.slack.Loss, chaos.Markdown(rows))
 	fmt.Println("\n" + table)

@@ -33,10 +33,25 @@ func ExampleHistory_Check() {
 	h.AddSection(chaos.Section{Key: "k", Worker: "b", Token: 5, Enter: ms(20), Exit: ms(30), Valid: ms(520)})
 	h.AddLoss(chaos.Loss{Key: "k", Worker: "c", Valid: ms(100), Noticed: ms(180), Reason: "validity expired"})
 	h.AddCall(chaos.Call{Op: "acquire", Key: "k", Worker: "d", Deadline: ms(100), Return: ms(120)})
-	for _, v := range h.Check(chaos.Slack{Call: 50 * time.Millisecond, Loss: 20 * time.Millisecond}) {
+	vs, _ := h.Check(chaos.Slack{Call: 50 * time.Millisecond, Loss: 20 * time.Millisecond})
+	for _, v := range vs {
 		fmt.Println(v)
 	}
 	// Output:
 	// M2: loss of "k" by c noticed 80ms after its validity deadline (validity expired)
 	// M3: on "k", a entered before b with token 7, not below 5
+}
+
+// A loss noticed 80ms after its deadline is excused when a probe goroutine measured the
+// scheduler 70ms late at that moment: no goroutine could have run sooner.
+func ExampleSlack() {
+	ms := func(n int) chaos.Mono { return chaos.Mono(n) * chaos.Mono(time.Millisecond) }
+	var h chaos.History
+	h.AddLoss(chaos.Loss{Key: "k", Worker: "c", Valid: ms(100), Noticed: ms(180), Reason: "validity expired"})
+	var stalls chaos.Stalls
+	stalls.Add(chaos.Stall{From: ms(95), To: ms(170), Late: 70 * time.Millisecond})
+	vs, excused := h.Check(chaos.Slack{Loss: 20 * time.Millisecond, Stalls: &stalls})
+	fmt.Println(len(vs), excused)
+	// Output:
+	// 0 1
 }

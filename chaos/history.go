@@ -181,34 +181,52 @@ func (h *History) Acquires() int {
 	return h.acquires
 }
 
-// Slack is how late a timed event may be before it counts as a violation. Scheduling
-// delays of a loaded machine land here; correctness invariants (I1, I2, M3, M4) have no
-// slack.
+// Slack is how late a timed event may be before it counts as a violation. Correctness
+// invariants (I1, I2, M3, M4) have no slack.
 type Slack struct {
 	Call time.Duration // I4: a call's return after its deadline
 	Loss time.Duration // M2: a loss notice after the validity deadline
+	// Stalls, when set, excuses a late event whose lateness beyond the slack is no more
+	// than the largest scheduling stall measured while it was late: a goroutine the
+	// scheduler did not run could not have been on time, whatever the engine did.
+	Stalls *Stalls
+}
+
+// excused reports whether an event due at due that happened at at, late beyond slack,
+// is explained by a scheduling stall.
+func (s Slack) excused(due, at Mono, slack time.Duration) bool {
+	return s.Stalls != nil && at.Sub(due)-slack <= s.Stalls.Max(due, at)
 }
 
 // Check returns the violations in h: those found by checking its sections, losses and
-// calls (I1, I4, M2, M3) and those recorded with Violate.
-func (h *History) Check(slack Slack) []Violation {
+// calls (I1, I4, M2, M3) and those recorded with Violate. It also returns how many late
+// events it excused for a scheduling stall (see Slack.Stalls).
+func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 	h.mu.Lock()
-	vs := slices.Clone(h.violations)
+	vs = slices.Clone(h.violations)
 	sections, losses, calls := slices.Clone(h.sections), slices.Clone(h.losses), slices.Clone(h.calls)
 	h.mu.Unlock()
 	for _, o := range Overlaps(sections) {
 		vs = append(vs, Violation{I1, o.String()})
 	}
 	for _, c := range LateCalls(calls, slack.Call) {
+		if slack.excused(c.Deadline, c.Return, slack.Call) {
+			excused++
+			continue
+		}
 		vs = append(vs, Violation{I4, fmt.Sprintf("%s %q by %s returned %s after its deadline (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.Err)})
 	}
 	for _, l := range LateLosses(losses, slack.Loss) {
+		if slack.excused(l.Valid, l.Noticed, slack.Loss) {
+			excused++
+			continue
+		}
 		vs = append(vs, Violation{M2, fmt.Sprintf("loss of %q by %s noticed %s after its validity deadline (%s)", l.Key, l.Worker, l.Noticed.Sub(l.Valid), l.Reason)})
 	}
 	for _, p := range TokenOrder(sections) {
 		vs = append(vs, Violation{M3, p.String()})
 	}
-	return vs
+	return vs, excused
 }
 
 // Count tallies violations per invariant.

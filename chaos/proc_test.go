@@ -47,6 +47,7 @@ type event struct {
 	Call      *chaos.Call      `json:"call,omitempty"`
 	Violation *chaos.Violation `json:"violation,omitempty"`
 	Untyped   string           `json:"untyped,omitempty"`
+	Stalls    []chaos.Stall    `json:"stalls,omitempty"`
 	Mark      string           `json:"mark,omitempty"`
 	Done      bool             `json:"done,omitempty"`
 }
@@ -81,6 +82,8 @@ func workerMain(spec string) int {
 	}
 	leaks := goleak.IgnoreCurrent()
 	out := &jsonSink{enc: json.NewEncoder(os.Stdout)}
+	var stalls chaos.Stalls
+	stopStalls := stalls.Watch(stallTick)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin) // the parent closes stdin to stop us
@@ -129,6 +132,8 @@ func workerMain(spec string) int {
 	}
 	_ = store.Close()
 	_ = probe.Close()
+	stopStalls()
+	out.emit(event{Stalls: stalls.All()})
 	if err := goleak.Find(leaks); err != nil {
 		out.Violate(chaos.I3, "%s: goroutines left after the Lockers closed: %v", ps.Name, err)
 	}
@@ -338,6 +343,8 @@ func (p *proc) ingest(t *testing.T) {
 			p.w.mu.Lock()
 			p.w.marks[e.Mark]++
 			p.w.mu.Unlock()
+		case e.Stalls != nil:
+			p.w.stalls.Add(e.Stalls...)
 		case e.Done:
 			done = true
 		}
