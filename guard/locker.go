@@ -38,12 +38,11 @@ var (
 // that wakes waiters when a lock is released, and one watchdog that renews every held
 // lease in pipelined batches.
 type Locker struct {
-	client           redis.UniversalClient
-	honoursDeadlines bool // client gives up on calls at their context's deadline
-	cfg              settings
-	nonce            string        // random prefix of attempt and release nonces
-	seq              atomic.Uint64 // suffix of nonces
-	done             chan struct{} // closed by Close
+	client redis.UniversalClient
+	cfg    settings
+	nonce  string        // random prefix of attempt and release nonces
+	seq    atomic.Uint64 // suffix of nonces
+	done   chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	held   map[holdKey]*held // leases held or being acquired, by key and owner
@@ -85,12 +84,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("guard: reading random nonce prefix: %w", err)
 	}
 	l := &Locker{
-		client:           client,
-		honoursDeadlines: honoursDeadlines(client),
-		cfg:              cfg,
-		nonce:            base64.RawURLEncoding.EncodeToString(b[:]) + ".", // no ':' or ' ': the scripts list nonces
-		done:             make(chan struct{}),
-		held:             make(map[holdKey]*held),
+		client: client,
+		cfg:    cfg,
+		nonce:  base64.RawURLEncoding.EncodeToString(b[:]) + ".", // no ':' or ' ': the scripts list nonces
+		done:   make(chan struct{}),
+		held:   make(map[holdKey]*held),
 	}
 	l.waits.l = l
 	l.renew.l = l
@@ -406,54 +404,19 @@ func (l *Locker) releaseCtx(ctx context.Context) (context.Context, context.Cance
 	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
 }
 
-// releaseRemote drops one Redis-side hold of h and wakes local waiters when the lock is
-// freed. It returns the script's outcome code, by the deadline of ctx (see releaseCtx)
-// even when the client does not honour deadlines: the call then finishes aside.
+// releaseRemote drops one Redis-side hold of h. ctx should come from releaseCtx: with a
+// client that honours deadlines (ContextTimeoutEnabled) ReleaseTimeout bounds the call,
+// otherwise the client's read timeout does.
 func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
-	type reply struct {
-		code int64
-		err  error
+	code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
+		string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds()).Int64()
+	if err != nil {
+		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: err}
 	}
-	call := func() reply {
-		code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
-			string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds()).Int64()
-		return reply{code, err}
-	}
-	var r reply
-	if l.honoursDeadlines {
-		r = call()
-	} else {
-		replies := make(chan reply, 1)
-		if !l.background(func() { replies <- call() }) {
-			replies <- call()
-		}
-		select {
-		case r = <-replies:
-		case <-ctx.Done():
-			r.err = ctx.Err()
-		}
-	}
-	if r.err != nil {
-		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: r.err}
-	}
-	if r.code == 1 {
+	if code == 1 {
 		l.waits.wake(h.rk)
 	}
-	return r.code, nil
-}
-
-// honoursDeadlines reports whether c gives up on a call when its context's deadline
-// passes (go-redis does with ContextTimeoutEnabled).
-func honoursDeadlines(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
+	return code, nil
 }
 
 func (l *Locker) newNonce() string {

@@ -196,7 +196,9 @@ func Retry(p RetryPolicy) Option {
 }
 
 // ReleaseTimeout bounds a release's Redis call. Release ignores the caller's
-// cancellation (a cancelled request must still free its lock) but not this timeout.
+// cancellation (a cancelled request must still free its lock) but not this timeout. The
+// client enforces it when it honours context deadlines (go-redis: ContextTimeoutEnabled);
+// otherwise its read timeout bounds the call.
 // Applies to New. Default 5s.
 func ReleaseTimeout(d time.Duration) Option {
 	return Option{name: "ReleaseTimeout", scope: scopeLocker, apply: func(s *settings) { s.releaseTimeout = d }}

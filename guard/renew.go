@@ -10,11 +10,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// renewBatchWindow lets renewals due within this window share one pipeline.
-const renewBatchWindow = 5 * time.Millisecond
+const (
+	// renewBatchWindow lets renewals due within this window share one pipeline.
+	renewBatchWindow = 5 * time.Millisecond
+	// renewLinger is how long the watchdog goroutine outlives the last lease.
+	renewLinger = 500 * time.Millisecond
+)
 
 // renewer is the Locker's watchdog: one goroutine, started when the first lease is held
-// and ended when none is, renews every due lease in one pipelined round trip.
+// and ended renewLinger after none is, renews every due lease in one pipelined round trip.
 type renewer struct {
 	l *Locker
 
@@ -94,13 +98,28 @@ func (r *renewer) run() {
 	defer r.loop.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	idle := false // the queue was empty for a whole renewLinger
 	for {
 		r.mu.Lock()
-		if len(r.q) == 0 || r.closed {
+		if r.closed || len(r.q) == 0 && idle {
 			r.running = false
 			r.mu.Unlock()
 			return
 		}
+		if len(r.q) == 0 {
+			// Linger a little: under steady traffic the next lease comes soon, and a
+			// goroutine per lease would cost more than the wait.
+			r.mu.Unlock()
+			timer.Reset(renewLinger)
+			select {
+			case <-timer.C:
+				idle = true
+			case <-r.wake:
+			case <-r.quit:
+			}
+			continue
+		}
+		idle = false
 		now := time.Now()
 		if d := r.q[0].next.Sub(now); d > 0 {
 			r.mu.Unlock()

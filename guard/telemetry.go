@@ -42,6 +42,8 @@ const (
 	OutcomeError    = "error"    // Redis failed, or the key or configuration was invalid
 )
 
+var acquireSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+
 // unnamed is the lock name of acquisitions with neither a Name option nor a key template.
 const unnamed = "unnamed"
 
@@ -59,7 +61,7 @@ type telemetry struct {
 	waiters      metric.Int64UpDownCounter
 
 	setsMu sync.RWMutex
-	sets   map[attrSetKey]metric.MeasurementOption
+	sets   map[attrSetKey]recording
 }
 
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, redactKeys bool) *telemetry {
@@ -121,15 +123,21 @@ type attrSetKey struct {
 	reentrant     int8 // -1: not recorded
 }
 
-// set returns the measurement option for a metric recording, cached so that recording
-// allocates nothing.
-func (t *telemetry) set(name, outcome string, reentrant int8) metric.MeasurementOption {
+// recording holds the options of one attribute set, as the slices the instruments take,
+// so that recording allocates nothing.
+type recording struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+// set returns the cached recording options for a lock name, outcome and reentrancy.
+func (t *telemetry) set(name, outcome string, reentrant int8) recording {
 	k := attrSetKey{name, outcome, reentrant}
 	t.setsMu.RLock()
-	o, ok := t.sets[k]
+	r, ok := t.sets[k]
 	t.setsMu.RUnlock()
 	if ok {
-		return o
+		return r
 	}
 	kv := []attribute.KeyValue{AttrLockName.String(name)}
 	if outcome != "" {
@@ -138,14 +146,15 @@ func (t *telemetry) set(name, outcome string, reentrant int8) metric.Measurement
 	if reentrant >= 0 {
 		kv = append(kv, AttrReentrant.Bool(reentrant == 1))
 	}
-	o = metric.WithAttributeSet(attribute.NewSet(kv...))
+	o := metric.WithAttributeSet(attribute.NewSet(kv...))
+	r = recording{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
 	t.setsMu.Lock()
 	if t.sets == nil {
-		t.sets = make(map[attrSetKey]metric.MeasurementOption)
+		t.sets = make(map[attrSetKey]recording)
 	}
-	t.sets[k] = o
+	t.sets[k] = r
 	t.setsMu.Unlock()
-	return o
+	return r
 }
 
 // lockName is the name recorded for acquisitions made with s.
@@ -173,7 +182,7 @@ type acquisition struct {
 // context to make Redis calls with.
 func (t *telemetry) startAcquire(ctx context.Context, s *settings, key string, owner string) (context.Context, *acquisition) {
 	a := &acquisition{t: t, name: lockName(s), start: time.Now()}
-	ctx, a.span = t.tracer.Start(ctx, "guard.acquire", trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, a.span = t.tracer.Start(ctx, "guard.acquire", acquireSpanOptions...)
 	if a.span.IsRecording() {
 		attrs := []attribute.KeyValue{AttrLockName.String(a.name), AttrOwner.String(owner)}
 		if !t.redactKeys {
@@ -187,13 +196,13 @@ func (t *telemetry) startAcquire(ctx context.Context, s *settings, key string, o
 // startWaiting counts the goroutine as a waiter until stopWaiting.
 func (a *acquisition) startWaiting(ctx context.Context) {
 	a.waiting = true
-	a.t.waiters.Add(ctx, 1, a.t.set(a.name, "", -1))
+	a.t.waiters.Add(ctx, 1, a.t.set(a.name, "", -1).add...)
 }
 
 func (a *acquisition) stopWaiting(ctx context.Context) {
 	if a.waiting {
 		a.waiting = false
-		a.t.waiters.Add(ctx, -1, a.t.set(a.name, "", -1))
+		a.t.waiters.Add(ctx, -1, a.t.set(a.name, "", -1).add...)
 	}
 }
 
@@ -206,8 +215,8 @@ func (a *acquisition) end(ctx context.Context, le *Lease, err error, p RetryPoli
 	if le != nil && le.reentrant {
 		reentrant = 1
 	}
-	a.t.acquisitions.Add(ctx, 1, a.t.set(a.name, outcome, reentrant))
-	a.t.wait.Record(ctx, wait.Seconds(), a.t.set(a.name, outcome, -1))
+	a.t.acquisitions.Add(ctx, 1, a.t.set(a.name, outcome, reentrant).add...)
+	a.t.wait.Record(ctx, wait.Seconds(), a.t.set(a.name, outcome, -1).rec...)
 	if a.span.IsRecording() {
 		attrs := []attribute.KeyValue{
 			AttrOutcome.String(outcome),
@@ -251,7 +260,7 @@ type heldTelemetry struct {
 }
 
 func (t *telemetry) held(ctx context.Context, name string) heldTelemetry {
-	t.active.Add(ctx, 1, t.set(name, "", -1))
+	t.active.Add(ctx, 1, t.set(name, "", -1).add...)
 	return heldTelemetry{name: name, span: trace.SpanFromContext(ctx)}
 }
 
@@ -259,10 +268,10 @@ func (t *telemetry) held(ctx context.Context, name string) heldTelemetry {
 func (t *telemetry) ended(h *held, lost *LeaseLostError) {
 	ctx := context.Background()
 	ht := h.tel
-	t.active.Add(ctx, -1, t.set(ht.name, "", -1))
-	t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.set(ht.name, "", -1))
+	t.active.Add(ctx, -1, t.set(ht.name, "", -1).add...)
+	t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.set(ht.name, "", -1).rec...)
 	if lost != nil {
-		t.lost.Add(ctx, 1, t.set(ht.name, "", -1))
+		t.lost.Add(ctx, 1, t.set(ht.name, "", -1).add...)
 		ht.span.AddEvent("guard.lease_lost", trace.WithAttributes(
 			AttrLockName.String(ht.name), attribute.String("guard.reason", lost.Reason)))
 	}
@@ -270,7 +279,7 @@ func (t *telemetry) ended(h *held, lost *LeaseLostError) {
 
 // renewed records a renewal's outcome: renewOK, renewFailed or renewLost.
 func (t *telemetry) renewed(h *held, outcome string, err error) {
-	t.renewals.Add(context.Background(), 1, t.set(h.tel.name, outcome, -1))
+	t.renewals.Add(context.Background(), 1, t.set(h.tel.name, outcome, -1).add...)
 	if outcome == renewFailed {
 		h.tel.span.AddEvent("guard.renewal_failed", trace.WithAttributes(
 			AttrLockName.String(h.tel.name), attribute.String("guard.error", err.Error())))

@@ -16,62 +16,88 @@ import (
 const confirmWait = time.Second
 
 // wait acquires h in Redis under retry policy p. Between attempts it sleeps until the
-// lock's release is announced (Pub/Sub, or a release by this process), its backoff
-// delay, the holder's TTL, its deadline or the end of ctx, whichever comes first. Only
-// one goroutine per key and process makes attempts at a time (the key's gate); the
-// others queue behind it, so Redis sees one waiter per process however many goroutines
-// wait.
+// lock's release is announced (Pub/Sub), its backoff delay, the holder's TTL, its
+// deadline or the end of ctx, whichever comes first. Only one goroutine per key and
+// process makes attempts at a time (the key's gate); the others queue behind it in
+// arrival order, so Redis sees one waiter per process however many goroutines wait, and
+// a newcomer does not barge ahead of the queue.
 func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolicy, deadline time.Time) (granted, error) {
-	subscribed := l.waits.subscribed(h.rk)
+	subscribed, queued := l.waits.state(h.rk)
 	var (
 		kw       *keyWait
+		entered  bool // kw's gate is ours
+		acquired bool
 		timer    *time.Timer
 		attempts int
-		lastTTL  time.Duration // the holder's TTL at the last busy attempt
+		ttl      = time.Duration(-1) // the holder's TTL at the last busy attempt, <0 if unknown
 	)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
-	}()
-	for {
+		if entered {
+			kw.exit(acquired)
+		}
 		if kw != nil {
-			kw.drain()
+			l.waits.leave(kw)
 		}
-		attempts++
-		a.attempts = attempts
-		g, err := l.attempt(ctx, h)
-		if err != nil && attempts > 1 && ctx.Err() != nil {
-			// The context ended the wait during an attempt: the lock was busy before.
-			return granted{}, &LockedError{Key: h.hk.key, RetryAfter: max(lastTTL, 0), Attempts: attempts, Err: ctx.Err()}
+	}()
+	busy := func(cause error) error {
+		return &LockedError{Key: h.hk.key, RetryAfter: max(ttl, 0), Attempts: attempts, Err: cause}
+	}
+	// queue joins the key's waiters and waits for the gate.
+	queue := func() error {
+		kw = l.waits.join(ctx, h.rk)
+		a.startWaiting(ctx)
+		if err := kw.enter(ctx, deadline, l.done); err != nil {
+			return l.waitError(err, busy)
 		}
-		if err != nil || g.acquired {
-			return g, err
+		entered = true
+		kw.awaitSubscribed(ctx, deadline, confirmWait)
+		return nil
+	}
+	skip := false // wait for a release before the next attempt
+	if queued && !(p.limit == limitAttempts && p.attempts == 1) {
+		if err := queue(); err != nil {
+			return granted{}, err
 		}
-		lastTTL = g.pttl
-		busy := func(cause error) error {
-			return &LockedError{Key: h.hk.key, RetryAfter: max(g.pttl, 0), Attempts: attempts, Err: cause}
-		}
-		if p.limit == limitAttempts && attempts >= p.attempts ||
-			!deadline.IsZero() && !time.Now().Before(deadline) {
-			return granted{}, busy(nil)
-		}
-		if kw == nil {
-			kw = l.waits.join(ctx, h.rk)
-			defer l.waits.leave(kw)
-			a.startWaiting(ctx)
-			if err := kw.enter(ctx, deadline, l.done); err != nil {
-				return granted{}, l.waitError(err, busy)
+		// When the goroutine ahead took the lock, only its release can help: wait for it.
+		skip = kw.predecessorAcquired()
+	}
+	for {
+		if !skip {
+			if kw != nil {
+				kw.drain()
 			}
-			defer kw.exit()
-			kw.awaitSubscribed(ctx, deadline, confirmWait)
-			if !subscribed {
-				continue // the lock may have been freed before the subscription existed
+			attempts++
+			a.attempts = attempts
+			g, err := l.attempt(ctx, h)
+			if err != nil && attempts > 1 && ctx.Err() != nil {
+				// The context ended the wait during an attempt: the lock was busy before.
+				return granted{}, busy(ctx.Err())
+			}
+			if err != nil || g.acquired {
+				acquired = g.acquired
+				return g, err
+			}
+			ttl = g.pttl
+			if p.limit == limitAttempts && attempts >= p.attempts ||
+				!deadline.IsZero() && !time.Now().Before(deadline) {
+				return granted{}, busy(nil)
+			}
+			if kw == nil {
+				if err := queue(); err != nil {
+					return granted{}, err
+				}
+				if !subscribed {
+					continue // the lock may have been freed before the subscription existed
+				}
 			}
 		}
-		delay := p.delay().Delay(attempts)
-		if g.pttl >= 0 && g.pttl+time.Millisecond < delay {
-			delay = g.pttl + time.Millisecond
+		skip = false
+		delay := p.delay().Delay(max(attempts, 1))
+		if ttl >= 0 && ttl+time.Millisecond < delay {
+			delay = ttl + time.Millisecond
 		}
 		if !deadline.IsZero() {
 			delay = min(delay, time.Until(deadline))
@@ -112,9 +138,11 @@ type keyWait struct {
 	idle    time.Time     // when refs fell to zero; guarded by waiters.mu
 	gate    chan struct{} // holds a token while one goroutine makes attempts
 	notify  chan struct{} // a release was seen since the last drain
-	ok      chan struct{} // closed at the first confirmation of the subscription
-	okOnce  bool          // ok is closed; guarded by waiters.mu
-	live    bool          // the subscription is confirmed now; guarded by waiters.mu
+
+	handedAcquired atomic.Bool   // the last goroutine to leave the gate took the lock
+	ok             chan struct{} // closed at the first confirmation of the subscription
+	okOnce         bool          // ok is closed; guarded by waiters.mu
+	live           bool          // the subscription is confirmed now; guarded by waiters.mu
 }
 
 func (kw *keyWait) drain() {
@@ -156,7 +184,14 @@ func (kw *keyWait) enter(ctx context.Context, deadline time.Time, done <-chan st
 	}
 }
 
-func (kw *keyWait) exit() { <-kw.gate }
+// exit gives the gate to the next goroutine, telling it whether this one took the lock.
+func (kw *keyWait) exit(acquired bool) {
+	kw.handedAcquired.Store(acquired)
+	<-kw.gate
+}
+
+// predecessorAcquired reports whether the goroutine that held the gate last took the lock.
+func (kw *keyWait) predecessorAcquired() bool { return kw.handedAcquired.Load() }
 
 // awaitSubscribed waits, at most d, for the key's subscription to be confirmed.
 func (kw *keyWait) awaitSubscribed(ctx context.Context, deadline time.Time, d time.Duration) {
@@ -190,15 +225,19 @@ type waiters struct {
 	loop   sync.WaitGroup
 }
 
-// subscribed reports whether release notifications for k already reach this process.
-func (w *waiters) subscribed(k redisKeys) bool {
+// state reports whether release notifications for k already reach this process, and
+// whether goroutines of this process already wait for k.
+func (w *waiters) state(k redisKeys) (subscribed, queued bool) {
 	if w.active.Load() == 0 {
-		return false
+		return false, false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kw := w.keys[k.channel()]
-	return kw != nil && kw.live
+	if kw == nil {
+		return false, false
+	}
+	return kw.live, kw.refs > 0
 }
 
 // join registers a waiter for k, subscribing to its channel if it is the first.
@@ -255,7 +294,9 @@ func (w *waiters) leave(kw *keyWait) {
 	w.mu.Unlock()
 }
 
-// wake tells this process's waiters on k that the lock was released here.
+// wake tells this process's waiters on k that the lock was released here. A goroutine
+// that queued behind a local holder has made no attempt against it, so the release may
+// not be announced over Pub/Sub: this is what wakes it.
 func (w *waiters) wake(k redisKeys) {
 	if w.active.Load() == 0 {
 		return

@@ -1,10 +1,10 @@
 -- acquire.lua: take a lock, reenter it for the same owner, or report the holder's TTL.
 --
 -- KEYS[1] lock hash:  <owner> = hold count; <owner>#a = nonces of the owner's last applied
---                     acquires, newest first, space-separated (at most 4); #t = fencing
---                     token; #w = present once someone had to wait
+--                     acquires, newest first, space-separated (within 100 bytes); #t =
+--                     fencing token; #w = present once someone had to wait
 -- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
---                     releases, newest first (at most 8)
+--                     releases, newest first (within about 200 bytes)
 -- ARGV[1] owner ID
 -- ARGV[2] TTL in milliseconds
 -- ARGV[3] attempt nonce (unique per attempt; makes a client-side retry of this call a no-op)
@@ -17,14 +17,14 @@ local owner, ttl, nonce = ARGV[1], ARGV[2], ARGV[3]
 local afield = owner .. '#a'
 local v = redis.call('HMGET', lock, owner, afield, '#t', '#w')
 
--- recent puts n in front of the space-separated list, keeping at most 4 entries.
+-- recent puts n in front of a space-separated list of nonces, keeping the newest within
+-- 100 bytes, cut at a separator.
 local function recent(n, list)
-  local out, k = n, 1
-  for x in string.gmatch(list or '', '%S+') do
-    if k >= 4 then break end
-    out, k = out .. ' ' .. x, k + 1
+  local s = n .. ' ' .. (list or '')
+  if #s > 100 then
+    s = string.match(string.sub(s, 1, 101), '^(.*) ') or n
   end
-  return out
+  return s
 end
 
 if v[1] then

@@ -1,7 +1,7 @@
 -- release.lua: drop one hold of a lock, only for its owner; free it at zero and wake waiters.
 --
 -- KEYS[1] lock hash (see acquire.lua); also <owner>#r = nonces of the owner's last
---         releases that left it holding, newest first, space-separated (at most 4)
+--         releases that left it holding, newest first, space-separated (within 100 bytes)
 -- KEYS[2] fence (see acquire.lua)
 -- ARGV[1] owner ID
 -- ARGV[2] release nonce (unique per release; makes a client-side retry of this call a no-op)
@@ -19,22 +19,18 @@ local owner, nonce, undo = ARGV[1], ARGV[2], ARGV[3]
 local afield, rfield = owner .. '#a', owner .. '#r'
 local v = redis.call('HMGET', lock, owner, afield, rfield, '#t', '#w')
 
-local function has(list, n)
-  return string.find(' ' .. (list or '') .. ' ', ' ' .. n .. ' ', 1, true) ~= nil
-end
-
--- recent puts n in front of the space-separated list, keeping at most 4 entries.
+-- recent puts n in front of a space-separated list of nonces, keeping the newest within
+-- 100 bytes, cut at a separator.
 local function recent(n, list)
-  local out, k = n, 1
-  for x in string.gmatch(list or '', '%S+') do
-    if k >= 4 then break end
-    out, k = out .. ' ' .. x, k + 1
+  local s = n .. ' ' .. (list or '')
+  if #s > 100 then
+    s = string.match(string.sub(s, 1, 101), '^(.*) ') or n
   end
-  return out
+  return s
 end
 
 if undo ~= '' then
-  if not v[1] or not has(v[2], undo) then
+  if not v[1] or not string.find(' ' .. (v[2] or '') .. ' ', ' ' .. undo .. ' ', 1, true) then
     return 0
   end
   -- Forget the undone attempt, so that a second undo (a client retry) does nothing.
@@ -56,26 +52,24 @@ if not v[1] then
   return -1
 end
 
-if has(v[3], nonce) then
+if v[3] and string.find(' ' .. v[3] .. ' ', ' ' .. nonce .. ' ', 1, true) then
   return 2 -- a retry of a release that dropped one hold
 end
 
 if tonumber(v[1]) > 1 then
   redis.call('HINCRBY', lock, owner, -1)
+  -- Remember this nonce among the last few (about 4), newest first.
   redis.call('HSET', lock, rfield, recent(nonce, v[3]))
   return 2
 end
 
 -- Free the lock and remember this release's nonce beside the token, so that a retry of
--- this call, even after other owners took and freed the lock, reports it released.
+-- this call, even after other owners took and freed the lock, reports it released. The
+-- list keeps the newest nonces within 200 bytes (about 8), cut at a separator.
 redis.call('DEL', lock)
-local kept, k = '', 1
-local f = redis.call('GET', fence)
-if f then
-  for x in string.gmatch(string.match(f, '^%d+(.*)$') or '', ':([^:]+)') do
-    if k >= 8 then break end
-    kept, k = kept .. ':' .. x, k + 1
-  end
+local kept = string.match(redis.call('GET', fence) or '', '^%d+(.*)$') or ''
+if #kept > 200 then
+  kept = string.match(string.sub(kept, 1, 201), '^(.*):') or ''
 end
 redis.call('SET', fence, v[4] .. ':' .. nonce .. kept, 'PX', ARGV[4])
 if v[5] then
