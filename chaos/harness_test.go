@@ -163,6 +163,9 @@ func (w *worker) section(ctx context.Context) bool {
 		return errors.Is(err, guard.ErrLocked) || ctx.Err() != nil
 	}
 	epoch := w.epoch()
+	if chaos.MonoOf(le.ValidUntil()) <= enter {
+		w.sink.Mark("expired at handout")
+	}
 	stop := context.AfterFunc(le.Context(), func() {
 		noticed := chaos.Now()
 		if cause := context.Cause(le.Context()); errors.Is(cause, guard.ErrLeaseLost) {
@@ -532,7 +535,10 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 		w.note("%d stale register operations rejected by fencing", rejected)
 	}
 	if n := w.mark("misreported release"); n > 0 {
-		w.note("%d releases reported ErrNotHeld/ErrExpired after taking effect (a client retry ran after a handoff)", n)
+		w.note("%d releases reported ErrNotHeld/ErrExpired after taking effect (a client retry ran after many handoffs)", n)
+	}
+	if n := w.mark("expired at handout"); n > 0 {
+		w.note("%d leases were past their validity when Acquire returned them (a client retry across the outage)", n)
 	}
 	for _, n := range w.nodes {
 		_ = n.client.Close()
@@ -553,7 +559,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	if excused > 0 {
 		w.note("%d late calls or loss notices put down to scheduling stalls (largest stall %s)", excused, w.maxStall())
 	}
-	detect, recover := w.hist.FaultTimes()
+	detect, recover := w.hist.FaultTimes(w.cfg.TTL)
 	row := chaos.Row{
 		Scenario:   name,
 		Sections:   len(sections),

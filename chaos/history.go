@@ -55,6 +55,7 @@ type Section struct {
 // Loss is a lease loss as its holder noticed it: the moment its context was cancelled
 // with a lease-lost cause.
 type Loss struct {
+	Proc    string `json:"proc,omitempty"` // the process it happened in; empty for the test process
 	Key     string `json:"key"`
 	Worker  string `json:"worker"`
 	Valid   Mono   `json:"valid"`   // the lease's validity deadline when it was lost
@@ -68,6 +69,7 @@ type Loss struct {
 // Call is one bounded engine call: an Acquire with a context deadline, or a Release,
 // whose bound is the Locker's release timeout.
 type Call struct {
+	Proc     string `json:"proc,omitempty"` // the process that made it; empty for the test process
 	Op       string `json:"op"`
 	Key      string `json:"key"`
 	Worker   string `json:"worker"`
@@ -187,15 +189,16 @@ type Slack struct {
 	Call time.Duration // I4: a call's return after its deadline
 	Loss time.Duration // M2: a loss notice after the validity deadline
 	// Stalls, when set, excuses a late event whose lateness beyond the slack is no more
-	// than the largest scheduling stall measured while it was late: a goroutine the
-	// scheduler did not run could not have been on time, whatever the engine did.
+	// than the largest scheduling stall measured in its process while it was late: a
+	// goroutine the scheduler did not run could not have been on time, whatever the
+	// engine did.
 	Stalls *Stalls
 }
 
-// excused reports whether an event due at due that happened at at, late beyond slack,
-// is explained by a scheduling stall.
-func (s Slack) excused(due, at Mono, slack time.Duration) bool {
-	return s.Stalls != nil && at.Sub(due)-slack <= s.Stalls.Max(due, at)
+// excused reports whether an event of process proc, due at due, that happened at at,
+// late beyond slack, is explained by a scheduling stall.
+func (s Slack) excused(proc string, due, at Mono, slack time.Duration) bool {
+	return s.Stalls != nil && at.Sub(due)-slack <= s.Stalls.Max(proc, due, at)
 }
 
 // Check returns the violations in h: those found by checking its sections, losses and
@@ -210,14 +213,14 @@ func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 		vs = append(vs, Violation{I1, o.String()})
 	}
 	for _, c := range LateCalls(calls, slack.Call) {
-		if slack.excused(c.Deadline, c.Return, slack.Call) {
+		if slack.excused(c.Proc, c.Deadline, c.Return, slack.Call) {
 			excused++
 			continue
 		}
 		vs = append(vs, Violation{I4, fmt.Sprintf("%s %q by %s returned %s after its deadline (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.Err)})
 	}
 	for _, l := range LateLosses(losses, slack.Loss) {
-		if slack.excused(l.Valid, l.Noticed, slack.Loss) {
+		if slack.excused(l.Proc, l.Valid, l.Noticed, slack.Loss) {
 			excused++
 			continue
 		}
@@ -334,15 +337,16 @@ func byKey(sections []Section) map[string][]Section {
 }
 
 // FaultTimes measures each recorded fault: detect is the time from its start to the
-// first lease loss noticed after it (faults that end no lease give none), recover the
-// time from its end to the first section entered after it.
-func (h *History) FaultTimes() (detect, recover []time.Duration) {
+// first lease loss noticed after it and no later than window after its end (faults that
+// end no lease give none; losses in stopped processes do not count), recover the time
+// from its end to the first section entered after it.
+func (h *History) FaultTimes(window time.Duration) (detect, recover []time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, f := range h.faults {
 		first := Mono(-1)
 		for _, l := range h.losses {
-			if l.Noticed >= f.Start && (first < 0 || l.Noticed < first) {
+			if !l.Stopped && l.Noticed >= f.Start && l.Noticed <= f.End.Add(window) && (first < 0 || l.Noticed < first) {
 				first = l.Noticed
 			}
 		}

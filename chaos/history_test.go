@@ -94,9 +94,16 @@ func TestFaultTimes(t *testing.T) {
 	h.AddSection(chaos.Section{Enter: ms(1500)})
 	h.AddSection(chaos.Section{Enter: ms(2250)})
 	h.AddSection(chaos.Section{Enter: ms(2100)})
-	detect, recover := h.FaultTimes()
+	detect, recover := h.FaultTimes(time.Second)
 	if len(detect) != 1 || detect[0] != 300*time.Millisecond || len(recover) != 1 || recover[0] != 100*time.Millisecond {
 		t.Fatalf("detect %v, recover %v; want [300ms] and [100ms]", detect, recover)
+	}
+	// A loss long after the fault is not its detection.
+	var late chaos.History
+	late.AddFault(chaos.Fault{Kind: "pause", Start: ms(1000), End: ms(2000)})
+	late.AddLoss(chaos.Loss{Noticed: ms(3500)})
+	if detect, _ := late.FaultTimes(time.Second); len(detect) != 0 {
+		t.Errorf("a loss 1.5s after the fault's end was taken for its detection: %v", detect)
 	}
 	if p, ok := chaos.Percentile([]time.Duration{5, 1, 4, 2, 3}, 99); !ok || p != 5 {
 		t.Errorf("p99 = %v", p)

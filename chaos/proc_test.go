@@ -52,10 +52,12 @@ type event struct {
 	Done      bool             `json:"done,omitempty"`
 }
 
-// jsonSink is a worker process's sink: one JSON line per observation on stdout.
+// jsonSink is a worker process's sink: one JSON line per observation on stdout, calls
+// and losses marked with the process's name.
 type jsonSink struct {
-	mu  sync.Mutex
-	enc *json.Encoder
+	proc string
+	mu   sync.Mutex
+	enc  *json.Encoder
 }
 
 func (s *jsonSink) emit(e event) {
@@ -65,8 +67,15 @@ func (s *jsonSink) emit(e event) {
 }
 
 func (s *jsonSink) AddSection(x chaos.Section) { s.emit(event{Section: &x}) }
-func (s *jsonSink) AddLoss(x chaos.Loss)       { s.emit(event{Loss: &x}) }
-func (s *jsonSink) AddCall(x chaos.Call)       { s.emit(event{Call: &x}) }
+func (s *jsonSink) AddLoss(x chaos.Loss) {
+	x.Proc = s.proc
+	s.emit(event{Loss: &x})
+}
+
+func (s *jsonSink) AddCall(x chaos.Call) {
+	x.Proc = s.proc
+	s.emit(event{Call: &x})
+}
 func (s *jsonSink) Violate(inv chaos.Invariant, format string, args ...any) {
 	s.emit(event{Violation: &chaos.Violation{Inv: inv, Detail: fmt.Sprintf(format, args...)}})
 }
@@ -81,7 +90,7 @@ func workerMain(spec string) int {
 		return 2
 	}
 	leaks := goleak.IgnoreCurrent()
-	out := &jsonSink{enc: json.NewEncoder(os.Stdout)}
+	out := &jsonSink{proc: ps.Name, enc: json.NewEncoder(os.Stdout)}
 	var stalls chaos.Stalls
 	stopStalls := stalls.Watch(stallTick)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -133,7 +142,11 @@ func workerMain(spec string) int {
 	_ = store.Close()
 	_ = probe.Close()
 	stopStalls()
-	out.emit(event{Stalls: stalls.All()})
+	all := stalls.All()
+	for i := range all {
+		all[i].Proc = ps.Name
+	}
+	out.emit(event{Stalls: all})
 	if err := goleak.Find(leaks); err != nil {
 		out.Violate(chaos.I3, "%s: goroutines left after the Lockers closed: %v", ps.Name, err)
 	}
@@ -344,7 +357,13 @@ func (p *proc) ingest(t *testing.T) {
 			p.w.marks[e.Mark]++
 			p.w.mu.Unlock()
 		case e.Stalls != nil:
-			p.w.stalls.Add(e.Stalls...)
+			// A probe sleep across a SIGSTOP measured the stop, not the scheduler; what
+			// happened during a stop is exempt anyway.
+			for _, st := range e.Stalls {
+				if !stoppedIn(st.From, st.To) {
+					p.w.stalls.Add(st)
+				}
+			}
 		case e.Done:
 			done = true
 		}

@@ -60,7 +60,7 @@ var scenarios = []scenario{
 	{name: "READONLY replica", smoke: true, run: readonly},
 	{name: "waiters on one key, half cancelled", smoke: true, run: waiters},
 	{name: "context-cancel storm", smoke: true, run: cancelStorm},
-	{name: "no ContextTimeoutEnabled, redis paused", run: noContextTimeout, expected: []chaos.Invariant{chaos.I4}},
+	{name: "no ContextTimeoutEnabled, redis paused", run: noContextTimeout},
 }
 
 // runScenarios runs the scenarios that pick selects, each as a subtest, and returns
@@ -349,7 +349,7 @@ func pubsubKilled(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	time.Sleep(time.Second)
 	stop()
 	row, vs := w.finish("", fmt.Sprintf("%d× CLIENT KILL TYPE pubsub (%d connections)", n, killed), sc.slack)
-	_, recovered := w.hist.FaultTimes()
+	_, recovered := w.hist.FaultTimes(0)
 	if len(recovered) < n {
 		t.Errorf("%d of %d pub/sub kills were followed by no acquisition", n-len(recovered), n)
 	}
@@ -401,7 +401,7 @@ func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	checked, fill := 0, 0
 	n := w.faultLoop(sc.run, 600*time.Millisecond, func(i int) {
 		w.fault("OOM", func() {
-			for {
+			for start := fill; ; {
 				pipe := w.probe.Pipeline()
 				for range 32 {
 					pipe.Set(ctx, fmt.Sprintf("filler:%d", fill), filler, 0)
@@ -412,8 +412,8 @@ func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 				if err != nil && strings.HasPrefix(err.Error(), "OOM") {
 					break
 				}
-				if err != nil || fill > 10000 {
-					t.Fatalf("filling Redis up to maxmemory: %v after %d values", err, fill)
+				if err != nil || fill-start > 10000 {
+					t.Fatalf("filling Redis up to maxmemory: %v after %d values", err, fill-start)
 				}
 			}
 			// Full by a margin, so that a lock deleted meanwhile does not make room.
@@ -507,9 +507,10 @@ func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	return row, vs
 }
 
-// noContextTimeout shows what I4 means for a client built without
-// ContextTimeoutEnabled: a call on a stalled Redis lasts until the read timeout,
-// whatever its context says.
+// noContextTimeout runs the Lockers on clients built without ContextTimeoutEnabled,
+// which bound a call on a stalled Redis by their read timeout (here 1s) whatever its
+// context says. The engine must still return at the caller's deadline (200ms) and clean
+// up after the abandoned call.
 func noContextTimeout(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	cfg := baseConfig()
 	cfg.NoCtxTimeout = true
@@ -529,12 +530,16 @@ func noContextTimeout(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 		})
 	})
 	stop()
-	row, vs := w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s; acquire deadline 200 ms, read timeout 1 s", n, pause), sc.slack)
-	late := chaos.LateCalls(w.hist.Calls(), sc.slack.Call)
 	var worst time.Duration
-	for _, c := range late {
-		worst = max(worst, c.Return.Sub(c.Deadline))
+	timedOut := 0
+	for _, c := range w.hist.Calls() {
+		if c.Op == "acquire" && c.Return >= c.Deadline {
+			timedOut++
+			worst = max(worst, c.Return.Sub(c.Deadline))
+		}
 	}
-	addNote(&row, fmt.Sprintf("without ContextTimeoutEnabled, %d calls overran their deadline, by up to %s: set it", len(late), worst.Round(time.Millisecond)))
+	row, vs := w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s; acquire deadline 200 ms, client read timeout 1 s", n, pause), sc.slack)
+	addNote(&row, fmt.Sprintf("%d acquires ran into their deadline on clients that ignore it; the latest returned %s after it",
+		timedOut, worst.Round(100*time.Microsecond)))
 	return row, vs
 }

@@ -20,6 +20,7 @@ type Stalls struct {
 
 // Stall is one probe sleep: it ran From–To and woke Late after it should have.
 type Stall struct {
+	Proc string        `json:"proc,omitempty"` // the process measured; empty for the test process
 	From Mono          `json:"from"`
 	To   Mono          `json:"to"`
 	Late time.Duration `json:"late"`
@@ -70,13 +71,14 @@ func (s *Stalls) All() []Stall {
 	return slices.Clone(s.s)
 }
 
-// Max returns the largest delay of a probe sleep that overlapped from–to.
-func (s *Stalls) Max(from, to Mono) time.Duration {
+// Max returns the largest delay of a probe sleep in process proc that overlapped
+// from–to.
+func (s *Stalls) Max(proc string, from, to Mono) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var worst time.Duration
 	for _, st := range s.s {
-		if st.From <= to && from <= st.To {
+		if st.Proc == proc && st.From <= to && from <= st.To {
 			worst = max(worst, st.Late)
 		}
 	}
