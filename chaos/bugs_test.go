@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
@@ -129,4 +130,47 @@ func TestLeaseContextDuringRelease(t *testing.T) {
 	case <-time.After(time.Until(le.ValidUntil()) + 50*time.Millisecond):
 		t.Fatal("the lease's context is alive 50ms after its validity deadline while Release waits for Redis")
 	}
+}
+
+// TestReentryBehindLocalWaiters: an owner holds a lock through one Locker (service A)
+// and reenters it through another (service B, reached with the owner's signed token),
+// while B has a request of another owner waiting for that lock. The reentry queues behind
+// B's waiter, which waits for the lock the reentering owner holds: neither moves until
+// the reentry's deadline, and it then fails with ErrLocked after 0 attempts — a
+// reentrant acquisition reported as busy, the cross-service deadlock that owner
+// propagation exists to prevent. (Since waiters queue behind the process's waiters
+// instead of barging.)
+func TestReentryBehindLocalWaiters(t *testing.T) {
+	srv := redistest.Start(t)
+	a := warmLocker(t, srv.Client(t))
+	b := warmLocker(t, srv.Client(t))
+	ctx, owner := ctxid.Ensure(context.Background())
+	held, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		if le, err := b.Acquire(wctx, "k"); err == nil { // another owner, parked in b
+			_ = le.Release(context.Background())
+		}
+	}()
+	defer func() { <-waited }()
+	defer cancel()
+	time.Sleep(200 * time.Millisecond)
+
+	rctx, rcancel := context.WithTimeout(ctxid.NewContext(context.Background(), owner), 2*time.Second)
+	defer rcancel()
+	in, err := b.Acquire(rctx, "k")
+	if err != nil {
+		t.Fatalf("the holder's reentry through another Locker: %v", err)
+	}
+	if !in.Reentrant() {
+		t.Error("the reentry through another Locker is not reentrant")
+	}
+	_ = in.Release(ctx)
 }

@@ -337,6 +337,7 @@ func pubsubKilled(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	w.addNode("b", false)
 	ld := contended(sc)
 	ld.AcquireMin, ld.AcquireMax = 3*time.Second, 3*time.Second
+	ld.Nested = false // the liveness checked here is the release notifications'
 	stop := w.run(ld)
 	ctx := context.Background()
 	killed := 0
