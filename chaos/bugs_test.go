@@ -174,3 +174,25 @@ func TestReentryBehindLocalWaiters(t *testing.T) {
 	}
 	_ = in.Release(ctx)
 }
+
+// TestReleaseDeadlineWithoutContextTimeout: on a client built without
+// ContextTimeoutEnabled, a release on a stalled Redis lasts the client's read timeout
+// (1s here) instead of ReleaseTimeout (300ms); Acquire on the same client returns at its
+// deadline. (A release once returned at its deadline on such clients too.)
+func TestReleaseDeadlineWithoutContextTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
+	const releaseTimeout = 300 * time.Millisecond
+	l := warmLocker(t, c, guard.TTL(2*time.Second), guard.ReleaseTimeout(releaseTimeout))
+	le, err := l.Acquire(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	defer srv.Resume(t)
+	start := time.Now()
+	err = le.Release(context.Background())
+	if took := time.Since(start); took > releaseTimeout+50*time.Millisecond {
+		t.Fatalf("Release took %s (%v), want ≤ ReleaseTimeout %s + 50ms", took.Round(time.Millisecond), err, releaseTimeout)
+	}
+}

@@ -255,6 +255,10 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64) bool
 		if !typed(err) {
 			w.sink.Untyped("nested acquire", err)
 		}
+		if errors.Is(err, guard.ErrLocked) && valid(le) && w.epoch() == epoch {
+			// Redis would count this hold at once: only the engine can have kept it waiting.
+			w.sink.Mark("reentry refused")
+		}
 		return errors.Is(err, guard.ErrLocked) && !errors.Is(err, context.DeadlineExceeded)
 	}
 	if valid(le) && w.epoch() == epoch {
@@ -536,6 +540,9 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	}
 	if n := w.mark("misreported release"); n > 0 {
 		w.note("%d releases reported ErrNotHeld/ErrExpired after taking effect (a client retry ran after many handoffs)", n)
+	}
+	if n := w.mark("reentry refused"); n > 0 {
+		w.note("%d reentries through the second Locker were refused as busy while the owner held the lock", n)
 	}
 	if n := w.mark("expired at handout"); n > 0 {
 		w.note("%d leases were past their validity when Acquire returned them (a client retry across the outage)", n)
