@@ -176,11 +176,13 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	h.timer.Stop()
 	l.mu.Unlock()
 
+	// The work is over: end its context before the Redis call, which may stall, so that
+	// nothing started under it runs past the validity deadline.
+	le.cancel(ErrReleased)
 	rctx, cancel := l.releaseCtx(ctx)
 	defer cancel()
 	l.renew.remove(rctx, h, true)
 	code, err := l.releaseRemote(rctx, h)
-	le.cancel(ErrReleased)
 	if prev != stateLost {
 		l.tel.ended(h, nil)
 		if code == -1 {

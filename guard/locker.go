@@ -38,11 +38,12 @@ var (
 // that wakes waiters when a lock is released, and one watchdog that renews every held
 // lease in pipelined batches.
 type Locker struct {
-	client redis.UniversalClient
-	cfg    settings
-	nonce  string        // random prefix of attempt and release nonces
-	seq    atomic.Uint64 // suffix of nonces
-	done   chan struct{} // closed by Close
+	client           redis.UniversalClient
+	honoursDeadlines bool // client gives up on calls at their context's deadline
+	cfg              settings
+	nonce            string        // random prefix of attempt and release nonces
+	seq              atomic.Uint64 // suffix of nonces
+	done             chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	held   map[holdKey]*held // leases held or being acquired, by key and owner
@@ -84,11 +85,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("guard: reading random nonce prefix: %w", err)
 	}
 	l := &Locker{
-		client: client,
-		cfg:    cfg,
-		nonce:  base64.RawURLEncoding.EncodeToString(b[:]) + ".", // no ':' or ' ': the scripts list nonces
-		done:   make(chan struct{}),
-		held:   make(map[holdKey]*held),
+		client:           client,
+		honoursDeadlines: honoursDeadlines(client),
+		cfg:              cfg,
+		nonce:            base64.RawURLEncoding.EncodeToString(b[:]) + ".", // no ':' or ' ': the scripts list nonces
+		done:             make(chan struct{}),
+		held:             make(map[holdKey]*held),
 	}
 	l.waits.l = l
 	l.renew.l = l
@@ -280,6 +282,7 @@ type granted struct {
 	holds    int64         // the owner's hold count in Redis after the attempt
 	pttl     time.Duration // the holder's remaining TTL when busy, <0 if unknown
 	sent     time.Time     // when the attempt was sent: validity is measured from here
+	nonce    string        // the attempt's nonce, to undo it
 }
 
 // attempt makes one acquire round trip. It returns when ctx ends even if the Redis call
@@ -347,7 +350,7 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	if err != nil {
 		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
 	}
-	g.sent = sent
+	g.sent, g.nonce = sent, nonce
 	return g, nil
 }
 
@@ -404,19 +407,54 @@ func (l *Locker) releaseCtx(ctx context.Context) (context.Context, context.Cance
 	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
 }
 
-// releaseRemote drops one Redis-side hold of h. ctx should come from releaseCtx: with a
-// client that honours deadlines (ContextTimeoutEnabled) ReleaseTimeout bounds the call,
-// otherwise the client's read timeout does.
+// releaseRemote drops one Redis-side hold of h. ctx comes from releaseCtx; the call
+// returns by its deadline even when the client does not honour deadlines (the Redis
+// call then finishes aside).
 func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
-	code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
-		string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds()).Int64()
-	if err != nil {
-		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: err}
+	type reply struct {
+		code int64
+		err  error
 	}
-	if code == 1 {
+	call := func() reply {
+		code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
+			string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds()).Int64()
+		return reply{code, err}
+	}
+	var r reply
+	if l.honoursDeadlines {
+		r = call()
+	} else {
+		replies := make(chan reply, 1)
+		if !l.background(func() { replies <- call() }) {
+			replies <- call()
+		}
+		select {
+		case r = <-replies:
+		case <-ctx.Done():
+			r.err = ctx.Err()
+		}
+	}
+	if r.err != nil {
+		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: r.err}
+	}
+	if r.code == 1 {
 		l.waits.wake(h.rk)
 	}
-	return code, nil
+	return r.code, nil
+}
+
+// honoursDeadlines reports whether c gives up on a call when its context's deadline
+// passes (go-redis does with ContextTimeoutEnabled).
+func honoursDeadlines(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 func (l *Locker) newNonce() string {

@@ -196,9 +196,10 @@ func Retry(p RetryPolicy) Option {
 }
 
 // ReleaseTimeout bounds a release's Redis call. Release ignores the caller's
-// cancellation (a cancelled request must still free its lock) but not this timeout. The
-// client enforces it when it honours context deadlines (go-redis: ContextTimeoutEnabled);
-// otherwise its read timeout bounds the call.
+// cancellation (a cancelled request must still free its lock) but not this timeout.
+// With a client that honours context deadlines (go-redis: ContextTimeoutEnabled) the
+// call runs inline; with another, it runs on a goroutine so that Release still returns
+// in time.
 // Applies to New. Default 5s.
 func ReleaseTimeout(d time.Duration) Option {
 	return Option{name: "ReleaseTimeout", scope: scopeLocker, apply: func(s *settings) { s.releaseTimeout = d }}

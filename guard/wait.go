@@ -19,8 +19,7 @@ const confirmWait = time.Second
 // lock's release is announced (Pub/Sub), its backoff delay, the holder's TTL, its
 // deadline or the end of ctx, whichever comes first. Only one goroutine per key and
 // process makes attempts at a time (the key's gate); the others queue behind it in
-// arrival order, so Redis sees one waiter per process however many goroutines wait, and
-// a newcomer does not barge ahead of the queue.
+// arrival order, so Redis sees one waiter per process however many goroutines wait.
 func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolicy, deadline time.Time) (granted, error) {
 	subscribed, queued := l.waits.state(h.rk)
 	var (
@@ -56,45 +55,49 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 		kw.awaitSubscribed(ctx, deadline, confirmWait)
 		return nil
 	}
-	skip := false // wait for a release before the next attempt
-	if queued && !(p.limit == limitAttempts && p.attempts == 1) {
-		if err := queue(); err != nil {
-			return granted{}, err
-		}
-		// When the goroutine ahead took the lock, only its release can help: wait for it.
-		skip = kw.predecessorAcquired()
-	}
+	// A newcomer always makes its first attempt at once, even when others of this process
+	// queue for the key: its owner may hold the lock through another process (a
+	// downstream service reached with the owner's token), and only Redis can tell; a
+	// newcomer that waited behind the queue would deadlock with it.
 	for {
-		if !skip {
-			if kw != nil {
-				kw.drain()
-			}
-			attempts++
-			a.attempts = attempts
-			g, err := l.attempt(ctx, h)
-			if err != nil && attempts > 1 && ctx.Err() != nil {
-				// The context ended the wait during an attempt: the lock was busy before.
-				return granted{}, busy(ctx.Err())
-			}
-			if err != nil || g.acquired {
-				acquired = g.acquired
-				return g, err
-			}
-			ttl = g.pttl
-			if p.limit == limitAttempts && attempts >= p.attempts ||
-				!deadline.IsZero() && !time.Now().Before(deadline) {
-				return granted{}, busy(nil)
-			}
-			if kw == nil {
-				if err := queue(); err != nil {
-					return granted{}, err
-				}
-				if !subscribed {
-					continue // the lock may have been freed before the subscription existed
-				}
-			}
+		if kw != nil {
+			kw.drain()
 		}
-		skip = false
+		attempts++
+		a.attempts = attempts
+		g, err := l.attempt(ctx, h)
+		if err != nil && attempts > 1 && ctx.Err() != nil {
+			// The context ended the wait during an attempt: the lock was busy before.
+			return granted{}, busy(ctx.Err())
+		}
+		if err == nil && g.acquired && !time.Now().Before(g.sent.Add(h.s.ttl-h.s.driftMargin())) {
+			// Granted, but the reply came so late (Redis was down and the client retried)
+			// that the lease's validity, measured from the send, has already run out:
+			// give the hold back and try again rather than hand out a lost lease.
+			l.undo(h, g.nonce)
+			continue
+		}
+		if err != nil || g.acquired {
+			acquired = g.acquired
+			return g, err
+		}
+		ttl = g.pttl
+		if p.limit == limitAttempts && attempts >= p.attempts ||
+			!deadline.IsZero() && !time.Now().Before(deadline) {
+			return granted{}, busy(nil)
+		}
+		if kw == nil {
+			if err := queue(); err != nil {
+				return granted{}, err
+			}
+			switch {
+			case !subscribed:
+				continue // the lock may have been freed before the subscription existed
+			case queued && !kw.predecessorAcquired():
+				continue // the goroutine ahead gave up: the lock may be free
+			}
+			// Otherwise a release since the last attempt left a notification.
+		}
 		delay := p.delay().Delay(max(attempts, 1))
 		if ttl >= 0 && ttl+time.Millisecond < delay {
 			delay = ttl + time.Millisecond

@@ -4,7 +4,7 @@
 --                     acquires, newest first, space-separated (within 100 bytes); #t =
 --                     fencing token; #w = present once someone had to wait
 -- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
---                     releases, newest first (within about 200 bytes)
+--                     releases, newest first (within about 400 bytes)
 -- ARGV[1] owner ID
 -- ARGV[2] TTL in milliseconds
 -- ARGV[3] attempt nonce (unique per attempt; makes a client-side retry of this call a no-op)

@@ -65,11 +65,11 @@ end
 
 -- Free the lock and remember this release's nonce beside the token, so that a retry of
 -- this call, even after other owners took and freed the lock, reports it released. The
--- list keeps the newest nonces within 200 bytes (about 8), cut at a separator.
+-- list keeps the newest nonces within 400 bytes (about 20), cut at a separator.
 redis.call('DEL', lock)
 local kept = string.match(redis.call('GET', fence) or '', '^%d+(.*)$') or ''
-if #kept > 200 then
-  kept = string.match(string.sub(kept, 1, 201), '^(.*):') or ''
+if #kept > 400 then
+  kept = string.match(string.sub(kept, 1, 401), '^(.*):') or ''
 end
 redis.call('SET', fence, v[4] .. ':' .. nonce .. kept, 'PX', ARGV[4])
 if v[5] then
