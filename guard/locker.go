@@ -288,16 +288,16 @@ type granted struct {
 // attempt makes one acquire round trip. It returns when ctx ends even if the Redis call
 // does not (go-redis honours only deadlines, and only with ContextTimeoutEnabled): the
 // call then goes on aside and undoes itself if it turns out to have taken the lock.
-func (l *Locker) attempt(ctx context.Context, h *held) (granted, error) {
+func (l *Locker) attempt(ctx context.Context, h *held, polite bool) (granted, error) {
 	nonce := l.newNonce()
 	sent := time.Now()
 	if ctx.Done() == nil {
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce))
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, polite))
 	}
 	var state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
 	replies := make(chan acquireReply, 1)
 	started := l.background(func() {
-		r := l.runAcquire(context.WithoutCancel(ctx), h, nonce)
+		r := l.runAcquire(context.WithoutCancel(ctx), h, nonce, polite)
 		if state.CompareAndSwap(0, 1) {
 			replies <- r
 			return
@@ -309,7 +309,7 @@ func (l *Locker) attempt(ctx context.Context, h *held) (granted, error) {
 		}
 	})
 	if !started {
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce))
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, polite))
 	}
 	select {
 	case r := <-replies:
@@ -328,9 +328,13 @@ type acquireReply struct {
 	err error
 }
 
-func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string) acquireReply {
+func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, polite bool) acquireReply {
+	manner := "0"
+	if polite {
+		manner = "1"
+	}
 	v, err := acquireScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
-		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds()).Slice()
+		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner).Slice()
 	return acquireReply{v, err}
 }
 

@@ -55,17 +55,19 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 		kw.awaitSubscribed(ctx, deadline, confirmWait)
 		return nil
 	}
-	// A newcomer always makes its first attempt at once, even when others of this process
-	// queue for the key: its owner may hold the lock through another process (a
-	// downstream service reached with the owner's token), and only Redis can tell; a
-	// newcomer that waited behind the queue would deadlock with it.
+	// A newcomer makes its first attempt at once, even when others of this process queue
+	// for the key: its owner may hold the lock through another process (a downstream
+	// service reached with the owner's token), which only Redis can tell, and a newcomer
+	// waiting behind the queue would then deadlock with it. With a queue, the attempt is
+	// polite: it reenters the owner's hold but leaves a free lock to the queue.
+	polite := queued && !(p.limit == limitAttempts && p.attempts == 1)
 	for {
 		if kw != nil {
 			kw.drain()
 		}
 		attempts++
 		a.attempts = attempts
-		g, err := l.attempt(ctx, h)
+		g, err := l.attempt(ctx, h, polite && attempts == 1)
 		if err != nil && attempts > 1 && ctx.Err() != nil {
 			// The context ended the wait during an attempt: the lock was busy before.
 			return granted{}, busy(ctx.Err())

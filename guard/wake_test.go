@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
@@ -242,4 +243,65 @@ func TestSilentPubSubReplaced(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("waiter stranded behind a silent Pub/Sub connection")
 	}
+}
+
+// TestNoBargingPastLocalWaiters: a goroutine that releases a lock and asks for it again
+// at once, while another goroutine of the process waits, goes behind the waiter.
+func TestNoBargingPastLocalWaiters(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	first := mustAcquire(t, l, ctx, "turns")
+	var (
+		mu    sync.Mutex
+		order []string
+	)
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		le, err := l.Acquire(ctx, "turns", sleepy)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+			return
+		}
+		mu.Lock()
+		order = append(order, "waiter")
+		mu.Unlock()
+		_ = le.Release(ctx)
+	}()
+	time.Sleep(150 * time.Millisecond) // the waiter has failed once and queued
+	mustRelease(t, first)
+	again := mustAcquire(t, l, ctx, "turns", sleepy) // a new request of the same goroutine
+	mu.Lock()
+	order = append(order, "barger")
+	mu.Unlock()
+	mustRelease(t, again)
+	<-waited
+	if len(order) != 2 || order[0] != "waiter" {
+		t.Fatalf("order %v: the newcomer went ahead of the queued waiter", order)
+	}
+}
+
+// TestReentryPastLocalWaiters: an owner holding a lock through one Locker reenters it
+// through another (a downstream service) even while that Locker has waiters of another
+// owner queued for the key.
+func TestReentryPastLocalWaiters(t *testing.T) {
+	srv := redistest.Start(t)
+	a, _ := newLocker(t, srv)
+	b, _ := newLocker(t, srv)
+	ctx, owner := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
+	held := mustAcquire(t, a, ctx, "shared-down")
+	go func() {
+		// Another request waiting at the downstream service; it gets the lock at the end.
+		if le, err := b.Acquire(ctxTimeout(t, 10*time.Second), "shared-down", sleepy); err == nil {
+			_ = le.Release(context.Background())
+		}
+	}()
+	time.Sleep(150 * time.Millisecond)
+	in, err := b.Acquire(ctxid.NewContext(ctxTimeout(t, 2*time.Second), owner), "shared-down")
+	if err != nil || !in.Reentrant() {
+		t.Fatalf("reentry through the downstream Locker: %v", err)
+	}
+	mustRelease(t, in)
+	mustRelease(t, held)
 }

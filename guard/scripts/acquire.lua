@@ -9,9 +9,11 @@
 -- ARGV[2] TTL in milliseconds
 -- ARGV[3] attempt nonce (unique per attempt; makes a client-side retry of this call a no-op)
 -- ARGV[4] fence retention in milliseconds
+-- ARGV[5] "1" for a polite attempt: reenter the owner's hold, but leave a free lock to
+--         the waiters queued ahead
 --
 -- Returns {1, token, holds} when the owner holds the lock after the call,
---         {0, pttl}         when another owner holds it.
+--         {0, pttl}         when another owner holds it (pttl -1: free, left to others).
 local lock, fence = KEYS[1], KEYS[2]
 local owner, ttl, nonce = ARGV[1], ARGV[2], ARGV[3]
 local afield = owner .. '#a'
@@ -42,6 +44,10 @@ if v[3] then
     redis.call('HSET', lock, '#w', '1')
   end
   return {0, redis.call('PTTL', lock)}
+end
+
+if ARGV[5] == '1' then
+  return {0, -1}
 end
 
 -- A new token is one more than the last one issued and never below the server clock in
