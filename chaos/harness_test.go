@@ -149,6 +149,8 @@ func (w *worker) section(ctx context.Context) bool {
 	w.seq++
 	label := w.id + "/" + strconv.Itoa(w.seq)
 
+	// Read before acquiring, so that data lost during the Acquire call itself shows.
+	epoch := w.epoch()
 	actx, cancel := context.WithTimeout(ctx, w.load.acquireTimeout(w.rng))
 	deadline, _ := actx.Deadline()
 	start := chaos.Now()
@@ -162,7 +164,6 @@ func (w *worker) section(ctx context.Context) bool {
 		}
 		return errors.Is(err, guard.ErrLocked) || ctx.Err() != nil
 	}
-	epoch := w.epoch()
 	if chaos.MonoOf(le.ValidUntil()) <= enter {
 		w.sink.Mark("expired at handout")
 	}

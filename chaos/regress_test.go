@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
@@ -117,5 +118,127 @@ func TestAcquireDeadlineWhileSubscribing(t *testing.T) {
 	_, err = waiter.Acquire(ctx, "busy")
 	if late := time.Since(deadline); late > 50*time.Millisecond || !errors.Is(err, guard.ErrLocked) {
 		t.Fatalf("Acquire returned %s after its deadline with %v, want ≤ 50ms and ErrLocked", late.Round(time.Millisecond), err)
+	}
+}
+
+// TestReentryBehindLocalWaiters: an owner holds a lock through one Locker (service A)
+// and reenters it through another (service B, reached with the owner's signed token),
+// while B has a request of another owner waiting for that lock. The reentry must not
+// queue behind that waiter, which waits for the very lock the owner holds (it once did,
+// and failed with ErrLocked after 0 attempts at its deadline: the cross-service deadlock
+// that owner propagation exists to prevent).
+func TestReentryBehindLocalWaiters(t *testing.T) {
+	srv := redistest.Start(t)
+	a := warmLocker(t, srv.Client(t))
+	b := warmLocker(t, srv.Client(t))
+	ctx, owner := ctxid.Ensure(context.Background())
+	held, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		if le, err := b.Acquire(wctx, "k"); err == nil { // another owner, parked in b
+			_ = le.Release(context.Background())
+		}
+	}()
+	defer func() { <-waited }()
+	defer cancel()
+	time.Sleep(200 * time.Millisecond)
+
+	rctx, rcancel := context.WithTimeout(ctxid.NewContext(context.Background(), owner), 2*time.Second)
+	defer rcancel()
+	in, err := b.Acquire(rctx, "k")
+	if err != nil {
+		t.Fatalf("the holder's reentry through another Locker: %v", err)
+	}
+	if !in.Reentrant() {
+		t.Error("the reentry through another Locker is not reentrant")
+	}
+	_ = in.Release(ctx)
+}
+
+// TestAcquireAcrossOutage: an Acquire started while Redis is down can succeed through
+// go-redis's retries once Redis is back, with its validity counted from the first send.
+// When the outage outlasted the TTL, it must not hand out a lease whose validity deadline
+// has already passed (it once did: lost on arrival, after the caller's work may have
+// started under a context not yet cancelled).
+func TestAcquireAcrossOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	l := warmLocker(t, c, guard.TTL(500*time.Millisecond))
+	srv.Kill(t)
+	type result struct {
+		le  *guard.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		le, err := l.Acquire(ctx, "outage")
+		got <- result{le, err}
+	}()
+	time.Sleep(700 * time.Millisecond)
+	srv.Restart(t)
+	r := <-got
+	if r.err != nil {
+		return // refusing is fine; handing out a dead lease is not
+	}
+	defer r.le.Release(context.Background())
+	if now := time.Now(); !r.le.ValidUntil().After(now) {
+		t.Fatalf("Acquire returned a lease whose validity had ended %s before", now.Sub(r.le.ValidUntil()).Round(time.Millisecond))
+	}
+}
+
+// TestLeaseContextDuringRelease: while Release waits for a stalled Redis, the lease's
+// context must still end by its validity deadline (it once stayed alive until the
+// release call returned, up to ReleaseTimeout later, so goroutines the work started
+// under it ran on unprotected).
+func TestLeaseContextDuringRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	l := warmLocker(t, c, guard.TTL(300*time.Millisecond), guard.ReleaseTimeout(3*time.Second))
+	le, err := l.Acquire(context.Background(), "releasing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	defer srv.Resume(t)
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		_ = le.Release(context.Background())
+	}()
+	defer func() { <-released }()
+	select {
+	case <-le.Context().Done():
+	case <-time.After(time.Until(le.ValidUntil()) + 50*time.Millisecond):
+		t.Fatal("the lease's context is alive 50ms after its validity deadline while Release waits for Redis")
+	}
+}
+
+// TestReleaseDeadlineWithoutContextTimeout: on a client built without
+// ContextTimeoutEnabled, a release on a stalled Redis must still return within
+// ReleaseTimeout (300ms here), not the client's read timeout (1s), as Acquire does.
+func TestReleaseDeadlineWithoutContextTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
+	const releaseTimeout = 300 * time.Millisecond
+	l := warmLocker(t, c, guard.TTL(2*time.Second), guard.ReleaseTimeout(releaseTimeout))
+	le, err := l.Acquire(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	defer srv.Resume(t)
+	start := time.Now()
+	err = le.Release(context.Background())
+	if took := time.Since(start); took > releaseTimeout+50*time.Millisecond {
+		t.Fatalf("Release took %s (%v), want ≤ ReleaseTimeout %s + 50ms", took.Round(time.Millisecond), err, releaseTimeout)
 	}
 }
