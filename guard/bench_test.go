@@ -191,3 +191,32 @@ func BenchmarkAcquireReleaseTelemetry(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAcquireReleaseContextTimeout is BenchmarkAcquireRelease with a client built
+// with ContextTimeoutEnabled and a cancellable context, as a request would have: calls
+// then run inline, the client enforcing deadlines itself.
+func BenchmarkAcquireReleaseContextTimeout(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	l := lockerOn(b, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	mustRelease(b, mustAcquire(b, l, ctx, "warm-up"))
+	var id atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		key := "bench:" + strconv.FormatInt(id.Add(1), 10)
+		for pb.Next() {
+			le, err := l.TryAcquire(ctx, key)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := le.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

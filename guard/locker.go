@@ -285,13 +285,15 @@ type granted struct {
 	nonce    string        // the attempt's nonce, to undo it
 }
 
-// attempt makes one acquire round trip. It returns when ctx ends even if the Redis call
-// does not (go-redis honours only deadlines, and only with ContextTimeoutEnabled): the
-// call then goes on aside and undoes itself if it turns out to have taken the lock.
+// attempt makes one acquire round trip. On a client that does not honour context
+// deadlines it returns when ctx ends even if the Redis call does not: the call then goes
+// on aside and undoes itself if it turns out to have taken the lock.
 func (l *Locker) attempt(ctx context.Context, h *held, polite bool) (granted, error) {
 	nonce := l.newNonce()
 	sent := time.Now()
-	if ctx.Done() == nil {
+	if ctx.Done() == nil || l.honoursDeadlines {
+		// Nothing to return early for, or the client itself gives up at ctx's deadline
+		// (a cancellation without deadline is then noticed when the call returns).
 		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, polite))
 	}
 	var state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned

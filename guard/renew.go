@@ -26,6 +26,7 @@ type renewer struct {
 	q       renewHeap
 	running bool
 	closed  bool
+	until   time.Time // when the sleeping goroutine wakes by itself; zero while it works
 	wake    chan struct{}
 	quit    chan struct{}
 	loop    sync.WaitGroup
@@ -49,7 +50,9 @@ func (r *renewer) add(h *held, sent time.Time) {
 		r.running = true
 		r.loop.Add(1)
 		go r.run()
-	case r.q[0] == h:
+	case !r.until.IsZero() && h.next.Before(r.until):
+		// The goroutine sleeps past h's first renewal: wake it to sleep less. (Usually it
+		// wakes sooner anyway, so most acquisitions cost it nothing.)
 		select {
 		case r.wake <- struct{}{}:
 		default:
@@ -109,6 +112,7 @@ func (r *renewer) run() {
 		if len(r.q) == 0 {
 			// Linger a little: under steady traffic the next lease comes soon, and a
 			// goroutine per lease would cost more than the wait.
+			r.until = time.Now().Add(renewLinger)
 			r.mu.Unlock()
 			timer.Reset(renewLinger)
 			select {
@@ -117,11 +121,15 @@ func (r *renewer) run() {
 			case <-r.wake:
 			case <-r.quit:
 			}
+			r.mu.Lock()
+			r.until = time.Time{}
+			r.mu.Unlock()
 			continue
 		}
 		idle = false
 		now := time.Now()
 		if d := r.q[0].next.Sub(now); d > 0 {
+			r.until = r.q[0].next
 			r.mu.Unlock()
 			timer.Reset(d)
 			select {
@@ -129,6 +137,9 @@ func (r *renewer) run() {
 			case <-r.wake:
 			case <-r.quit:
 			}
+			r.mu.Lock()
+			r.until = time.Time{}
+			r.mu.Unlock()
 			continue
 		}
 		horizon := now.Add(renewBatchWindow)
