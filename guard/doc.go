@@ -70,10 +70,21 @@
 //
 // A busy attempt learns the holder's remaining TTL in the same round trip. The waiter then
 // sleeps until the earliest of: the lock's release being announced (one Pub/Sub
-// subscription per Locker, shared by all keys), the Retry policy's backoff, the holder's
-// TTL, the policy's or the context's deadline. Within one process, only one goroutine per
-// key makes attempts; the others queue behind it. Retry policies are immutable values:
-// NoRetry, Attempts, MaxWait, UntilCanceled, with Fixed or Exponential backoff.
+// subscription per Locker, shared by all keys, plus a direct wake-up when this process
+// releases), the Retry policy's backoff, the holder's TTL, the policy's or the context's
+// deadline. Within one process the goroutines waiting for a key form a queue: only the
+// one at its head makes attempts, so Redis sees one waiter per process however many
+// goroutines wait, and a newcomer does not barge ahead of the queue (its first attempt
+// reenters a hold its owner already has, which only Redis can tell, but leaves a free lock
+// to the queue). Waiters in different processes are not ordered: each process's head
+// waiter tries at every release. Retry policies are immutable values: NoRetry, Attempts,
+// MaxWait, UntilCanceled, with Fixed or Exponential backoff.
+//
+// A context that ends while waiting ends the wait at once. Build the client with
+// ContextTimeoutEnabled so that it also gives up on a Redis call at the context's
+// deadline; with any other client each acquire attempt and each release runs on a helper
+// goroutine, so that guard can return at the deadline while the call finishes aside (an
+// attempt that turns out to have taken the lock undoes itself).
 //
 // # Fencing
 //
