@@ -127,6 +127,7 @@ type worker struct {
 	probe  *redis.Client // the lock Redis, directly, for I2 probes
 	sink   sink
 	epoch  func() int64 // bumped whenever the lock Redis loses its data
+	calm   func() bool  // reports whether no fault is being injected
 	cfg    config
 	load   load
 	rng    *rand.Rand
@@ -250,14 +251,16 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64) bool
 	defer cancel()
 	deadline, _ := nctx.Deadline()
 	start := chaos.Now()
+	calm := w.calm()
 	in, err := w.nested.Acquire(nctx, le.Key())
 	w.sink.AddCall(chaos.Call{Op: "acquire", Key: le.Key(), Worker: w.id + "+nested", Start: start, Deadline: chaos.MonoOf(deadline), Return: chaos.Now(), Err: errText(err)})
 	if err != nil {
 		if !typed(err) {
 			w.sink.Untyped("nested acquire", err)
 		}
-		if errors.Is(err, guard.ErrLocked) && valid(le) && w.epoch() == epoch {
-			// Redis would count this hold at once: only the engine can have kept it waiting.
+		if errors.Is(err, guard.ErrLocked) && valid(le) && w.epoch() == epoch && calm && w.calm() {
+			// With Redis reachable, it counts this hold at once: only the engine can have
+			// kept the reentry waiting.
 			w.sink.Mark("reentry refused")
 		}
 		return errors.Is(err, guard.ErrLocked) && !errors.Is(err, context.DeadlineExceeded)
@@ -360,7 +363,10 @@ type world struct {
 	probe *redis.Client // lock Redis, directly: probes and fault injection
 	hist  *chaos.History
 	epoch atomic.Int64
-	leaks goleak.Option
+	// faulting counts faults being injected now; a fault's effects on the engine
+	// (queued commands, timeouts) may last a little longer.
+	faulting atomic.Int32
+	leaks    goleak.Option
 	// stalls is the scheduling delay measured in this process and in the worker
 	// processes; stopStalls ends this process's probe.
 	stalls     *chaos.Stalls
@@ -456,7 +462,7 @@ func (w *world) run(ld load) (stop func()) {
 		for g := range ld.Workers {
 			wk := &worker{
 				id: fmt.Sprintf("%s/%d", n.name, g), locker: n.locker, store: w.sc, probe: w.probe,
-				sink: w.sink(), epoch: w.epoch.Load, cfg: w.cfg, load: ld,
+				sink: w.sink(), epoch: w.epoch.Load, calm: func() bool { return w.faulting.Load() == 0 }, cfg: w.cfg, load: ld,
 				rng: rand.New(rand.NewPCG(uint64(i), uint64(g))),
 			}
 			if ld.Nested {
@@ -477,9 +483,13 @@ func (w *world) run(ld load) (stop func()) {
 
 // fault records one injected fault around do, which injects it and heals it.
 func (w *world) fault(kind string, do func()) {
+	w.faulting.Add(1)
 	start := chaos.Now()
 	do()
-	w.hist.AddFault(chaos.Fault{Kind: kind, Start: start, End: chaos.Now()})
+	end := chaos.Now()
+	w.hist.AddFault(chaos.Fault{Kind: kind, Start: start, End: end})
+	// Commands held by the fault drain for a while after it is healed.
+	time.AfterFunc(time.Second, func() { w.faulting.Add(-1) })
 }
 
 // forget bumps the data epoch around lose, which makes the lock Redis lose its data:
@@ -543,7 +553,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 		w.note("%d releases reported ErrNotHeld/ErrExpired after taking effect (a client retry ran after many handoffs)", n)
 	}
 	if n := w.mark("reentry refused"); n > 0 {
-		w.note("%d reentries through the second Locker were refused as busy while the owner held the lock", n)
+		w.note("%d reentries through the second Locker were refused as busy while the owner held the lock and no fault was active", n)
 	}
 	if n := w.mark("expired at handout"); n > 0 {
 		w.note("%d leases were past their validity when Acquire returned them (a client retry across the outage)", n)

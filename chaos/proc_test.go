@@ -121,7 +121,7 @@ func workerMain(spec string) int {
 		for g := range ps.Load.Workers {
 			wk := &worker{
 				id: fmt.Sprintf("%s.%d/%d", ps.Name, i, g), locker: l, store: store, probe: probe,
-				sink: out, epoch: func() int64 { return 0 }, cfg: ps.Config, load: ps.Load,
+				sink: out, epoch: func() int64 { return 0 }, calm: func() bool { return true }, cfg: ps.Config, load: ps.Load,
 				rng: rand.New(rand.NewPCG(ps.Seed, uint64(i<<16|g))),
 			}
 			if ps.Load.Nested {
