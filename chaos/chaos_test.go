@@ -17,6 +17,9 @@ import (
 // markers below; `make chaos` points it at docs/RELIABILITY.md.
 const docEnv = "GUARDKIT_CHAOS_DOC"
 
+// revEnv names the revision of the code under test, quoted in the table's heading.
+const revEnv = "GUARDKIT_CHAOS_REV"
+
 const (
 	tableBegin = "<!-- chaos-table:begin -->"
 	tableEnd   = "<!-- chaos-table:end -->"
@@ -26,8 +29,12 @@ const (
 func TestChaos(t *testing.T) {
 	start := time.Now()
 	rows := runScenarios(t, fullScale, func(scenario) bool { return true })
-	table := fmt.Sprintf("Run of %s on %d CPUs (%s, -race), %s in all. Slack: I4 %s, M2 %s, plus the scheduling stall measured at the time.\n\n%s",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(),
+	rev := ""
+	if r := os.Getenv(revEnv); r != "" {
+		rev = " of " + r
+	}
+	table := fmt.Sprintf("Run%s on %s, %d CPUs (%s, -race), %s in all. Slack: I4 %s, M2 %s, plus the scheduling stall measured at the time.\n\n%s",
+		rev, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(),
 		time.Since(start).Round(time.Second), fullScale.slack.Call, fullScale.slack.Loss, chaos.Markdown(rows))
 	fmt.Println("\n" + table)
 	path := os.Getenv(docEnv)

@@ -575,7 +575,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	}
 	vs, excused := w.hist.Check(slack)
 	if excused > 0 {
-		w.note("%d late calls or loss notices put down to scheduling stalls (largest stall %s)", excused, w.maxStall())
+		w.note("%d late calls or loss notices put down to scheduling stalls (largest stall %s)", excused, w.maxStall().Round(100*time.Microsecond))
 	}
 	detect, recover := w.hist.FaultTimes(w.cfg.TTL)
 	row := chaos.Row{

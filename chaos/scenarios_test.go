@@ -60,7 +60,7 @@ var scenarios = []scenario{
 	{name: "READONLY replica", smoke: true, run: readonly},
 	{name: "waiters on one key, half cancelled", smoke: true, run: waiters},
 	{name: "context-cancel storm", smoke: true, run: cancelStorm},
-	{name: "no ContextTimeoutEnabled, redis paused", run: noContextTimeout, expected: []chaos.Invariant{chaos.I4}},
+	{name: "no ContextTimeoutEnabled, redis paused", run: noContextTimeout},
 }
 
 // runScenarios runs the scenarios that pick selects, each as a subtest, and returns
@@ -509,9 +509,9 @@ func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 }
 
 // noContextTimeout runs the Lockers on clients built without ContextTimeoutEnabled,
-// which bound a call on a stalled Redis by their read timeout (here 1s) whatever its
-// context says. It shows what that costs: I4 violations are reported, not failed, since
-// guard.New documents that such clients make calls last up to the read timeout.
+// which hold a call on a stalled Redis until their read timeout (here 1s) whatever its
+// context says. The engine must still return at the caller's deadline (I4), leaving the
+// call to finish aside.
 func noContextTimeout(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	cfg := baseConfig()
 	cfg.NoCtxTimeout = true
