@@ -40,3 +40,11 @@ demo:
 ## bench-compare: guardkit side by side with other Go lock libraries on one redis-server (bench/, its own module); writes bench/RESULTS.md and the README's performance summary.
 bench-compare: redis-server
 	cd bench && $(GO) run . -out RESULTS.md -json results.jsonl -readme ../README.md
+
+.PHONY: chaos
+## chaos: the fault and abuse suite on real redis-server processes (a few minutes); prints
+## the results table and writes it into docs/RELIABILITY.md. `make test` runs its smoke subset.
+chaos: redis-server
+	GUARDKIT_CHAOS_DOC=$(CURDIR)/docs/RELIABILITY.md \
+	GUARDKIT_CHAOS_REV=$${GUARDKIT_CHAOS_REV:-$$(git describe --always --dirty 2>/dev/null)} \
+	$(GO) test -race -tags chaos -count=1 -timeout 15m -run . -v ./chaos/
