@@ -18,8 +18,8 @@ import (
 )
 
 // TestRetriedReleaseAfterManyHandoffs: TestRetriedReleaseAfterHandoff with a busy key.
-// release.lua recognises a retry of a final release by its nonce among the last 8 kept
-// beside the fencing token; when more than 8 other owners took and released the lock
+// release.lua recognises a retry of a final release by its nonce among the newest (about 20) kept
+// beside the fencing token; when more other owners than that took and released the lock
 // before go-redis's retry arrived, the retry reports ErrNotHeld or ErrExpired although
 // the release took effect (and guard.Wrap reports ErrLeaseLost for a protected call).
 func TestRetriedReleaseAfterManyHandoffs(t *testing.T) {
