@@ -95,6 +95,7 @@ type Violation struct {
 	Detail string    `json:"detail"`
 }
 
+// String describes the Violation for reports.
 func (v Violation) String() string { return string(v.Inv) + ": " + v.Detail }
 
 // History collects what the workers of one scenario did and what was done to them. It
@@ -248,6 +249,7 @@ type Overlap struct {
 	For  time.Duration // how long both ran while valid
 }
 
+// String describes the Overlap for reports.
 func (o Overlap) String() string {
 	return fmt.Sprintf("sections on %q by %s (token %d) and %s (token %d) overlapped for %s while both leases were valid",
 		o.A.Key, o.A.Worker, o.A.Token, o.B.Worker, o.B.Token, o.For)
@@ -281,6 +283,7 @@ type TokenPair struct {
 	Earlier, Later Section
 }
 
+// String describes the TokenPair for reports.
 func (p TokenPair) String() string {
 	return fmt.Sprintf("on %q, %s entered before %s with token %d, not below %d",
 		p.Earlier.Key, p.Earlier.Worker, p.Later.Worker, p.Earlier.Token, p.Later.Token)

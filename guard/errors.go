@@ -59,6 +59,7 @@ type LockedError struct {
 	Err error
 }
 
+// Error names the key, the attempts and when to retry.
 func (e *LockedError) Error() string {
 	msg := fmt.Sprintf("guard: lock %s is held by another owner (%d attempts, retry after %s)",
 		quoteKey(e.Key), e.Attempts, e.RetryAfter)
@@ -85,6 +86,7 @@ type LeaseLostError struct {
 	Err error
 }
 
+// Error names the key and why the lease was lost.
 func (e *LeaseLostError) Error() string {
 	msg := "guard: lease lost on " + quoteKey(e.Key) + ": " + e.Reason
 	if e.Err != nil {
@@ -110,6 +112,7 @@ type ConfigError struct {
 	Err error
 }
 
+// Error names the field and what is wrong with it.
 func (e *ConfigError) Error() string {
 	return "guard: invalid configuration: " + e.Field + ": " + e.Reason
 }
@@ -130,6 +133,7 @@ type KeyError struct {
 	Reason string
 }
 
+// Error names the key, its length and what is wrong with it.
 func (e *KeyError) Error() string {
 	return fmt.Sprintf("guard: invalid lock key %s (%d bytes): %s", quoteKey(e.Key), e.Len, e.Reason)
 }
@@ -147,6 +151,7 @@ type RedisError struct {
 	Err error
 }
 
+// Error names the operation, the key and the client's error.
 func (e *RedisError) Error() string {
 	return "guard: " + e.Op + " " + quoteKey(e.Key) + ": redis: " + e.Err.Error()
 }
