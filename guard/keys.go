@@ -16,6 +16,15 @@ type redisKeys struct {
 // derives the same name.
 func (k redisKeys) channel() string { return k.lock + ":release" }
 
+// queue is the list of Lockers waiting for the lock, in the order they found it busy.
+func (k redisKeys) queue() string { return k.lock + ":queue" }
+
+// keysOfChannel returns the names of the lock whose release channel is ch.
+func keysOfChannel(ch string) redisKeys {
+	lock := strings.TrimSuffix(ch, ":release")
+	return redisKeys{lock: lock, fence: lock + ":fence"}
+}
+
 // redisKeys validates key and builds the Redis names for it.
 func (l *Locker) redisKeys(key string) (redisKeys, error) {
 	if key == "" {

@@ -25,10 +25,13 @@ var (
 	releaseSrc string
 	//go:embed scripts/renew.lua
 	renewSrc string
+	//go:embed scripts/wake.lua
+	wakeSrc string
 
 	acquireScript = redis.NewScript(acquireSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	renewScript   = redis.NewScript(renewSrc)
+	wakeScript    = redis.NewScript(wakeSrc)
 )
 
 // Locker hands out leases on Redis locks. It is safe for concurrent use; create one per
@@ -41,7 +44,8 @@ type Locker struct {
 	client           redis.UniversalClient
 	honoursDeadlines bool // client gives up on calls at their context's deadline
 	cfg              settings
-	nonce            string        // random prefix of attempt and release nonces
+	id               string        // random ID of this Locker in the Redis wait queues
+	nonce            string        // prefix of attempt and release nonces: id + "."
 	seq              atomic.Uint64 // suffix of nonces
 	done             chan struct{} // closed by Close
 
@@ -88,10 +92,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		client:           client,
 		honoursDeadlines: honoursDeadlines(client),
 		cfg:              cfg,
-		nonce:            base64.RawURLEncoding.EncodeToString(b[:]) + ".", // no ':' or ' ': the scripts list nonces
+		id:               base64.RawURLEncoding.EncodeToString(b[:]),
 		done:             make(chan struct{}),
 		held:             make(map[holdKey]*held),
 	}
+	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
 	l.waits.l = l
 	l.renew.l = l
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
@@ -288,18 +293,18 @@ type granted struct {
 // attempt makes one acquire round trip. On a client that does not honour context
 // deadlines it returns when ctx ends even if the Redis call does not: the call then goes
 // on aside and undoes itself if it turns out to have taken the lock.
-func (l *Locker) attempt(ctx context.Context, h *held, polite bool) (granted, error) {
+func (l *Locker) attempt(ctx context.Context, h *held, manner string) (granted, error) {
 	nonce := l.newNonce()
 	sent := time.Now()
 	if ctx.Done() == nil || l.honoursDeadlines {
 		// Nothing to return early for, or the client itself gives up at ctx's deadline
 		// (a cancellation without deadline is then noticed when the call returns).
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, polite))
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner))
 	}
 	var state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
 	replies := make(chan acquireReply, 1)
 	started := l.background(func() {
-		r := l.runAcquire(context.WithoutCancel(ctx), h, nonce, polite)
+		r := l.runAcquire(context.WithoutCancel(ctx), h, nonce, manner)
 		if state.CompareAndSwap(0, 1) {
 			replies <- r
 			return
@@ -311,7 +316,7 @@ func (l *Locker) attempt(ctx context.Context, h *held, polite bool) (granted, er
 		}
 	})
 	if !started {
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, polite))
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner))
 	}
 	select {
 	case r := <-replies:
@@ -330,13 +335,16 @@ type acquireReply struct {
 	err error
 }
 
-func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, polite bool) acquireReply {
-	manner := "0"
-	if polite {
-		manner = "1"
-	}
-	v, err := acquireScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
-		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner).Slice()
+// Manners of an acquire attempt (acquire.lua's ARGV[5]).
+const (
+	mannerWait   = "0" // the caller waits when the lock is busy: join the Redis wait queue
+	mannerPolite = "1" // reenter only; leave a free lock to the queue
+	mannerTry    = "2" // the caller will not wait
+)
+
+func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner string) acquireReply {
+	v, err := acquireScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
+		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id).Slice()
 	return acquireReply{v, err}
 }
 
@@ -388,7 +396,7 @@ func (l *Locker) compensate(h *held, nonce string) {
 func (l *Locker) undo(h *held, nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 	defer cancel()
-	_ = releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
+	_ = releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
 		string(h.hk.owner), l.newNonce(), nonce, h.s.fenceRetention.Milliseconds()).Err()
 }
 
@@ -422,7 +430,7 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		err  error
 	}
 	call := func() reply {
-		code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence},
+		code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
 			string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds()).Int64()
 		return reply{code, err}
 	}

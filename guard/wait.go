@@ -38,7 +38,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 			kw.exit(acquired)
 		}
 		if kw != nil {
-			l.waits.leave(kw)
+			l.waits.leave(kw, acquired)
 		}
 	}()
 	busy := func(cause error) error {
@@ -60,14 +60,27 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 	// service reached with the owner's token), which only Redis can tell, and a newcomer
 	// waiting behind the queue would then deadlock with it. With a queue, the attempt is
 	// polite: it reenters the owner's hold but leaves a free lock to the queue.
-	polite := queued && !(p.limit == limitAttempts && p.attempts == 1)
+	first := mannerWait
+	switch {
+	case p.limit == limitAttempts && p.attempts == 1:
+		first = mannerTry
+	case queued:
+		first = mannerPolite
+	}
 	for {
 		if kw != nil {
 			kw.drain()
 		}
 		attempts++
 		a.attempts = attempts
-		g, err := l.attempt(ctx, h, polite && attempts == 1)
+		manner := mannerWait
+		switch {
+		case attempts == 1:
+			manner = first
+		case p.limit == limitAttempts && attempts >= p.attempts:
+			manner = mannerTry // the last one
+		}
+		g, err := l.attempt(ctx, h, manner)
 		if err != nil && attempts > 1 && ctx.Err() != nil {
 			// The context ended the wait during an attempt: the lock was busy before.
 			return granted{}, busy(ctx.Err())
@@ -289,14 +302,21 @@ func (w *waiters) join(ctx context.Context, k redisKeys) *keyWait {
 }
 
 // leave unregisters a waiter. The subscription is dropped later by the receive loop, so
-// that a key under steady contention keeps it.
-func (w *waiters) leave(kw *keyWait) {
+// that a key under steady contention keeps it. When the last waiter of the process leaves
+// without the lock, the process leaves the lock's Redis wait queue too.
+func (w *waiters) leave(kw *keyWait, acquired bool) {
 	w.mu.Lock()
 	kw.refs--
-	if kw.refs == 0 {
+	last := kw.refs == 0
+	if last {
 		kw.idle = time.Now()
 	}
 	w.mu.Unlock()
+	if last && !acquired {
+		w.background(kw.channel, func(ctx context.Context, k redisKeys) error {
+			return w.l.client.LRem(ctx, k.queue(), 0, w.l.id).Err()
+		})
+	}
 }
 
 // wake tells this process's waiters on k that the lock was released here. A goroutine
@@ -367,7 +387,7 @@ func (w *waiters) receive(ps *redis.PubSub) {
 			lastTraffic = time.Now()
 			switch m := msg.(type) {
 			case *redis.Message:
-				w.dispatch(m.Channel)
+				w.dispatch(m.Channel, m.Payload)
 			case *redis.Subscription:
 				w.confirm(ps, m)
 			}
@@ -421,13 +441,36 @@ func (w *waiters) sleep(d time.Duration) bool {
 	}
 }
 
-func (w *waiters) dispatch(ch string) {
+// dispatch handles a release notification. Its payload names the Locker it wakes (the
+// first in the lock's Redis wait queue), or is "*" for all of them.
+func (w *waiters) dispatch(ch, payload string) {
+	if payload != "*" && payload != w.l.id {
+		return // another process's turn
+	}
 	w.mu.Lock()
 	kw := w.keys[ch]
+	waiting := kw != nil && kw.refs > 0
 	w.mu.Unlock()
-	if kw != nil {
+	switch {
+	case waiting:
 		kw.signal()
+	case payload == w.l.id:
+		// Our turn, but nobody here waits any more: pass it on.
+		w.background(ch, func(ctx context.Context, k redisKeys) error {
+			return wakeScript.Run(ctx, w.l.client, []string{k.queue()}, ch).Err()
+		})
 	}
+}
+
+// background runs a best-effort call about the lock of channel ch aside, bounded by the
+// ReleaseTimeout.
+func (w *waiters) background(ch string, call func(context.Context, redisKeys) error) {
+	k := keysOfChannel(ch)
+	w.l.background(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), w.l.cfg.releaseTimeout)
+		defer cancel()
+		_ = call(ctx, k)
+	})
 }
 
 func (w *waiters) confirm(ps *redis.PubSub, m *redis.Subscription) {

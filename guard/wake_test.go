@@ -305,3 +305,49 @@ func TestReentryPastLocalWaiters(t *testing.T) {
 	mustRelease(t, in)
 	mustRelease(t, held)
 }
+
+// TestProcessesTakeTurns: workers in eight Lockers (eight processes) contend for one key.
+// Each release wakes only the Locker first in the key's Redis wait queue, so attempts per
+// acquisition stay flat however many processes wait, and every worker gets its turns.
+func TestProcessesTakeTurns(t *testing.T) {
+	srv := redistest.Start(t)
+	const lockers, rounds = 8, 15
+	counter := redistest.NewCounter()
+	var ls []*guard.Locker
+	for range lockers {
+		c := srv.Client(t)
+		c.AddHook(counter)
+		ls = append(ls, lockerOn(t, c, sleepy))
+	}
+	ctx := ctxTimeout(t, 30*time.Second)
+	for _, l := range ls { // load the scripts on every client, then count from zero
+		mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
+	}
+	counter.Reset()
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				le, err := l.Acquire(ctx, "turns")
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+				if err := le.Release(ctx); err != nil {
+					t.Errorf("Release: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	acquisitions := float64(lockers * rounds)
+	perAcq := float64(counter.Calls("evalsha")) / acquisitions
+	t.Logf("%.2f script calls per acquisition (attempts and the release)", perAcq)
+	if perAcq > 5 {
+		t.Fatalf("%.2f script calls per acquisition with %d processes waiting: waiters are woken in a herd", perAcq, lockers)
+	}
+}

@@ -5,12 +5,16 @@
 --                     fencing token; #w = present once someone had to wait
 -- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
 --                     releases, newest first (within about 400 bytes)
+-- KEYS[3] queue:      list of the IDs of the Lockers (processes) waiting for the lock, in
+--                     the order they found it busy; a release wakes the first
 -- ARGV[1] owner ID
 -- ARGV[2] TTL in milliseconds
 -- ARGV[3] attempt nonce (unique per attempt; makes a client-side retry of this call a no-op)
 -- ARGV[4] fence retention in milliseconds
--- ARGV[5] "1" for a polite attempt: reenter the owner's hold, but leave a free lock to
---         the waiters queued ahead
+-- ARGV[5] "0" for an attempt of a caller that will wait, "1" for a polite one (reenter
+--         the owner's hold, but leave a free lock to the waiters queued ahead), "2" for a
+--         caller that will not wait; only "0" joins the wait queue
+-- ARGV[6] the ID of the calling Locker, queued when the lock is busy
 --
 -- Returns {1, token, holds} when the owner holds the lock after the call,
 --         {0, pttl}         when another owner holds it (pttl -1: free, left to others).
@@ -42,6 +46,13 @@ end
 if v[3] then
   if not v[4] then
     redis.call('HSET', lock, '#w', '1')
+  end
+  if ARGV[5] == '0' then
+    local queue = KEYS[3]
+    if not redis.call('LPOS', queue, ARGV[6]) then
+      redis.call('RPUSH', queue, ARGV[6])
+    end
+    redis.call('PEXPIRE', queue, 3 * tonumber(ttl))
   end
   return {0, redis.call('PTTL', lock)}
 end

@@ -3,6 +3,7 @@
 -- KEYS[1] lock hash (see acquire.lua); also <owner>#r = nonces of the owner's last
 --         releases that left it holding, newest first, space-separated (within 100 bytes)
 -- KEYS[2] fence (see acquire.lua)
+-- KEYS[3] queue (see acquire.lua)
 -- ARGV[1] owner ID
 -- ARGV[2] release nonce (unique per release; makes a client-side retry of this call a no-op)
 -- ARGV[3] undo nonce: when not empty, drop the hold only if the acquire attempt with this
@@ -72,7 +73,12 @@ if #kept > 400 then
   kept = string.match(string.sub(kept, 1, 401), '^(.*):') or ''
 end
 redis.call('SET', fence, v[4] .. ':' .. nonce .. kept, 'PX', ARGV[4])
-if v[5] then
-  redis.call('PUBLISH', lock .. ':release', '1')
+-- Wake the first Locker in the wait queue; with none queued but someone having waited,
+-- every Locker ('*').
+local next = redis.call('LPOP', KEYS[3])
+if next then
+  redis.call('PUBLISH', lock .. ':release', next)
+elseif v[5] then
+  redis.call('PUBLISH', lock .. ':release', '*')
 end
 return 1
