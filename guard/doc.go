@@ -76,9 +76,12 @@
 // one at its head makes attempts, so Redis sees one waiter per process however many
 // goroutines wait, and a newcomer does not barge ahead of the queue (its first attempt
 // reenters a hold its owner already has, which only Redis can tell, but leaves a free lock
-// to the queue). Waiters in different processes are not ordered: each process's head
-// waiter tries at every release. Retry policies are immutable values: NoRetry, Attempts,
-// MaxWait, UntilCanceled, with Fixed or Exponential backoff.
+// to the queue). Across processes, Lockers queue in Redis: a busy attempt of a caller
+// that will wait puts its Locker's ID in the lock's wait queue, and a release wakes only
+// the first Locker queued, so the round trips per acquisition do not grow with the number
+// of processes waiting. The queue orders wake-ups, not grants: a newcomer that finds the
+// lock free takes it, and the woken Locker queues again. Retry policies are immutable
+// values: NoRetry, Attempts, MaxWait, UntilCanceled, with Fixed or Exponential backoff.
 //
 // A context that ends while waiting ends the wait at once. Build the client with
 // ContextTimeoutEnabled so that it also gives up on a Redis call at the context's
@@ -98,8 +101,8 @@
 // # Redis data
 //
 // For key k and prefix p (default "guard:"), the lock is the hash p{k} (field per owner →
-// hold count, plus the token), the fencing counter is p{k}:fence and the release channel
-// p{k}:release. In k, '%', '{' and '}' are written %25, %7B and %7D, so every name of a
+// hold count, plus the token), the fencing counter is p{k}:fence, the wait queue (a list
+// of Locker IDs) p{k}:queue and the release channel p{k}:release. In k, '%', '{' and '}' are written %25, %7B and %7D, so every name of a
 // lock shares one Redis Cluster hash tag whatever bytes the key holds. Each acquire,
 // release and renewal is one script call; scripts carry a nonce so that a call the client
 // retries after a timeout takes effect once. An acquire whose outcome is unknown (a
