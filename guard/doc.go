@@ -102,11 +102,12 @@
 //
 // For key k and prefix p (default "guard:"), the lock is the hash p{k} (field per owner →
 // hold count, plus the token), the fencing counter is p{k}:fence, the wait queue (a list
-// of Locker IDs) p{k}:queue and the release channel p{k}:release. In k, '%', '{' and '}' are written %25, %7B and %7D, so every name of a
-// lock shares one Redis Cluster hash tag whatever bytes the key holds. Each acquire,
-// release and renewal is one script call; scripts carry a nonce so that a call the client
-// retries after a timeout takes effect once. An acquire whose outcome is unknown (a
-// network error) is undone in the background if it took effect.
+// of Locker IDs) p{k}:queue and the release channel p{k}:release. In k, '%', '{' and '}'
+// are written %25, %7B and %7D, so every name of a lock shares one Redis Cluster hash tag
+// whatever bytes the key holds. Each acquire, release and renewal is one script call;
+// scripts carry a nonce so that a call the client retries after a timeout takes effect
+// once. An acquire whose outcome is unknown (a network error) is undone in the background
+// if it took effect.
 //
 // # Telemetry
 //
