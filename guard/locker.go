@@ -397,7 +397,7 @@ func (l *Locker) undo(h *held, nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 	defer cancel()
 	_ = releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-		string(h.hk.owner), l.newNonce(), nonce, h.s.fenceRetention.Milliseconds()).Err()
+		string(h.hk.owner), l.newNonce(), nonce, h.s.fenceRetention.Milliseconds(), l.id).Err()
 }
 
 // background runs fn on a goroutine that Close waits for, and reports false, running
@@ -431,7 +431,7 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 	}
 	call := func() reply {
 		code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-			string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds()).Int64()
+			string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds(), l.id).Int64()
 		return reply{code, err}
 	}
 	var r reply
@@ -451,8 +451,14 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 	if r.err != nil {
 		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: r.err}
 	}
-	if r.code == 1 {
+	switch r.code {
+	case 1:
 		l.waits.wake(h.rk)
+	case 3:
+		// Handed to another process: for a moment, this process's newcomers leave the
+		// free lock to it instead of taking it back at once.
+		l.waits.yield(h.rk, min(h.s.ttl/2, courtesyWindow))
+		r.code = 1
 	}
 	return r.code, nil
 }

@@ -11,9 +11,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// How long a new waiter waits for its release-notification subscription to be confirmed
-// before it falls back to sleeping on its backoff alone.
-const confirmWait = time.Second
+const (
+	// How long a new waiter waits for its release-notification subscription to be
+	// confirmed before it falls back to sleeping on its backoff alone.
+	confirmWait = time.Second
+	// How long, at most, a process that handed a lock to another one keeps its newcomers
+	// from taking it back (see yield).
+	courtesyWindow = 50 * time.Millisecond
+	// How long a turn that came with nobody waiting is kept for a goroutine about to wait
+	// before it is passed on to the next Locker.
+	turnGrace = 100 * time.Millisecond
+)
 
 // wait acquires h in Redis under retry policy p. Between attempts it sleeps until the
 // lock's release is announced (Pub/Sub), its backoff delay, the holder's TTL, its
@@ -21,7 +29,7 @@ const confirmWait = time.Second
 // process makes attempts at a time (the key's gate); the others queue behind it in
 // arrival order, so Redis sees one waiter per process however many goroutines wait.
 func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolicy, deadline time.Time) (granted, error) {
-	subscribed, queued := l.waits.state(h.rk)
+	subscribed, queued, yielding := l.waits.state(h.rk)
 	var (
 		kw       *keyWait
 		entered  bool // kw's gate is ours
@@ -64,7 +72,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 	switch {
 	case p.limit == limitAttempts && p.attempts == 1:
 		first = mannerTry
-	case queued:
+	case queued || yielding:
 		first = mannerPolite
 	}
 	for {
@@ -233,39 +241,70 @@ func (kw *keyWait) awaitSubscribed(ctx context.Context, deadline time.Time, d ti
 // waiters multiplexes release notifications for every key this process waits on over
 // one Pub/Sub connection.
 type waiters struct {
-	l      *Locker
-	active atomic.Int32 // len(keys), readable without mu
+	l        *Locker
+	active   atomic.Int32 // len(keys), readable without mu
+	yielding atomic.Int32 // len(yields), readable without mu
 
 	mu     sync.Mutex
-	keys   map[string]*keyWait // by channel
+	keys   map[string]*keyWait    // by channel
+	yields map[string]time.Time   // by channel: until when newcomers are polite
+	turns  map[string]*time.Timer // by channel: a turn that came with nobody waiting
 	ps     *redis.PubSub
 	closed bool
 	loop   sync.WaitGroup
 }
 
-// state reports whether release notifications for k already reach this process, and
-// whether goroutines of this process already wait for k.
-func (w *waiters) state(k redisKeys) (subscribed, queued bool) {
-	if w.active.Load() == 0 {
-		return false, false
+// state reports whether release notifications for k already reach this process,
+// whether goroutines of this process already wait for k, and whether this process just
+// handed k to another one (see yield).
+func (w *waiters) state(k redisKeys) (subscribed, queued, yielding bool) {
+	if w.active.Load() == 0 && w.yielding.Load() == 0 {
+		return false, false, false
 	}
+	ch := k.channel()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	kw := w.keys[k.channel()]
-	if kw == nil {
-		return false, false
+	if until, ok := w.yields[ch]; ok {
+		if yielding = time.Now().Before(until); !yielding {
+			delete(w.yields, ch)
+			w.yielding.Store(int32(len(w.yields)))
+		}
 	}
-	return kw.live, kw.refs > 0
+	if kw := w.keys[ch]; kw != nil {
+		subscribed, queued = kw.live, kw.refs > 0
+	}
+	return subscribed, queued, yielding
+}
+
+// yield makes this process's newcomers polite on k for d: its release just woke another
+// process, which should get the lock rather than a goroutine of this one that asks again
+// at once.
+func (w *waiters) yield(k redisKeys, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.yields == nil {
+		w.yields = make(map[string]time.Time)
+	}
+	w.yields[k.channel()] = time.Now().Add(d)
+	w.yielding.Store(int32(len(w.yields)))
 }
 
 // join registers a waiter for k, subscribing to its channel if it is the first.
 func (w *waiters) join(ctx context.Context, k redisKeys) *keyWait {
 	ch := k.channel()
 	w.mu.Lock()
+	turn := w.turns[ch] != nil // a turn kept for a goroutine about to wait: this one
+	if turn {
+		w.turns[ch].Stop()
+		delete(w.turns, ch)
+	}
 	kw := w.keys[ch]
 	if kw != nil {
 		kw.refs++
 		w.mu.Unlock()
+		if turn {
+			kw.signal()
+		}
 		return kw
 	}
 	kw = &keyWait{
@@ -297,6 +336,9 @@ func (w *waiters) join(ctx context.Context, k redisKeys) *keyWait {
 	sub := func() { _ = ps.Subscribe(context.Background(), ch) }
 	if !w.l.background(sub) {
 		sub()
+	}
+	if turn {
+		kw.signal()
 	}
 	return kw
 }
@@ -455,10 +497,30 @@ func (w *waiters) dispatch(ch, payload string) {
 	case waiting:
 		kw.signal()
 	case payload == w.l.id:
-		// Our turn, but nobody here waits any more: pass it on.
-		w.background(ch, func(ctx context.Context, k redisKeys) error {
-			return wakeScript.Run(ctx, w.l.client, []string{k.queue()}, ch).Err()
-		})
+		// Our turn, but nobody here waits: a goroutine may be between its attempt and
+		// joining the waiters; keep the turn for it a moment, then pass it on.
+		w.mu.Lock()
+		if w.turns == nil {
+			w.turns = make(map[string]*time.Timer)
+		}
+		if w.turns[ch] == nil {
+			var t *time.Timer
+			t = time.AfterFunc(turnGrace, func() {
+				w.mu.Lock()
+				mine := w.turns[ch] == t
+				if mine {
+					delete(w.turns, ch)
+				}
+				w.mu.Unlock()
+				if mine {
+					w.background(ch, func(ctx context.Context, k redisKeys) error {
+						return wakeScript.Run(ctx, w.l.client, []string{k.queue()}, ch).Err()
+					})
+				}
+			})
+			w.turns[ch] = t
+		}
+		w.mu.Unlock()
 	}
 }
 
@@ -529,6 +591,10 @@ func (w *waiters) sweep(ps *redis.PubSub) {
 func (w *waiters) close() {
 	w.mu.Lock()
 	w.closed = true
+	for _, t := range w.turns {
+		t.Stop()
+	}
+	w.turns = nil
 	ps := w.ps
 	w.mu.Unlock()
 	if ps != nil {

@@ -324,8 +324,12 @@ func TestProcessesTakeTurns(t *testing.T) {
 		mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
 	}
 	counter.Reset()
-	var wg sync.WaitGroup
-	for _, l := range ls {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		turns []int // which Locker held the lock, in order
+	)
+	for i, l := range ls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -335,6 +339,9 @@ func TestProcessesTakeTurns(t *testing.T) {
 					t.Errorf("Acquire: %v", err)
 					return
 				}
+				mu.Lock()
+				turns = append(turns, i)
+				mu.Unlock()
 				time.Sleep(2 * time.Millisecond)
 				if err := le.Release(ctx); err != nil {
 					t.Errorf("Release: %v", err)
@@ -349,5 +356,19 @@ func TestProcessesTakeTurns(t *testing.T) {
 	t.Logf("%.2f script calls per acquisition (attempts and the release)", perAcq)
 	if perAcq > 5 {
 		t.Fatalf("%.2f script calls per acquisition with %d processes waiting: waiters are woken in a herd", perAcq, lockers)
+	}
+	// Turns go round: a process that releases does not take the lock straight back while
+	// others wait (the last rounds, when fewer processes are left, excepted).
+	longest, run := 1, 1
+	for i := 1; i < len(turns)-2*rounds; i++ {
+		if turns[i] == turns[i-1] {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 1
+		}
+	}
+	if longest > 2 {
+		t.Fatalf("one process held the lock %d times in a row while %d others waited: %v", longest, lockers-1, turns)
 	}
 }

@@ -12,8 +12,8 @@
 -- ARGV[3] attempt nonce (unique per attempt; makes a client-side retry of this call a no-op)
 -- ARGV[4] fence retention in milliseconds
 -- ARGV[5] "0" for an attempt of a caller that will wait, "1" for a polite one (reenter
---         the owner's hold, but leave a free lock to the waiters queued ahead), "2" for a
---         caller that will not wait; only "0" joins the wait queue
+--         the owner's hold, but leave a free lock to the waiters queued ahead, and queue),
+--         "2" for a caller that will not wait (the others are queued when busy)
 -- ARGV[6] the ID of the calling Locker, queued when the lock is busy
 --
 -- Returns {1, token, holds} when the owner holds the lock after the call,
@@ -47,7 +47,7 @@ if v[3] then
   if not v[4] then
     redis.call('HSET', lock, '#w', '1')
   end
-  if ARGV[5] == '0' then
+  if ARGV[5] ~= '2' then
     local queue = KEYS[3]
     if not redis.call('LPOS', queue, ARGV[6]) then
       redis.call('RPUSH', queue, ARGV[6])
@@ -58,6 +58,11 @@ if v[3] then
 end
 
 if ARGV[5] == '1' then
+  -- Polite: the lock is free but others are ahead; queue behind them to be woken.
+  if not redis.call('LPOS', KEYS[3], ARGV[6]) then
+    redis.call('RPUSH', KEYS[3], ARGV[6])
+  end
+  redis.call('PEXPIRE', KEYS[3], 3 * tonumber(ttl))
   return {0, -1}
 end
 

@@ -9,8 +9,10 @@
 -- ARGV[3] undo nonce: when not empty, drop the hold only if the acquire attempt with this
 --         nonce took effect (compensation after an acquire whose outcome is unknown)
 -- ARGV[4] fence retention in milliseconds
+-- ARGV[5] the ID of the calling Locker
 --
--- Returns  1 the lock was freed
+-- Returns  3 the lock was freed and handed to another Locker waiting for it
+--          1 the lock was freed
 --          2 one hold was dropped and the owner still holds the lock
 --          0 nothing to undo (undo nonce given and that attempt did not take effect)
 --         -1 no lock: it expired
@@ -78,6 +80,9 @@ redis.call('SET', fence, v[4] .. ':' .. nonce .. kept, 'PX', ARGV[4])
 local next = redis.call('LPOP', KEYS[3])
 if next then
   redis.call('PUBLISH', lock .. ':release', next)
+  if next ~= ARGV[5] then
+    return 3
+  end
 elseif v[5] then
   redis.call('PUBLISH', lock .. ':release', '*')
 end
