@@ -79,9 +79,12 @@
 // to the queue). Across processes, Lockers queue in Redis: a busy attempt of a caller
 // that will wait puts its Locker's ID in the lock's wait queue, and a release wakes only
 // the first Locker queued, so the round trips per acquisition do not grow with the number
-// of processes waiting. The queue orders wake-ups, not grants: a newcomer that finds the
-// lock free takes it, and the woken Locker queues again. Retry policies are immutable
-// values: NoRetry, Attempts, MaxWait, UntilCanceled, with Fixed or Exponential backoff.
+// of processes waiting. A process whose release woke another keeps its own newcomers
+// from taking the lock back for a moment (they queue instead), so turns go round; a
+// newcomer of a third process that finds the lock free may still take it, and the woken
+// Locker then queues again: wake-ups are ordered, grants nearly so. Retry policies are
+// immutable values: NoRetry, Attempts, MaxWait, UntilCanceled, with Fixed or Exponential
+// backoff.
 //
 // A context that ends while waiting ends the wait at once. Build the client with
 // ContextTimeoutEnabled so that it also gives up on a Redis call at the context's
