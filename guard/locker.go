@@ -454,6 +454,13 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 	switch r.code {
 	case 1:
 		l.waits.wake(h.rk)
+	case 4:
+		// This Locker was first in the wait queue: its waiters have the turn, or, with
+		// none left, the next Locker.
+		if !l.waits.wake(h.rk) {
+			l.waits.keepTurn(h.rk.channel())
+		}
+		r.code = 1
 	case 3:
 		// Handed to another process: for a moment, this process's newcomers leave the
 		// free lock to it instead of taking it back at once.

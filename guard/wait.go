@@ -116,6 +116,10 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 			switch {
 			case !subscribed:
 				continue // the lock may have been freed before the subscription existed
+			case ttl < 0 && queued:
+				// A polite attempt left the lock free to this process's queue, which this
+				// goroutine now heads: the lock may still be free.
+				continue
 			case queued && !kw.predecessorAcquired():
 				continue // the goroutine ahead gave up: the lock may be free
 			}
@@ -361,19 +365,22 @@ func (w *waiters) leave(kw *keyWait, acquired bool) {
 	}
 }
 
-// wake tells this process's waiters on k that the lock was released here. A goroutine
-// that queued behind a local holder has made no attempt against it, so the release may
-// not be announced over Pub/Sub: this is what wakes it.
-func (w *waiters) wake(k redisKeys) {
+// wake tells this process's waiters on k that the lock was released here, and reports
+// whether any was waiting. A goroutine that queued behind a local holder has made no
+// attempt against it, so the release may not be announced over Pub/Sub: this is what
+// wakes it.
+func (w *waiters) wake(k redisKeys) bool {
 	if w.active.Load() == 0 {
-		return
+		return false
 	}
 	w.mu.Lock()
 	kw := w.keys[k.channel()]
+	waiting := kw != nil && kw.refs > 0
 	w.mu.Unlock()
-	if kw != nil {
+	if waiting {
 		kw.signal()
 	}
+	return waiting
 }
 
 // Receive-loop tuning.
@@ -497,31 +504,43 @@ func (w *waiters) dispatch(ch, payload string) {
 	case waiting:
 		kw.signal()
 	case payload == w.l.id:
-		// Our turn, but nobody here waits: a goroutine may be between its attempt and
-		// joining the waiters; keep the turn for it a moment, then pass it on.
+		w.keepTurn(ch)
+	}
+}
+
+// keepTurn holds this Locker's turn on the lock of channel ch, which came while nobody
+// here waits: a goroutine may be between its attempt and joining the waiters. The turn
+// goes to the first goroutine that joins within turnGrace, else on to the next Locker.
+func (w *waiters) keepTurn(ch string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.turns[ch] != nil {
+		return
+	}
+	if w.turns == nil {
+		w.turns = make(map[string]*time.Timer)
+	}
+	var t *time.Timer
+	t = time.AfterFunc(turnGrace, func() {
 		w.mu.Lock()
-		if w.turns == nil {
-			w.turns = make(map[string]*time.Timer)
-		}
-		if w.turns[ch] == nil {
-			var t *time.Timer
-			t = time.AfterFunc(turnGrace, func() {
-				w.mu.Lock()
-				mine := w.turns[ch] == t
-				if mine {
-					delete(w.turns, ch)
-				}
-				w.mu.Unlock()
-				if mine {
-					w.background(ch, func(ctx context.Context, k redisKeys) error {
-						return wakeScript.Run(ctx, w.l.client, []string{k.queue()}, ch).Err()
-					})
-				}
-			})
-			w.turns[ch] = t
+		mine := w.turns[ch] == t
+		if mine {
+			delete(w.turns, ch)
 		}
 		w.mu.Unlock()
-	}
+		if mine {
+			w.passOn(ch)
+		}
+	})
+	w.turns[ch] = t
+}
+
+// passOn gives the turn of this Locker, which no longer waits, to the next one queued for
+// the lock of channel ch.
+func (w *waiters) passOn(ch string) {
+	w.background(ch, func(ctx context.Context, k redisKeys) error {
+		return wakeScript.Run(ctx, w.l.client, []string{k.queue()}, ch).Err()
+	})
 }
 
 // background runs a best-effort call about the lock of channel ch aside, bounded by the

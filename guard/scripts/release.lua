@@ -11,7 +11,8 @@
 -- ARGV[4] fence retention in milliseconds
 -- ARGV[5] the ID of the calling Locker
 --
--- Returns  3 the lock was freed and handed to another Locker waiting for it
+-- Returns  4 the lock was freed, and the caller's Locker was first in the wait queue
+--          3 the lock was freed and handed to another Locker waiting for it
 --          1 the lock was freed
 --          2 one hold was dropped and the owner still holds the lock
 --          0 nothing to undo (undo nonce given and that attempt did not take effect)
@@ -78,11 +79,11 @@ redis.call('SET', fence, v[4] .. ':' .. nonce .. kept, 'PX', ARGV[4])
 -- Wake the first Locker in the wait queue; with none queued but someone having waited,
 -- every Locker ('*').
 local next = redis.call('LPOP', KEYS[3])
-if next then
+if next == ARGV[5] then
+  return 4 -- the caller's own Locker is next: it wakes its waiters itself
+elseif next then
   redis.call('PUBLISH', lock .. ':release', next)
-  if next ~= ARGV[5] then
-    return 3
-  end
+  return 3
 elseif v[5] then
   redis.call('PUBLISH', lock .. ':release', '*')
 end
