@@ -86,7 +86,7 @@ func variants() []variant {
 			config: "SET NX PX + Lua compare-and-delete; blocking polls every 1 ms; renewal: one goroutine per lease (Lua compare-and-pexpire)",
 			new:    newRaw},
 		{name: "guardkit", lib: "guardkit", isLock: true,
-			config: "guard.New(client, guard.TTL(ttl)); everything else default (waiters woken by release notifications, local gate, pipelined watchdog)",
+			config: "guard.New(client, guard.TTL(ttl)) on a client with ContextTimeoutEnabled; everything else default (waiters queued in process and in Redis, woken by release notifications, pipelined watchdog)",
 			new:    newGuard},
 		{name: "guardkit/locker-per-worker", lib: "guardkit", isLock: true, perWorker: true,
 			config: "as guardkit, but every contended worker has its own client and Locker, as separate processes would",
@@ -285,7 +285,10 @@ type guardLib struct {
 }
 
 func newGuard(cfg libConfig) (Lib, error) {
-	g := newGoRedis(cfg.addr)
+	// ContextTimeoutEnabled is guardkit's recommended client setting: the client then
+	// enforces context deadlines itself and guard makes its calls inline.
+	g := &goRedis{c: redis.NewClient(&redis.Options{Addr: cfg.addr, ContextTimeoutEnabled: true})}
+	g.c.AddHook(&g.rt)
 	l, err := guard.New(g.c, guard.TTL(cfg.ttl))
 	if err != nil {
 		g.Close()
