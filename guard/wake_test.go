@@ -18,6 +18,34 @@ import (
 // A backoff so long that only a release notification can explain a prompt acquisition.
 var sleepy = guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0)))
 
+// startWaiter acquires key through l in the background, then releases it, and reports
+// the outcome.
+func startWaiter(ctx context.Context, l *guard.Locker, key string, opts ...guard.Option) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		le, err := l.Acquire(ctx, key, opts...)
+		if err == nil {
+			err = le.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
+// expectAcquired fails the test unless the waiter from startWaiter acquired within 5s,
+// saying stranded when it did not.
+func expectAcquired(t *testing.T, got <-chan error, stranded string) {
+	t.Helper()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal(stranded)
+	}
+}
+
 // TestWakeOnRelease: a waiter in another process acquires right after the release.
 func TestWakeOnRelease(t *testing.T) {
 	srv := redistest.Start(t)
@@ -26,24 +54,10 @@ func TestWakeOnRelease(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 
 	held := mustAcquire(t, holder, ctx, "wake")
-	got := make(chan error, 1)
-	go func() {
-		le, err := waiter.Acquire(ctx, "wake", sleepy)
-		if err == nil {
-			err = le.Release(ctx)
-		}
-		got <- err
-	}()
+	got := startWaiter(ctx, waiter, "wake", sleepy)
 	time.Sleep(200 * time.Millisecond) // let it fail, subscribe and sleep
 	mustRelease(t, held)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiter: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiter did not wake on the release (backoff 1m, holder TTL 30s)")
-	}
+	expectAcquired(t, got, "waiter did not wake on the release (backoff 1m, holder TTL 30s)")
 }
 
 // TestWakeLocalWaiters: many goroutines of one process waiting on one key all get it in
@@ -91,14 +105,7 @@ func TestWakeAfterPubSubKilled(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 
 	held := mustAcquire(t, holder, ctx, "pubsub")
-	got := make(chan error, 1)
-	go func() {
-		le, err := waiter.Acquire(ctx, "pubsub", guard.Retry(guard.UntilCanceled(guard.Fixed(300*time.Millisecond, 0))))
-		if err == nil {
-			err = le.Release(ctx)
-		}
-		got <- err
-	}()
+	got := startWaiter(ctx, waiter, "pubsub", guard.Retry(guard.UntilCanceled(guard.Fixed(300*time.Millisecond, 0))))
 	waitUntil(t, 3*time.Second, "a Pub/Sub subscriber", func() bool {
 		n, _ := c.PubSubNumSub(ctx, lockName("pubsub")+":release").Result()
 		return n[lockName("pubsub")+":release"] == 1
@@ -107,14 +114,7 @@ func TestWakeAfterPubSubKilled(t *testing.T) {
 		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
 	}
 	mustRelease(t, held)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiter: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiter stranded after its Pub/Sub connection was killed")
-	}
+	expectAcquired(t, got, "waiter stranded after its Pub/Sub connection was killed")
 }
 
 // TestWakeOnExpiry: a holder that vanished without releasing frees the lock after its TTL,
@@ -219,14 +219,7 @@ func TestSilentPubSubReplaced(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 
 	held := mustAcquire(t, holder, ctx, "silent")
-	got := make(chan error, 1)
-	go func() {
-		le, err := waiter.Acquire(ctx, "silent", sleepy)
-		if err == nil {
-			err = le.Release(ctx)
-		}
-		got <- err
-	}()
+	got := startWaiter(ctx, waiter, "silent", sleepy)
 	waitUntil(t, 3*time.Second, "the waiter's subscription", func() bool {
 		n, _ := c.PubSubNumSub(ctx, lockName("silent")+":release").Result()
 		return n[lockName("silent")+":release"] == 1
@@ -235,14 +228,7 @@ func TestSilentPubSubReplaced(t *testing.T) {
 	client.sub.Store(srv.Client(t))
 	time.Sleep(600 * time.Millisecond) // past the replacement deadline
 	mustRelease(t, held)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiter: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiter stranded behind a silent Pub/Sub connection")
-	}
+	expectAcquired(t, got, "waiter stranded behind a silent Pub/Sub connection")
 }
 
 // TestNoBargingPastLocalWaiters: a goroutine that releases a lock and asks for it again
