@@ -37,12 +37,14 @@ type LockConfig struct {
 
 	// Key is the key template that names each request's lock, such as
 	// "order:{param.id}" (see package keyfunc for the syntax). Sources: {param.name}
-	// (route parameter, percent-decoded), {query.name}, {header.Name}, {form.name}
-	// (fields of an application/x-www-form-urlencoded body), {path} (the request
-	// path), {route} (the route pattern, as "/orders/:id"), {method}, and one bare
-	// {name} per entry of Extractors. The rendered text is the whole lock key: two
-	// routes whose templates render the same text share one lock, which is how several
-	// routes on one resource exclude each other.
+	// (route parameter, percent-decoded exactly once), {query.name}, {header.Name},
+	// {form.name} (fields of an application/x-www-form-urlencoded body), {path} (the
+	// request path, segment by segment decoded, with '%' and '/' inside a segment kept
+	// as %25 and %2F), {route} (the route pattern, as "/orders/:id"), {method}, and one
+	// bare {name} per entry of Extractors; the package documentation says exactly what
+	// each reads. The rendered text is the whole lock key: two routes whose templates
+	// render the same text share one lock, which is how several routes on one resource
+	// exclude each other.
 	// Required.
 	Key string
 

@@ -31,14 +31,32 @@
 //
 // LockConfig.Key is a key template (package keyfunc) parsed once. Its sources:
 //
-//	{param.id}         route parameter, percent-decoded
-//	{query.q}          first value of a URL query parameter
-//	{header.X-Tenant}  first value of a request header
-//	{form.id}          field of an application/x-www-form-urlencoded body
-//	{path}             the request's URL path
+//	{param.id}         route parameter, percent-decoded exactly once
+//	{query.q}          first value of a URL query parameter, decoded once
+//	{header.X-Tenant}  first value of a request header, as sent
+//	{form.id}          field of an application/x-www-form-urlencoded body, decoded once
+//	{path}             the request's path, each segment decoded once
 //	{route}            the matched route pattern, as "/orders/:id"
 //	{method}           the request method
 //	{name}             LockConfig.Extractors["name"](c), for anything else
+//
+// A value is what the handler means, never a second reading of it: /acct/%7B/op is
+// account "{" and /acct/%257B/op is account "%7B", two locks, while /orders/42 and
+// /orders/4%32 are one order and one lock. Route parameters are read from the request's
+// escaped path (URL.EscapedPath) at their place in the matched route, not from
+// c.Param, whose value Echo leaves raw or decoded depending on whether Go kept a raw
+// path (URL.RawPath, set for a%2Fb) and which other middleware may have decoded
+// already; the key is the same either way. A path rewritten before routing (Echo's
+// Pre middleware, such as Rewrite) is read as rewritten; a route that no longer fits
+// the path, because something changed the path after routing, builds no key (400).
+//
+// {path} and the wildcard {param.*} span several segments, where decoding everything
+// would make /a%2Fb and /a/b one key. So each segment is decoded once and a '%' or '/'
+// inside a segment is written back as %25 or %2F: /a%2Fb gives "/a%2Fb", /a/b gives
+// "/a/b", /orders/4%32 gives "/orders/42", and two paths give one key only when their
+// decoded segments are the same. Query parameters and form fields are decoded once by
+// net/url ("+" is a space there, as in every form); headers are not encoded on the
+// wire and are used as sent.
 //
 // The rendered text is the whole lock key, with no prefix per route or middleware: every
 // route whose template renders "order:42" shares that one lock, which is what lets pay,

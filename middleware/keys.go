@@ -22,7 +22,7 @@ var builtinSources = keyfunc.Sources[echo.Context]{
 	"query":  keyfunc.Lookup(queryValue),
 	"header": headerSource,
 	"form":   formSource,
-	"path":   keyfunc.Value(func(c echo.Context) string { return c.Request().URL.Path }),
+	"path":   pathSource,
 	"route":  keyfunc.Value(func(c echo.Context) string { return c.Path() }),
 	"method": keyfunc.Value(func(c echo.Context) string { return c.Request().Method }),
 }
@@ -81,26 +81,155 @@ func (e *noParamError) Error() string {
 	return fmt.Sprintf("middleware: route %q has no parameter %q", e.route, e.name)
 }
 
-// paramSource reads {param.name}. Values are percent-decoded, so that /orders/42 and
-// /orders/4%32, which a handler may treat as one order, take one lock.
+// paramSource reads {param.name}: the parameter's text in the request's escaped path
+// (URL.EscapedPath), at the parameter's place in the matched route, percent-decoded
+// exactly once. It does not decode what c.Param returns: that value is raw when Go kept
+// the raw path (URL.RawPath, set for a%2Fb) and decoded otherwise, and other middleware
+// may have decoded it already, so decoding it again would give /acct/%257B/op (account
+// "%7B") and /acct/%7B/op (account "{") one lock. Two spellings of one value,
+// /orders/42 and /orders/4%32, take one lock. The wildcard {param.*} spans segments and
+// is written as {path} is, so that a%2Fb/c and a/b/c stay apart.
 func paramSource(name string) (keyfunc.Getter[echo.Context], error) {
 	if name == "" {
 		return nil, errors.New("a route parameter needs a name, as in {param.id}")
 	}
 	return func(c echo.Context) (string, error) {
-		names, values := c.ParamNames(), c.ParamValues()
-		for i, n := range names {
-			if n == name && i < len(values) {
-				v := values[i]
-				if strings.IndexByte(v, '%') >= 0 {
-					if d, err := url.PathUnescape(v); err == nil {
-						v = d
-					}
-				}
-				return v, nil
+		route := c.Path()
+		seg, prefix, wildcard, ok := routeParam(route, name)
+		if !ok {
+			return "", &noParamError{route: route, name: name}
+		}
+		escaped := c.Request().URL.EscapedPath()
+		start, ok := segmentStart(escaped, seg)
+		if !ok {
+			return "", misfit(route, escaped)
+		}
+		if wildcard {
+			v, ok := decodePath(escaped[start:], prefix)
+			if !ok {
+				return "", misfit(route, escaped)
+			}
+			return v, nil
+		}
+		end := strings.IndexByte(escaped[start:], '/')
+		if end < 0 {
+			end = len(escaped) - start
+		}
+		v, err := url.PathUnescape(escaped[start : start+end])
+		if err != nil || !strings.HasPrefix(v, prefix) {
+			return "", misfit(route, escaped)
+		}
+		return v[len(prefix):], nil
+	}, nil
+}
+
+// routeParam finds the parameter name in an Echo route pattern: the index of the
+// path segment it is in (0 is the empty segment before the leading '/'), the literal
+// text before it in that segment, and whether it is the wildcard "*". As in Echo's
+// router, ":" starts a parameter whose name runs to the next '/', "\:" is a literal
+// colon, and "*" matches the rest of the path.
+func routeParam(route, name string) (seg int, prefix string, wildcard, ok bool) {
+	start := 0 // of the current segment
+	for i := 0; i < len(route); i++ {
+		switch route[i] {
+		case '/':
+			seg++
+			start = i + 1
+		case ':':
+			if i > 0 && route[i-1] == '\\' {
+				continue
+			}
+			end := strings.IndexByte(route[i:], '/')
+			if end < 0 {
+				end = len(route) - i
+			}
+			if route[i+1:i+end] == name {
+				return seg, strings.ReplaceAll(route[start:i], `\:`, ":"), false, true
+			}
+			i += end - 1
+		case '*':
+			if name != "*" {
+				return 0, "", false, false
+			}
+			return seg, strings.ReplaceAll(route[start:i], `\:`, ":"), true, true
+		}
+	}
+	return 0, "", false, false
+}
+
+// segmentStart returns the offset in path of segment seg.
+func segmentStart(path string, seg int) (int, bool) {
+	start := 0
+	for ; seg > 0; seg-- {
+		i := strings.IndexByte(path[start:], '/')
+		if i < 0 {
+			return 0, false
+		}
+		start += i + 1
+	}
+	return start, true
+}
+
+// misfit reports a matched route that cannot be laid over the request's path: the path
+// or the route was changed after routing.
+func misfit(route, path string) error {
+	return fmt.Errorf("middleware: route %q does not fit the request path %q", route, path)
+}
+
+// decodePath turns escaped, a part of a request's escaped path that starts with the
+// literal prefix, into key text: the prefix is removed, every '/'-separated segment is
+// percent-decoded once, and a '%' or '/' inside a segment is written as %25 or %2F. The
+// result tells a%2Fb from a/b and %2525 from %25, and gives 4%32 and 42 the same text.
+func decodePath(escaped, prefix string) (string, bool) {
+	if strings.IndexByte(escaped, '%') < 0 { // nothing to decode, nothing to encode
+		if !strings.HasPrefix(escaped, prefix) {
+			return "", false
+		}
+		return escaped[len(prefix):], true
+	}
+	var b strings.Builder
+	b.Grow(len(escaped))
+	for i, seg := range strings.Split(escaped, "/") {
+		d, err := url.PathUnescape(seg)
+		if err != nil {
+			return "", false
+		}
+		if i == 0 {
+			if !strings.HasPrefix(d, prefix) {
+				return "", false
+			}
+			d = d[len(prefix):]
+		} else {
+			b.WriteByte('/')
+		}
+		for j := 0; j < len(d); j++ {
+			switch d[j] {
+			case '%':
+				b.WriteString("%25")
+			case '/':
+				b.WriteString("%2F")
+			default:
+				b.WriteByte(d[j])
 			}
 		}
-		return "", &noParamError{route: c.Path(), name: name}
+	}
+	return b.String(), true
+}
+
+// pathSource reads {path}: the request's escaped path (URL.EscapedPath), decoded as
+// decodePath says. Neither URL.Path, where a%2Fb and a/b are one text, nor the escaped
+// path, where 4%32 and 42 are two, names the resource as the handler sees it.
+func pathSource(name string) (keyfunc.Getter[echo.Context], error) {
+	if name != "" {
+		return nil, errors.New("the request path takes no name; write it as {path}")
+	}
+	return func(c echo.Context) (string, error) {
+		p := c.Request().URL.EscapedPath()
+		v, ok := decodePath(p, "")
+		if !ok {
+			return "", fmt.Errorf("middleware: cannot decode the request path %q", p)
+		}
+		return v, nil
 	}, nil
 }
 

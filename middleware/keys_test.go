@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/labstack/echo/v4"
+	echomw "github.com/labstack/echo/v4/middleware"
 
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
@@ -177,5 +180,260 @@ func TestKeyErrors(t *testing.T) {
 	// The group's own routes have the parameter, so its not-found routes do too.
 	if r := serve(e, httptest.NewRequest(http.MethodGet, "/orders/9/nowhere", nil)); r.status != http.StatusNotFound {
 		t.Errorf("group route not found: %d", r.status)
+	}
+}
+
+// wireIDs are spellings of a value on the wire, with the value a server must read from
+// each: percent-decoded exactly once.
+var wireIDs = []struct{ wire, decoded string }{
+	{"%257B", "%7B"},
+	{"%2525", "%25"},
+	{"%7B", "{"},
+	{"%25", "%"},
+	{"a%2Fb", "a/b"},
+	{"%E4%BD%A0", "你"},
+	{"x%20y", "x y"},
+	{"%7Bx%7D%3A1", "{x}:1"},
+}
+
+// keyCase is one request of an exclusive-key table: while its handler holds the lock,
+// want must be busy and every other key of the table free.
+type keyCase struct {
+	name string
+	req  func(base string) *http.Request
+	want string
+}
+
+// checkExclusiveKeys sends each case's request to a server whose handlers report the
+// key they hold (heldKey) and wait; while a handler waits, it checks that the case's
+// key is busy and that every look-alike — the other cases' keys and extra — is free.
+func checkExclusiveKeys(t *testing.T, locker *guard.Locker, e *echo.Echo, held <-chan string, release chan<- struct{}, cases []keyCase, extra ...string) {
+	t.Helper()
+	base := serveHTTPTest(t, e)
+	client := newClient(t)
+	lookalikes := append([]string(nil), extra...)
+	for _, tc := range cases {
+		lookalikes = append(lookalikes, tc.want)
+	}
+	slices.Sort(lookalikes)
+	lookalikes = slices.Compact(lookalikes)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			replied := make(chan reply, 1)
+			go func() {
+				req := tc.req(base)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					replied <- reply{}
+					return
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				replied <- reply{status: resp.StatusCode, body: string(b)}
+			}()
+			select {
+			case key := <-held:
+				if key != tc.want {
+					t.Errorf("request holds %q, want %q", key, tc.want)
+				}
+				for _, k := range lookalikes {
+					if free := isFree(t, locker, k); free == (k == tc.want) {
+						t.Errorf("while the request holds %q: key %q free = %v", tc.want, k, free)
+					}
+				}
+				release <- struct{}{}
+			case r := <-replied:
+				t.Fatalf("the handler did not run: %d %q", r.status, r.body)
+			}
+			if r := <-replied; r.status != http.StatusOK {
+				t.Errorf("status %d, body %q", r.status, r.body)
+			}
+		})
+	}
+}
+
+// heldKey returns a handler that sends the key of its lease on held and waits for
+// release.
+func heldKey() (echo.HandlerFunc, <-chan string, chan<- struct{}) {
+	held, release := make(chan string), make(chan struct{})
+	return func(c echo.Context) error {
+		le, ok := guard.LeaseFromContext(c.Request().Context())
+		if !ok {
+			return c.String(http.StatusInternalServerError, "no lease")
+		}
+		held <- le.Key()
+		<-release
+		return c.String(http.StatusOK, le.Key())
+	}, held, release
+}
+
+func failFast(locker *guard.Locker, key string) echo.MiddlewareFunc {
+	return middleware.LockWithConfig(middleware.LockConfig{
+		Locker: locker, Key: key, Options: []guard.Option{guard.Retry(guard.NoRetry())},
+	})
+}
+
+func get(rawURL string) *http.Request {
+	req, err := http.NewRequest(http.MethodGet, rawURL, nil)
+	if err != nil {
+		panic(err)
+	}
+	return req
+}
+
+// A route parameter is decoded exactly once: each spelling locks its own decoded value
+// and no look-alike, whether Echo matched the raw path (URL.RawPath set, as for a%2Fb)
+// or the decoded one, and whether or not the app decodes parameters itself.
+func TestParamDecodedOnce(t *testing.T) {
+	for _, app := range []struct {
+		name string
+		pre  echo.MiddlewareFunc // runs after routing, before the Lock middleware
+	}{
+		{"as Echo routes", nil},
+		// A common Echo v4 idiom: decode every parameter value before the handlers.
+		{"app decodes parameters", func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				vs := c.ParamValues()
+				for i, v := range vs {
+					if d, err := url.PathUnescape(v); err == nil {
+						vs[i] = d
+					}
+				}
+				c.SetParamValues(vs...)
+				return next(c)
+			}
+		}},
+	} {
+		t.Run(app.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			locker, _ := newLocker(t, srv)
+			handler, held, release := heldKey()
+			e := newEcho(nil)
+			if app.pre != nil {
+				e.Use(app.pre)
+			}
+			e.GET("/acct/:id/op", handler, failFast(locker, "acct:{param.id}"))
+			var cases []keyCase
+			var extra []string
+			for _, id := range wireIDs {
+				cases = append(cases, keyCase{id.wire, func(base string) *http.Request {
+					return get(base + "/acct/" + id.wire + "/op")
+				}, "acct:" + id.decoded})
+				extra = append(extra, "acct:"+id.wire)
+				if twice, err := url.PathUnescape(id.decoded); err == nil {
+					extra = append(extra, "acct:"+twice)
+				}
+			}
+			checkExclusiveKeys(t, locker, e, held, release, cases, extra...)
+		})
+	}
+}
+
+// Query parameters and form fields are decoded exactly once, headers never; {path} and
+// the wildcard {param.*} decode every segment once and keep a '%' or '/' inside a
+// segment encoded, so that a%2Fb and a/b, or %2525 and %25, stay apart. Each spelling
+// locks its own key and no look-alike.
+func TestSourcesDecodedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	locker, _ := newLocker(t, srv)
+	handler, held, release := heldKey()
+	e := newEcho(nil)
+	e.GET("/q", handler, failFast(locker, "q:{query.x}"))
+	e.GET("/h", handler, failFast(locker, "h:{header.X-Id}"))
+	e.POST("/f", handler, failFast(locker, "f:{form.x}"))
+	e.GET("/p/*", handler, failFast(locker, "path:{path}"))
+	e.GET("/w/x*", handler, failFast(locker, "w:{param.*}"))
+
+	var query, header, form []keyCase
+	var extra []string
+	for _, id := range wireIDs {
+		query = append(query, keyCase{id.wire, func(base string) *http.Request {
+			return get(base + "/q?x=" + id.wire)
+		}, "q:" + id.decoded})
+		header = append(header, keyCase{id.wire, func(base string) *http.Request {
+			req := get(base + "/h")
+			req.Header.Set("X-Id", id.wire)
+			return req
+		}, "h:" + id.wire})
+		form = append(form, keyCase{id.wire, func(base string) *http.Request {
+			req, err := http.NewRequest(http.MethodPost, base+"/f", strings.NewReader("x="+id.wire))
+			if err != nil {
+				panic(err)
+			}
+			req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationForm)
+			return req
+		}, "f:" + id.decoded})
+		for _, p := range []string{"q:", "h:", "f:"} {
+			extra = append(extra, p+id.wire, p+id.decoded)
+		}
+	}
+	t.Run("query", func(t *testing.T) { checkExclusiveKeys(t, locker, e, held, release, query, extra...) })
+	t.Run("header", func(t *testing.T) { checkExclusiveKeys(t, locker, e, held, release, header, extra...) })
+	t.Run("form", func(t *testing.T) { checkExclusiveKeys(t, locker, e, held, release, form, extra...) })
+
+	paths := []struct{ wire, key string }{
+		{"%257B", "%257B"},
+		{"%2525", "%2525"},
+		{"%7B", "{"},
+		{"%25", "%25"},
+		{"a%2Fb", "a%2Fb"},
+		{"a/b", "a/b"},
+		{"%E4%BD%A0", "你"},
+		{"x%20y", "x y"},
+		{"%7Bx%7D%3A1", "{x}:1"},
+		{"%257B/a%2Fb/%25", "%257B/a%2Fb/%25"},
+		{"%7B/a/b/%25", "{/a/b/%25"},
+	}
+	var path, wildcard []keyCase
+	extra = extra[:0]
+	for _, p := range paths {
+		path = append(path, keyCase{p.wire, func(base string) *http.Request {
+			return get(base + "/p/" + p.wire)
+		}, "path:/p/" + p.key})
+		wildcard = append(wildcard, keyCase{p.wire, func(base string) *http.Request {
+			return get(base + "/w/x" + p.wire)
+		}, "w:" + p.key})
+		if d, err := url.PathUnescape(p.wire); err == nil {
+			extra = append(extra, "path:/p/"+d, "w:"+d)
+		}
+		extra = append(extra, "path:/p/"+p.wire, "w:"+p.wire)
+	}
+	t.Run("path", func(t *testing.T) { checkExclusiveKeys(t, locker, e, held, release, path, extra...) })
+	t.Run("wildcard", func(t *testing.T) { checkExclusiveKeys(t, locker, e, held, release, wildcard, extra...) })
+}
+
+// A parameter is found at its place in the route, after literal text in its segment
+// and after escaped colons; a path rewritten before routing is read as rewritten, and
+// one changed after routing, which the route no longer fits, builds no key.
+func TestParamPlaces(t *testing.T) {
+	srv := redistest.Start(t)
+	locker, _ := newLocker(t, srv)
+	e := newEcho(nil)
+	e.Pre(echomw.Rewrite(map[string]string{"/old/*": "/acct/$1/op"}))
+	e.GET("/acct/:id/op", keyOf, middleware.Lock(locker, "acct:{param.id}"))
+	e.GET(`/files/v:ver/\:raw/:name`, keyOf, middleware.Lock(locker, "file:{param.name}@{param.ver}"))
+	e.GET("/moved/:id", keyOf, func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Request().URL.Path, c.Request().URL.RawPath = "/elsewhere", ""
+			return next(c)
+		}
+	}, middleware.Lock(locker, "acct:{param.id}"))
+
+	for _, tc := range []struct {
+		path   string
+		status int
+		key    string
+	}{
+		{"/old/%257B", http.StatusOK, "acct:%7B"},
+		{"/old/a%2Fb", http.StatusOK, "acct:a/b"},
+		{"/files/v%32/:raw/a%2Fb", http.StatusOK, "file:a/b@2"},
+		{"/files/v%25/:raw/%40", http.StatusOK, "file:%40@%25"}, // the template escapes % and @
+		{"/moved/1", http.StatusBadRequest, ""},
+	} {
+		r := serve(e, httptest.NewRequest(http.MethodGet, tc.path, nil))
+		if r.status != tc.status || (tc.key != "" && r.body != tc.key) {
+			t.Errorf("%s: got %d %q, want %d %q", tc.path, r.status, r.body, tc.status, tc.key)
+		}
 	}
 }
