@@ -437,3 +437,52 @@ func TestParamPlaces(t *testing.T) {
 		}
 	}
 }
+
+// A rendered key that is empty or longer than the Locker's MaxKeyLen is one mistake
+// with one error: the ErrorHandler gets guard.ErrInvalidKey (never ErrInvalidConfig)
+// and the client 400.
+func TestInvalidKeyIsBadRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	const maxKeyLen = 64
+	locker, _ := newLocker(t, srv, guard.MaxKeyLen(maxKeyLen))
+	var handled errorLog
+	e := newEcho(nil)
+	e.GET("/tenant", keyOf, middleware.LockWithConfig(middleware.LockConfig{
+		Locker: locker,
+		Key:    "{header.X-Tenant}",
+		ErrorHandler: func(c echo.Context, err error) error {
+			handled.add(err)
+			return middleware.DefaultLockConfig.ErrorHandler(c, err)
+		},
+	}))
+	for _, tc := range []struct {
+		name, tenant string
+	}{
+		{"empty", ""},
+		{"one byte too long", strings.Repeat("t", maxKeyLen+1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(handled.all())
+			req := httptest.NewRequest(http.MethodGet, "/tenant", nil)
+			req.Header.Set("X-Tenant", tc.tenant)
+			if r := serve(e, req); r.status != http.StatusBadRequest {
+				t.Errorf("got %d %q, want 400", r.status, r.body)
+			}
+			errs := handled.all()[before:]
+			if len(errs) != 1 {
+				t.Fatalf("ErrorHandler called %d times, want once", len(errs))
+			}
+			if err := errs[0]; !errors.Is(err, guard.ErrInvalidKey) || errors.Is(err, guard.ErrInvalidConfig) {
+				t.Errorf("ErrorHandler got %v: matches ErrInvalidKey %v, ErrInvalidConfig %v, want true, false",
+					err, errors.Is(err, guard.ErrInvalidKey), errors.Is(err, guard.ErrInvalidConfig))
+			}
+		})
+	}
+	if r := serve(e, func() *http.Request {
+		req := httptest.NewRequest(http.MethodGet, "/tenant", nil)
+		req.Header.Set("X-Tenant", strings.Repeat("t", maxKeyLen))
+		return req
+	}()); r.status != http.StatusOK {
+		t.Errorf("a key of MaxKeyLen bytes: got %d %q, want 200", r.status, r.body)
+	}
+}
