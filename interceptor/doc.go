@@ -61,6 +61,29 @@
 // sent under another key (including its "-bin" variant) never makes an RPC run as an
 // existing owner: the RPC runs as a fresh one, and waits for the lock like anyone else.
 //
+// # When a call does not reenter
+//
+// A refused token makes a call of the chain wait for its own request's lock, so the
+// refusal is made visible without ever using the token. When such a call is refused as
+// busy, its status carries, after the RetryInfo, a second errdetails.ErrorInfo with
+// Reason ReasonOwnerRejected whose "reason" metadata says why: no_signer when the server
+// has no WithSigner, unknown_key or bad_signature when the two sides do not share keys,
+// expired or not_yet_valid when their clocks disagree, and the others listed with
+// ReasonOwnerRejected. The status message says it too ("owner token rejected
+// (unknown_key): ..."), and the server-side error chain holds the ctxid error
+// (ctxid.ErrUntrusted and its reason). Every refused token, busy or not, also adds the
+// event guard.owner_rejected, with the reason in the attribute guard.reason, to the RPC's
+// span (trace.SpanFromContext, the span an OpenTelemetry stats handler starts).
+//
+// A call that carried no token gets no such detail, because most callers are not
+// services of the chain. When a call you expected to reenter is busy without it, the
+// token was never sent: check that the calling connection has the client interceptors
+// with a non-nil signer, that the call is made with the handler's context (or one
+// derived from it) and not a fresh one such as context.Background(), that both sides
+// use the same WithMetadataKey, and that the chain has not used up the signer's MaxHops.
+// An outer server interceptor can log metadata.ValueFromIncomingContext(ctx,
+// interceptor.MetadataKey) to see what arrived.
+//
 // # Status codes
 //
 // Statuses made by the server interceptors carry their cause twice: as the status
@@ -68,7 +91,8 @@
 // the server side of the interceptor, such as a logging interceptor further out. They
 // also carry an errdetails.ErrorInfo with Domain ErrorDomain and a Reason:
 //
-//	lock busy                      Aborted, RetryInfo with the holder's remaining TTL (ReasonLocked)
+//	lock busy                      Aborted, RetryInfo with the holder's remaining TTL (ReasonLocked),
+//	                               and ReasonOwnerRejected when an owner token was refused
 //	  ... until the RPC's context ended the wait
 //	                               DeadlineExceeded or Canceled (ReasonLocked)
 //	Redis unreachable              Unavailable (ReasonUnavailable), or the handler

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
@@ -43,13 +42,13 @@ import (
 func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServerInterceptor {
 	s := mustServer(locker, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, tok := s.accept(ctx)
+		ctx, tok, rej := s.accept(ctx)
 		r := s.rules.match(info.FullMethod)
 		if r == nil {
 			return handler(ctx, req)
 		}
 		var resp any
-		err := s.guard(ctx, r, &call{ctx: ctx, method: info.FullMethod, req: req}, tok, func(ctx context.Context) (err error) {
+		err := s.guard(ctx, r, &call{ctx: ctx, method: info.FullMethod, req: req}, tok, rej, func(ctx context.Context) (err error) {
 			resp, err = handler(ctx, req)
 			return err
 		})
@@ -73,7 +72,7 @@ func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServ
 func StreamServerInterceptor(locker *guard.Locker, opts ...Option) grpc.StreamServerInterceptor {
 	s := mustServer(locker, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, tok := s.accept(ss.Context())
+		ctx, tok, rej := s.accept(ss.Context())
 		r := s.rules.match(info.FullMethod)
 		if r == nil {
 			if ctx != ss.Context() {
@@ -81,7 +80,7 @@ func StreamServerInterceptor(locker *guard.Locker, opts ...Option) grpc.StreamSe
 			}
 			return handler(srv, ss)
 		}
-		return s.guard(ctx, r, &call{ctx: ctx, method: info.FullMethod}, tok, func(ctx context.Context) error {
+		return s.guard(ctx, r, &call{ctx: ctx, method: info.FullMethod}, tok, rej, func(ctx context.Context) error {
 			return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
 		})
 	}
@@ -125,29 +124,6 @@ func newServer(locker *guard.Locker, opts []Option) (*server, error) {
 	return &server{o: o, rules: rs}, nil
 }
 
-// accept returns ctx carrying the caller's owner, and the token that vouched for it,
-// when the caller is trusted and sent exactly one token that verifies; otherwise ctx as
-// it is, so that the lock is taken for a fresh owner.
-func (s *server) accept(ctx context.Context) (context.Context, string) {
-	if s.o.signer == nil {
-		return ctx, ""
-	}
-	toks := metadata.ValueFromIncomingContext(ctx, s.o.mdKey)
-	// Several values are refused rather than picked from: a proxy or client that adds
-	// one must not make an RPC run as whichever owner it likes.
-	if len(toks) != 1 {
-		return ctx, ""
-	}
-	if s.o.trustedPeer != nil && !s.o.trustedPeer(ctx) {
-		return ctx, ""
-	}
-	owned, _, err := s.o.signer.Accept(ctx, toks[0])
-	if err != nil {
-		return ctx, ""
-	}
-	return owned, toks[0]
-}
-
 // invocation is one guarded RPC as it passes through a rule's guard.Wrap.
 type invocation struct {
 	key     string
@@ -184,8 +160,10 @@ func runHandler(ctx context.Context, inv *invocation) (struct{}, error) {
 
 func invocationKey(_ context.Context, inv *invocation) (string, error) { return inv.key, nil }
 
-// guard runs run under r's lock for c and maps the outcome to a gRPC status.
-func (s *server) guard(ctx context.Context, r *rule, c *call, token string, run func(context.Context) error) error {
+// guard runs run under r's lock for c and maps the outcome to a gRPC status. token is the
+// inbound token the owner in ctx was accepted from, rej the inbound token that was
+// refused; at most one is set.
+func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej *rejection, run func(context.Context) error) error {
 	key, err := r.key.Render(c)
 	if err != nil {
 		return keyStatus(c.method, r, err)
@@ -197,7 +175,7 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, run 
 		if s.o.failOpen && errors.Is(err, guard.ErrUnavailable) {
 			return run(ctx)
 		}
-		return acquireStatus(c.method, err)
+		return acquireStatus(c.method, err, rej)
 	case err == nil:
 		return nil
 	case inv.herr != nil && err == error(inv.herr):

@@ -86,8 +86,11 @@ func WithRules(rules ...Rule) Option {
 // signer's keys (so keys rotate by key ID: see ctxid.NewSigner) and has travelled no more
 // than the signer's MaxHops; the client interceptors take the signer as their argument.
 // A nil signer is ignored.
+// A token that does not verify is never used; it is reported on the RPC's span and in
+// a busy status (ReasonOwnerRejected).
 // Read by UnaryServerInterceptor and StreamServerInterceptor. Default: none, so no
-// inbound owner is trusted and every RPC runs as a fresh owner.
+// inbound owner is trusted and every RPC runs as a fresh owner; a token that arrives
+// anyway is reported as rejected with the reason no_signer.
 func WithSigner(s *ctxid.Signer) Option {
 	return func(o *options) {
 		if s != nil {

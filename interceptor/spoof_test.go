@@ -20,7 +20,8 @@ import (
 )
 
 // TestSpoofedOwnerNeverReenters: while an owner holds a lock, RPCs that claim to be that
-// owner through anything but a valid, trusted token find the lock busy.
+// owner through anything but a valid, trusted token find the lock busy, and the busy
+// status says why a token sent under the metadata key was rejected.
 func TestSpoofedOwnerNeverReenters(t *testing.T) {
 	srv := redistest.Start(t)
 	holder, _ := newLocker(t, srv)
@@ -73,27 +74,30 @@ func TestSpoofedOwnerNeverReenters(t *testing.T) {
 	const key = interceptor.MetadataKey
 
 	for _, tc := range []struct {
-		name  string
-		md    []string // key, value pairs
-		conn  *grpc.ClientConn
-		reuse bool // reenters
+		name   string
+		md     []string // key, value pairs
+		conn   *grpc.ClientConn
+		reuse  bool   // reenters
+		reason string // why the busy status says the token was rejected; "" for no token
 	}{
 		{name: "valid token", md: []string{key, valid}, reuse: true},
 		{name: "token of the previous key", md: []string{key, sign(newSigner(t, []ctxid.Key{keyOld}), 1)}, reuse: true},
 		{name: "no token", md: nil},
-		{name: "bare owner ID", md: []string{key, string(owner)}},
-		{name: "wrong secret", md: []string{key, sign(newSigner(t, []ctxid.Key{{ID: keyCurrent.ID, Secret: []byte("attacker-secret-0123456789abcdef")}}), 1)}},
-		{name: "unknown key ID", md: []string{key, sign(newSigner(t, []ctxid.Key{{ID: "k9", Secret: keyCurrent.Secret}}), 1)}},
-		{name: "expired", md: []string{key, sign(newSigner(t, []ctxid.Key{keyCurrent}, ctxid.WithClock(func() time.Time { return now.Add(-time.Hour) })), 1)}},
-		{name: "issued in the future", md: []string{key, sign(newSigner(t, []ctxid.Key{keyCurrent}, ctxid.WithClock(func() time.Time { return now.Add(time.Hour) })), 1)}},
-		{name: "too many hops", md: []string{key, sign(newSigner(t, []ctxid.Key{keyCurrent}, ctxid.MaxHops(255)), 9)}},
-		{name: "tampered owner", md: []string{key, tamper(2, string(ctxid.New()))}},
-		{name: "tampered hops", md: []string{key, tamper(4, "0")}},
-		{name: "oversized", md: []string{key, valid + strings.Repeat("A", ctxid.MaxTokenLen)}},
-		{name: "duplicate values", md: []string{key, valid, key, valid}},
+		{name: "bare owner ID", md: []string{key, string(owner)}, reason: "malformed"},
+		{name: "wrong secret", md: []string{key, sign(newSigner(t, []ctxid.Key{{ID: keyCurrent.ID, Secret: []byte("attacker-secret-0123456789abcdef")}}), 1)}, reason: "bad_signature"},
+		{name: "unknown key ID", md: []string{key, sign(newSigner(t, []ctxid.Key{{ID: "k9", Secret: keyCurrent.Secret}}), 1)}, reason: "unknown_key"},
+		{name: "expired", md: []string{key, sign(newSigner(t, []ctxid.Key{keyCurrent}, ctxid.WithClock(func() time.Time { return now.Add(-time.Hour) })), 1)}, reason: "expired"},
+		{name: "issued in the future", md: []string{key, sign(newSigner(t, []ctxid.Key{keyCurrent}, ctxid.WithClock(func() time.Time { return now.Add(time.Hour) })), 1)}, reason: "not_yet_valid"},
+		{name: "too many hops", md: []string{key, sign(newSigner(t, []ctxid.Key{keyCurrent}, ctxid.MaxHops(255)), 9)}, reason: "too_many_hops"},
+		{name: "tampered owner", md: []string{key, tamper(2, string(ctxid.New()))}, reason: "bad_signature"},
+		{name: "owner not an ID", md: []string{key, tamper(2, "not-an-owner")}, reason: "invalid_owner"},
+		{name: "tampered hops", md: []string{key, tamper(4, "0")}, reason: "bad_signature"},
+		{name: "oversized", md: []string{key, valid + strings.Repeat("A", ctxid.MaxTokenLen)}, reason: "too_long"},
+		{name: "empty value", md: []string{key, ""}, reason: "malformed"},
+		{name: "duplicate values", md: []string{key, valid, key, valid}, reason: "several_values"},
 		{name: "binary variant", md: []string{key + "-bin", valid}},
 		{name: "other key", md: []string{"guardkit-owner-id", valid}},
-		{name: "untrusted peer", md: []string{key, valid}, conn: untrusting},
+		{name: "untrusted peer", md: []string{key, valid}, conn: untrusting, reason: "untrusted_peer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := conn
@@ -108,7 +112,7 @@ func TestSpoofedOwnerNeverReenters(t *testing.T) {
 				}
 				return
 			}
-			wantBusy(t, err, mDebit, 30*time.Second)
+			wantRejected(t, err, mDebit, tc.reason)
 		})
 	}
 }

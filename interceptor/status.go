@@ -32,6 +32,15 @@ const (
 	// ReasonInvalidKey: the lock key could not be made from the request
 	// (codes.InvalidArgument).
 	ReasonInvalidKey = "INVALID_LOCK_KEY"
+	// ReasonOwnerRejected: the RPC carried an owner token that the server refused, so it
+	// ran as a fresh owner and could not reenter the caller's locks. A busy status
+	// (ReasonLocked) carries a second ErrorInfo with this Reason after its RetryInfo,
+	// whose metadata key "reason" says why: no_signer (the server has no WithSigner),
+	// several_values, untrusted_peer (WithTrustedPeer), too_long, malformed,
+	// invalid_owner, unknown_key (the caller signs with a key ID the server does not
+	// know), bad_signature (same key ID, another secret), too_many_hops, not_yet_valid
+	// or expired (clocks apart, or a token older than ctxid.MaxAge).
+	ReasonOwnerRejected = "OWNER_TOKEN_REJECTED"
 )
 
 // statusError is a gRPC status error that keeps its cause in the error chain, so that
@@ -83,8 +92,10 @@ func keyStatus(method string, r *rule, err error) error {
 		method, guard.ErrInvalidKey, r.key.String(), err), ReasonInvalidKey, method)
 }
 
-// acquireStatus maps an error that kept the lock from being acquired.
-func acquireStatus(method string, err error) error {
+// acquireStatus maps an error that kept the lock from being acquired. rej is the inbound
+// owner token that was refused, if any: a busy lock is then likely the caller's own, so
+// the busy status says why the token was refused.
+func acquireStatus(method string, err error, rej *rejection) error {
 	cause := fmt.Errorf("interceptor: %s: %w", method, err)
 	var locked *guard.LockedError
 	switch {
@@ -93,8 +104,16 @@ func acquireStatus(method string, err error) error {
 		if locked.Err != nil {
 			code = status.FromContextError(locked.Err).Code()
 		}
-		return newStatusError(code, cause, ReasonLocked, method,
-			&errdetails.RetryInfo{RetryDelay: durationpb.New(max(locked.RetryAfter, 0))})
+		details := []protoadapt.MessageV1{&errdetails.RetryInfo{RetryDelay: durationpb.New(max(locked.RetryAfter, 0))}}
+		if rej != nil {
+			cause = fmt.Errorf("interceptor: %s: %w; owner token rejected (%s): %w", method, err, rej.reason, rej.err)
+			details = append(details, &errdetails.ErrorInfo{
+				Reason:   ReasonOwnerRejected,
+				Domain:   ErrorDomain,
+				Metadata: map[string]string{"method": method, "reason": rej.reason},
+			})
+		}
+		return newStatusError(code, cause, ReasonLocked, method, details...)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return newStatusError(status.FromContextError(err).Code(), cause, "", method)
 	case errors.Is(err, guard.ErrUnavailable), errors.Is(err, guard.ErrClosed):
