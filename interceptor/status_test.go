@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -357,5 +358,76 @@ func TestUnguardedMethod(t *testing.T) {
 	}
 	if v := <-seen; v.owner != owner || v.hops != 3 || v.reentrant {
 		t.Fatalf("unguarded method with a token saw %+v, want owner %s after 3 hops, no lease", v, owner)
+	}
+}
+
+// TestInvalidKeyInProcess: a key that renders empty, or that is longer than the
+// Locker's MaxKeyLen, is guard.ErrInvalidKey in the chain of the error the interceptors
+// return, with codes.InvalidArgument, and never guard.ErrInvalidConfig: the request is
+// wrong, not the server. The handler does not run.
+func TestInvalidKeyInProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	const maxKeyLen = 32
+	locker, _ := newLocker(t, srv, guard.MaxKeyLen(maxKeyLen))
+	rules := interceptor.WithRules(
+		interceptor.Rule{Method: mHold, Key: "account:{req.from_account}"},
+		interceptor.Rule{Method: mDebit, Key: "{req.memo}"},
+		interceptor.Rule{Method: mAudit, Key: "{md.x-tenant}"},
+		interceptor.Rule{Method: mWatch, Key: "{md.x-tenant}"},
+	)
+	ui := interceptor.UnaryServerInterceptor(locker, rules)
+	si := interceptor.StreamServerInterceptor(locker, rules)
+	withMemo := func(memo string) func(*dynamicpb.Message) {
+		return func(m *dynamicpb.Message) {
+			m.Set(transferDesc.Fields().ByName("memo"), protoreflect.ValueOfMessage(wrapperspb.String(memo).ProtoReflect()))
+		}
+	}
+	account := func(n int) string { return strings.Repeat("a", n-len("account:")) }
+
+	for _, tc := range []struct {
+		name, method string
+		req          *dynamicpb.Message // nil: a stream
+		md           []string
+		valid        bool
+	}{
+		{name: "request field renders empty", method: mDebit, req: transfer("1", withMemo(""))},
+		{name: "metadata renders empty", method: mAudit, req: transfer("1"), md: []string{"x-tenant", ""}},
+		{name: "stream metadata renders empty", method: mWatch, md: []string{"x-tenant", ""}},
+		{name: "one byte over MaxKeyLen", method: mHold, req: transfer(account(maxKeyLen + 1))},
+		{name: "far over MaxKeyLen", method: mHold, req: transfer(account(10 * maxKeyLen))},
+		{name: "stream key over MaxKeyLen", method: mWatch, md: []string{"x-tenant", strings.Repeat("t", maxKeyLen+1)}},
+		{name: "exactly MaxKeyLen", method: mHold, req: transfer(account(maxKeyLen)), valid: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := metadata.NewIncomingContext(ctxTimeout(t, 5*time.Second), metadata.Pairs(tc.md...))
+			ran := false
+			var err error
+			if tc.req != nil {
+				_, err = ui(ctx, tc.req, &grpc.UnaryServerInfo{FullMethod: tc.method}, func(context.Context, any) (any, error) {
+					ran = true
+					return nil, nil
+				})
+			} else {
+				err = si(nil, &ctxStream{ctx: ctx}, &grpc.StreamServerInfo{FullMethod: tc.method, IsServerStream: true},
+					func(any, grpc.ServerStream) error {
+						ran = true
+						return nil
+					})
+			}
+			if tc.valid {
+				if err != nil || !ran {
+					t.Fatalf("key of MaxKeyLen bytes: handler ran %v, %v", ran, err)
+				}
+				return
+			}
+			if ran {
+				t.Fatal("the handler ran without a valid key")
+			}
+			if !errors.Is(err, guard.ErrInvalidKey) || errors.Is(err, guard.ErrInvalidConfig) {
+				t.Fatalf("error %v: want guard.ErrInvalidKey in the chain, and not guard.ErrInvalidConfig", err)
+			}
+			st := wantCode(t, err, codes.InvalidArgument)
+			wantReason(t, st, interceptor.ReasonInvalidKey, tc.method)
+		})
 	}
 }
