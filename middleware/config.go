@@ -75,10 +75,18 @@ type LockConfig struct {
 	Options []guard.Option
 
 	// Signer verifies the owner token a calling service sends in the ctxid.Header
-	// header ("Guardkit-Owner"): a request whose token verifies runs as that owner and
-	// reenters the locks it holds. Any other header value (unsigned, forged, expired,
-	// malformed) is ignored and the request gets a fresh owner.
-	// Optional. Default value nil: every request gets a fresh owner.
+	// header ("Guardkit-Owner", made by the caller's Signer.Outbound): a request whose
+	// token verifies runs as that owner and reenters the locks it holds. The request
+	// must carry exactly one such header of at most ctxid.MaxTokenLen (256) bytes,
+	// signed with a key this Signer knows, no older than its MaxAge (issue times are
+	// whole seconds, so a token can expire up to a second early) and with no more hops
+	// than its MaxHops. Anything else — no Signer here, an unknown key ID, a bad
+	// signature, an expired or future token, too many hops, malformed or oversized
+	// text, several headers — is never trusted: the request gets a fresh owner, the
+	// request's span gets a "guard.owner_rejected" event, and if the lock then turns
+	// out busy the default DenyHandler names the reason (see OwnerRejection).
+	// Optional. Default value nil: every request gets a fresh owner, and a request
+	// that sends the header is told, when busy, that no Signer is configured.
 	Signer *ctxid.Signer
 
 	// FailOpen makes a request whose lock cannot be taken because Redis is unreachable
@@ -92,7 +100,9 @@ type LockConfig struct {
 	// HTTPErrorHandler renders it.
 	// Optional. Default value: 409 Conflict with a Retry-After header (the holder's
 	// remaining lease, in seconds rounded up, at least 1) and an *echo.HTTPError whose
-	// Internal is err.
+	// Internal is err. When the request sent a Guardkit-Owner header that was not
+	// accepted, it also sets the HeaderOwnerRejected header to the reason, says it in
+	// the message, and puts the *ctxid.VerifyError in Internal's chain next to err.
 	DenyHandler func(c echo.Context, err *guard.LockedError) error
 
 	// ErrorHandler builds the response when the lock could not be taken or kept:
@@ -247,10 +257,26 @@ func (config LockConfig) decorate(tpl *keyfunc.Template[echo.Context], name ...g
 	return nil, &ConfigError{Field: field, Reason: reason, Err: err}
 }
 
+// HeaderOwnerRejected is the response header in which the default DenyHandler says
+// why the request's ctxid.Header ("Guardkit-Owner") header was not accepted.
+const HeaderOwnerRejected = "Guardkit-Owner-Rejected"
+
 // denyConflict is the default DenyHandler.
 func denyConflict(c echo.Context, err *guard.LockedError) error {
 	c.Response().Header().Set(echo.HeaderRetryAfter, retryAfter(err.RetryAfter))
-	return &echo.HTTPError{Code: http.StatusConflict, Message: "locked by another request", Internal: err}
+	rejected := OwnerRejection(c.Request().Context())
+	if rejected == nil {
+		return &echo.HTTPError{Code: http.StatusConflict, Message: "locked by another request", Internal: err}
+	}
+	// The caller meant to reenter a lock of its own: a Signer missing here, or keys
+	// that differ between the services, would otherwise show as a plain 409.
+	reason := rejectionText(rejected)
+	c.Response().Header().Set(HeaderOwnerRejected, reason)
+	return &echo.HTTPError{
+		Code:     http.StatusConflict,
+		Message:  "locked by another request; the " + ctxid.Header + " header was not accepted: " + reason,
+		Internal: fmt.Errorf("%w; %s header not accepted: %w", err, ctxid.Header, rejected),
+	}
 }
 
 // retryAfter formats d as a Retry-After value: whole seconds, rounded up, at least 1

@@ -80,12 +80,30 @@
 //
 // A service calling another can make the callee reenter its locks: it sends
 // signer.Outbound(ctx) in the ctxid.Header ("Guardkit-Owner") header, and the callee's
-// LockConfig.Signer verifies it. Without a Signer, or when the token does not verify
-// (unsigned, forged, expired, oversized, malformed), the header is ignored and the
-// request is a new owner: a client that could pick its owner could make two of its
-// requests reenter each other. An owner already in the request's context (put there by
-// an earlier Lock middleware or by your own code) is kept; never put one owner into a
-// context that all requests share, such as http.Server.BaseContext.
+// LockConfig.Signer verifies it with the same key. On the wire:
+//
+//   - one header, one token: several Guardkit-Owner headers are all ignored, whatever
+//     they hold, rather than trusting the first;
+//   - at most ctxid.MaxTokenLen (256) bytes of [A-Za-z0-9._-]; longer text is not
+//     parsed;
+//   - the token carries its issue time in whole seconds and is accepted for the
+//     Signer's MaxAge (5 minutes by default), so it can expire up to a second early;
+//     tokens issued more than MaxSkew in the future are refused;
+//   - each service hop counts one (Outbound adds it); a token with more hops than
+//     MaxHops (8 by default) is refused, and Outbound sends none past it.
+//
+// A token that does not verify is never trusted: the request is a new owner, because a
+// client that could pick its owner could make two of its requests reenter each other.
+// The refusal is not silent, since a Signer forgotten on one service or keys that
+// differ between services would otherwise only show as waiting and 409s: the request's
+// current span gets a "guard.owner_rejected" event with the reason ("guard.reason"),
+// OwnerRejection returns the *ctxid.VerifyError, and if the lock is busy the default
+// DenyHandler's 409 carries the reason in the Guardkit-Owner-Rejected header
+// (HeaderOwnerRejected) and in its message. A request without the header is not
+// reported: most callers are not services. An owner already in the request's context
+// (put there by an earlier Lock middleware or by your own code) is kept and the header
+// is not read; never put one owner into a context that all requests share, such as
+// http.Server.BaseContext.
 //
 // # Responses
 //
@@ -93,9 +111,10 @@
 // HTTPErrorHandler renders them (by default as {"message": "..."} JSON) and logging
 // middleware sees them:
 //
-//   - lock busy for longer than MaxWait (default: fail at once): DenyHandler; by
-//     default 409 Conflict with Retry-After set to the holder's remaining lease in
-//     seconds, rounded up;
+//   - lock busy for longer than MaxWait: DenyHandler; by default 409 Conflict with
+//     Retry-After set to the holder's remaining lease in seconds, rounded up, and, when
+//     the request's Guardkit-Owner header was not accepted, Guardkit-Owner-Rejected set
+//     to the reason;
 //   - key cannot be built from the request: ErrorHandler; by default 400 Bad Request
 //     (or the *echo.HTTPError an extractor returned), and 404 Not Found when the
 //     matched route lacks the parameter the key names, as the catch-all not-found

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
@@ -81,6 +84,7 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 	}
 	var busy *guard.LockedError
 	if errors.As(err, &busy) {
+		c.SetRequest(c.Request().WithContext(ctx)) // for OwnerRejection
 		return m.deny(c, busy)
 	}
 	if m.failOpen && errors.Is(err, guard.ErrUnavailable) {
@@ -92,16 +96,50 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 
 // owner returns the request's context with a lock owner: the one it carries already,
 // else the caller's when its signed token verifies, else a fresh one. A token that
-// does not verify is ignored on purpose: an owner is a capability to pass the lock.
+// does not verify is never used, since an owner is a capability to pass the lock; the
+// reason is recorded on the request's span and in the returned context
+// (OwnerRejection), so that a missing or mismatched Signer can be seen.
 func (m *lock) owner(c echo.Context) context.Context {
-	ctx := c.Request().Context()
+	r := c.Request()
+	ctx := r.Context()
 	if _, ok := ctxid.FromContext(ctx); ok {
 		return ctx
 	}
-	if m.signer == nil {
+	var err error
+	switch toks := r.Header[ctxid.Header]; len(toks) {
+	case 0:
 		ctx, _ = ctxid.Ensure(ctx)
+	case 1:
+		ctx, _, err = m.signer.Accept(ctx, toks[0]) // a nil Signer rejects every token
+	default:
+		ctx, _ = ctxid.Ensure(ctx)
+		err = &ctxid.VerifyError{Reason: ctxid.ErrMalformed,
+			Detail: fmt.Sprintf("%d %s headers, want one", len(toks), ctxid.Header)}
+	}
+	if err == nil {
 		return ctx
 	}
-	ctx, _, _ = m.signer.Accept(ctx, c.Request().Header.Get(ctxid.Header))
-	return ctx
+	trace.SpanFromContext(ctx).AddEvent("guard.owner_rejected",
+		trace.WithAttributes(attribute.String("guard.reason", rejectionText(err))))
+	return context.WithValue(ctx, rejectionKey{}, err)
+}
+
+// rejectionKey is the context key of OwnerRejection's error.
+type rejectionKey struct{}
+
+// OwnerRejection returns why the Lock middleware did not accept the ctxid.Header
+// ("Guardkit-Owner") header of the request whose context is ctx: a *ctxid.VerifyError
+// whose Reason says what was wrong (no Signer configured, unknown key ID, bad
+// signature, expired, too many hops, malformed, too long, several headers). It returns
+// nil when the request sent no such header, when its token was accepted, and outside a
+// Lock middleware. A DenyHandler can use it as the default one does.
+func OwnerRejection(ctx context.Context) error {
+	err, _ := ctx.Value(rejectionKey{}).(error)
+	return err
+}
+
+// rejectionText is a rejected token's reason as the response header and the span
+// event give it: the *ctxid.VerifyError's text, without the package prefix.
+func rejectionText(err error) string {
+	return strings.TrimPrefix(err.Error(), "ctxid: ")
 }

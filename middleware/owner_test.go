@@ -2,13 +2,17 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
@@ -141,5 +145,141 @@ func TestOwnerFromEarlierMiddlewareKept(t *testing.T) {
 		middleware.Lock(locker, "order:{param.id}"))
 	if r := do(t, newClient(t), http.MethodPost, serveHTTPTest(t, e)+"/orders/4/pay", nil); r.status != http.StatusNoContent {
 		t.Fatalf("status %d, body %q", r.status, r.body)
+	}
+}
+
+// A Guardkit-Owner header that is not accepted is never trusted, but is not silent
+// either: the busy answer says why (response header, message, error chain), and the
+// request's span gets an event, busy or not. Without the header nothing is said, and a
+// token that verifies still reenters.
+func TestOwnerRejectionReported(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	locker, _ := newLocker(t, srv)
+	upstream, _ := newLocker(t, srv)
+
+	secret := "0123456789abcdef0123456789abcdef"
+	signer := mustSigner(t, "k1", secret)
+	ctx, caller := ctxid.Ensure(context.Background())
+	held, err := upstream.Acquire(ctx, "order:9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	good := mustOutbound(t, signer, ctx)
+	stale, err := ctxid.NewSigner([]ctxid.Key{{ID: "k1", Secret: []byte(secret)}},
+		ctxid.WithClock(func() time.Time { return time.Now().Add(-time.Hour) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	farther, err := ctxid.NewSigner([]ctxid.Key{{ID: "k1", Secret: []byte(secret)}}, ctxid.MaxHops(20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tooFar, err := farther.Sign(caller, 9) // the server's Signer allows 8
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var errs errorLog
+	e := newEcho(&errs)
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // the request's span, as otelecho makes it
+		return func(c echo.Context) error {
+			ctx, span := tp.Tracer("test").Start(c.Request().Context(), "request "+c.Request().URL.Path)
+			defer span.End()
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	})
+	owned := func(c echo.Context) error {
+		owner, _ := ctxid.FromContext(c.Request().Context())
+		return c.String(http.StatusOK, string(owner))
+	}
+	rule := func(signer *ctxid.Signer) echo.MiddlewareFunc {
+		return middleware.LockWithConfig(middleware.LockConfig{Locker: locker, Key: "order:{param.id}", Signer: signer,
+			Options: []guard.Option{guard.Retry(guard.NoRetry())}})
+	}
+	e.POST("/orders/:id/pay", owned, rule(signer))
+	e.POST("/unsigned/orders/:id/pay", owned, rule(nil))
+	base := serveHTTPTest(t, e)
+	client := newClient(t)
+
+	for _, tc := range []struct {
+		name, path string
+		tokens     []string
+		status     int
+		reason     error // nil: nothing reported
+	}{
+		{"signed with another secret", "/orders/9/pay", []string{mustOutbound(t, mustSigner(t, "k1", "a different secret, same key ID!"), ctx)}, 409, ctxid.ErrBadSignature},
+		{"signed with an unknown key ID", "/orders/9/pay", []string{mustOutbound(t, mustSigner(t, "k2", secret), ctx)}, 409, ctxid.ErrUnknownKey},
+		{"no Signer configured", "/unsigned/orders/9/pay", []string{good}, 409, ctxid.ErrUnknownKey},
+		{"expired", "/orders/9/pay", []string{mustOutbound(t, stale, ctx)}, 409, ctxid.ErrExpired},
+		{"too many hops", "/orders/9/pay", []string{tooFar}, 409, ctxid.ErrTooManyHops},
+		{"malformed", "/orders/9/pay", []string{"not a token"}, 409, ctxid.ErrMalformed},
+		{"too long", "/orders/9/pay", []string{strings.Repeat("A", ctxid.MaxTokenLen+1)}, 409, ctxid.ErrTooLong},
+		{"several headers", "/orders/9/pay", []string{good, good}, 409, ctxid.ErrMalformed},
+		{"rejected, lock free", "/orders/10/pay", []string{"not a token"}, 200, ctxid.ErrMalformed},
+		{"no header", "/orders/9/pay", nil, 409, nil},
+		{"no header, no Signer", "/unsigned/orders/9/pay", nil, 409, nil},
+		{"verified: reenters", "/orders/9/pay", []string{good}, 200, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec.Reset()
+			before := len(errs.all())
+			r := do(t, client, http.MethodPost, base+tc.path, http.Header{ctxid.Header: tc.tokens})
+			if r.status != tc.status {
+				t.Fatalf("status %d, want %d; body %q", r.status, tc.status, r.body)
+			}
+			var events []string
+			for _, s := range rec.Ended() {
+				for _, ev := range s.Events() {
+					if ev.Name != "guard.owner_rejected" {
+						continue
+					}
+					for _, kv := range ev.Attributes {
+						if kv.Key == "guard.reason" {
+							events = append(events, kv.Value.AsString())
+						}
+					}
+				}
+			}
+			reported := r.header.Get(middleware.HeaderOwnerRejected)
+			newErrs := errs.all()[before:]
+			if tc.reason == nil {
+				if reported != "" || len(events) != 0 {
+					t.Errorf("nothing to report, but header %q, span events %q", reported, events)
+				}
+				if tc.status == http.StatusOK && r.body != string(caller) {
+					t.Errorf("ran as %q, want the caller %q", r.body, caller)
+				}
+				return
+			}
+			if r.status == http.StatusOK && r.body == string(caller) {
+				t.Fatal("the rejected token's owner was used")
+			}
+			want := strings.TrimPrefix(tc.reason.Error(), "ctxid: ")
+			if len(events) != 1 || !strings.HasPrefix(events[0], want) {
+				t.Errorf("span events %q, want one reason starting %q", events, want)
+			}
+			if tc.status == http.StatusOK {
+				if reported != "" {
+					t.Errorf("%s %q on a request that ran", middleware.HeaderOwnerRejected, reported)
+				}
+				return
+			}
+			if !strings.HasPrefix(reported, want) {
+				t.Errorf("%s %q, want a reason starting %q", middleware.HeaderOwnerRejected, reported, want)
+			}
+			if !strings.Contains(r.message(), reported) {
+				t.Errorf("message %q does not give the reason %q", r.message(), reported)
+			}
+			var verr *ctxid.VerifyError
+			var busy *guard.LockedError
+			if len(newErrs) != 1 || !errors.As(newErrs[0], &verr) || !errors.Is(verr, tc.reason) || !errors.As(newErrs[0], &busy) {
+				t.Errorf("errors %v: want one with the *ctxid.VerifyError (%v) and the *guard.LockedError in its chain", newErrs, tc.reason)
+			}
+		})
 	}
 }
