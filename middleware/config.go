@@ -84,7 +84,8 @@ type LockConfig struct {
 	// signature, an expired or future token, too many hops, malformed or oversized
 	// text, several headers — is never trusted: the request gets a fresh owner, the
 	// request's span gets a "guard.owner_rejected" event, and if the lock then turns
-	// out busy the default DenyHandler names the reason (see OwnerRejection).
+	// out busy the default DenyHandler names the reason (see OwnerRejection). An empty
+	// header counts as sent, and malformed.
 	// Optional. Default value nil: every request gets a fresh owner, and a request
 	// that sends the header is told, when busy, that no Signer is configured.
 	Signer *ctxid.Signer
@@ -258,24 +259,24 @@ func (config LockConfig) decorate(tpl *keyfunc.Template[echo.Context], name ...g
 }
 
 // HeaderOwnerRejected is the response header in which the default DenyHandler says
-// why the request's ctxid.Header ("Guardkit-Owner") header was not accepted.
+// why the request's ctxid.Header ("Guardkit-Owner") header was not accepted: one of
+// the reasons OwnerRejection lists, such as "no_signer" or "bad_signature".
 const HeaderOwnerRejected = "Guardkit-Owner-Rejected"
 
 // denyConflict is the default DenyHandler.
 func denyConflict(c echo.Context, err *guard.LockedError) error {
 	c.Response().Header().Set(echo.HeaderRetryAfter, retryAfter(err.RetryAfter))
-	rejected := OwnerRejection(c.Request().Context())
+	reason, rejected := OwnerRejection(c.Request().Context())
 	if rejected == nil {
 		return &echo.HTTPError{Code: http.StatusConflict, Message: "locked by another request", Internal: err}
 	}
 	// The caller meant to reenter a lock of its own: a Signer missing here, or keys
 	// that differ between the services, would otherwise show as a plain 409.
-	reason := rejectionText(rejected)
 	c.Response().Header().Set(HeaderOwnerRejected, reason)
 	return &echo.HTTPError{
 		Code:     http.StatusConflict,
-		Message:  "locked by another request; the " + ctxid.Header + " header was not accepted: " + reason,
-		Internal: fmt.Errorf("%w; %s header not accepted: %w", err, ctxid.Header, rejected),
+		Message:  fmt.Sprintf("locked by another request; the %s header was not accepted (%s): %v", ctxid.Header, reason, rejected),
+		Internal: fmt.Errorf("%w; %s header not accepted (%s): %w", err, ctxid.Header, reason, rejected),
 	}
 }
 

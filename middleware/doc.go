@@ -96,14 +96,16 @@
 // client that could pick its owner could make two of its requests reenter each other.
 // The refusal is not silent, since a Signer forgotten on one service or keys that
 // differ between services would otherwise only show as waiting and 409s: the request's
-// current span gets a "guard.owner_rejected" event with the reason ("guard.reason"),
-// OwnerRejection returns the *ctxid.VerifyError, and if the lock is busy the default
-// DenyHandler's 409 carries the reason in the Guardkit-Owner-Rejected header
-// (HeaderOwnerRejected) and in its message. A request without the header is not
-// reported: most callers are not services. An owner already in the request's context
-// (put there by an earlier Lock middleware or by your own code) is kept and the header
-// is not read; never put one owner into a context that all requests share, such as
-// http.Server.BaseContext.
+// current span gets a "guard.owner_rejected" event with the reason ("guard.reason":
+// no_signer, several_values, too_long, malformed, invalid_owner, unknown_key,
+// bad_signature, too_many_hops, not_yet_valid or expired, the names the gRPC
+// interceptors use), OwnerRejection returns it with the *ctxid.VerifyError, and if the
+// lock is busy the default DenyHandler's 409 carries the reason in the
+// Guardkit-Owner-Rejected header (HeaderOwnerRejected) and, with the error's text, in
+// its message. A request without the header is not reported: most callers are not
+// services. An owner already in the request's context (put there by an earlier Lock
+// middleware or by your own code) is kept and the header is not read; never put one
+// owner into a context that all requests share, such as http.Server.BaseContext.
 //
 // # Responses
 //

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/labstack/echo/v4"
@@ -96,8 +95,8 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 
 // owner returns the request's context with a lock owner: the one it carries already,
 // else the caller's when its signed token verifies, else a fresh one. A token that
-// does not verify is never used, since an owner is a capability to pass the lock; the
-// reason is recorded on the request's span and in the returned context
+// does not verify is never used, since an owner is a capability to pass the lock; why
+// it was refused is recorded on the request's span and in the returned context
 // (OwnerRejection), so that a missing or mismatched Signer can be seen.
 func (m *lock) owner(c echo.Context) context.Context {
 	r := c.Request()
@@ -105,41 +104,103 @@ func (m *lock) owner(c echo.Context) context.Context {
 	if _, ok := ctxid.FromContext(ctx); ok {
 		return ctx
 	}
-	var err error
-	switch toks := r.Header[ctxid.Header]; len(toks) {
-	case 0:
+	toks := r.Header[ctxid.Header]
+	var rej *rejection
+	switch {
+	case len(toks) == 0:
 		ctx, _ = ctxid.Ensure(ctx)
-	case 1:
-		ctx, _, err = m.signer.Accept(ctx, toks[0]) // a nil Signer rejects every token
-	default:
-		ctx, _ = ctxid.Ensure(ctx)
-		err = &ctxid.VerifyError{Reason: ctxid.ErrMalformed,
-			Detail: fmt.Sprintf("%d %s headers, want one", len(toks), ctxid.Header)}
-	}
-	if err == nil {
 		return ctx
+	case m.signer == nil:
+		_, err := m.signer.Verify(toks[0]) // a nil Signer rejects every token
+		rej = &rejection{reason: rejectNoSigner, err: fmt.Errorf("no Signer configured (LockConfig.Signer): %w", err)}
+	case len(toks) > 1:
+		// Several headers are refused rather than picked from: a proxy or client that
+		// adds one must not make a request run as whichever owner it likes.
+		rej = &rejection{reason: rejectSeveral, err: &ctxid.VerifyError{Reason: ctxid.ErrMalformed,
+			Detail: fmt.Sprintf("%d %s headers, want one", len(toks), ctxid.Header)}}
+	case toks[0] == "":
+		// Accept takes an empty token for none; a header that is present but empty is
+		// malformed.
+		_, err := m.signer.Verify(toks[0])
+		rej = verifyRejection(err)
+	default:
+		owned, _, err := m.signer.Accept(ctx, toks[0]) // keeps the token's hop count
+		if err == nil {
+			return owned
+		}
+		rej = verifyRejection(err)
 	}
 	trace.SpanFromContext(ctx).AddEvent("guard.owner_rejected",
-		trace.WithAttributes(attribute.String("guard.reason", rejectionText(err))))
-	return context.WithValue(ctx, rejectionKey{}, err)
+		trace.WithAttributes(attribute.String("guard.reason", rej.reason)))
+	ctx, _ = ctxid.Ensure(ctx)
+	return context.WithValue(ctx, rejectionKey{}, rej)
 }
 
-// rejectionKey is the context key of OwnerRejection's error.
+// rejectionKey is the context key of a request's *rejection.
 type rejectionKey struct{}
 
-// OwnerRejection returns why the Lock middleware did not accept the ctxid.Header
-// ("Guardkit-Owner") header of the request whose context is ctx: a *ctxid.VerifyError
-// whose Reason says what was wrong (no Signer configured, unknown key ID, bad
-// signature, expired, too many hops, malformed, too long, several headers). It returns
-// nil when the request sent no such header, when its token was accepted, and outside a
-// Lock middleware. A DenyHandler can use it as the default one does.
-func OwnerRejection(ctx context.Context) error {
-	err, _ := ctx.Value(rejectionKey{}).(error)
-	return err
+// rejection is an inbound owner header that was not accepted, and why.
+type rejection struct {
+	reason string // one of the reject* values
+	err    error  // has the *ctxid.VerifyError in its chain
 }
 
-// rejectionText is a rejected token's reason as the response header and the span
-// event give it: the *ctxid.VerifyError's text, without the package prefix.
-func rejectionText(err error) string {
-	return strings.TrimPrefix(err.Error(), "ctxid: ")
+// Reasons an inbound owner header is not accepted: the values of OwnerRejection's
+// reason, of the HeaderOwnerRejected response header and of the guard.reason attribute
+// of the guard.owner_rejected span event. They are the names the gRPC interceptors use.
+const (
+	rejectNoSigner     = "no_signer"      // LockConfig.Signer is nil
+	rejectSeveral      = "several_values" // more than one Guardkit-Owner header
+	rejectTooLong      = "too_long"       // longer than ctxid.MaxTokenLen
+	rejectMalformed    = "malformed"
+	rejectInvalidOwner = "invalid_owner"
+	rejectUnknownKey   = "unknown_key"   // signed with a key ID the Signer does not know
+	rejectBadSignature = "bad_signature" // the key ID is known, the secret differs
+	rejectTooManyHops  = "too_many_hops"
+	rejectNotYetValid  = "not_yet_valid" // issued in the future: clocks apart
+	rejectExpired      = "expired"       // older than the Signer's MaxAge
+	rejectUntrusted    = "untrusted"     // a verification error without a known reason
+)
+
+// verifyRejection names the reason of a ctxid verification error.
+func verifyRejection(err error) *rejection {
+	reason := rejectUntrusted
+	var ve *ctxid.VerifyError
+	if errors.As(err, &ve) {
+		switch ve.Reason {
+		case ctxid.ErrTooLong:
+			reason = rejectTooLong
+		case ctxid.ErrMalformed:
+			reason = rejectMalformed
+		case ctxid.ErrInvalidOwner:
+			reason = rejectInvalidOwner
+		case ctxid.ErrUnknownKey:
+			reason = rejectUnknownKey
+		case ctxid.ErrBadSignature:
+			reason = rejectBadSignature
+		case ctxid.ErrTooManyHops:
+			reason = rejectTooManyHops
+		case ctxid.ErrNotYetValid:
+			reason = rejectNotYetValid
+		case ctxid.ErrExpired:
+			reason = rejectExpired
+		}
+	}
+	return &rejection{reason: reason, err: err}
+}
+
+// OwnerRejection reports why the Lock middleware did not accept the ctxid.Header
+// ("Guardkit-Owner") header of the request whose context is ctx. reason is one of
+// no_signer (LockConfig.Signer is nil), several_values, too_long, malformed,
+// invalid_owner, unknown_key (signed with a key ID the Signer does not know),
+// bad_signature (the key ID is known, the secret differs), too_many_hops,
+// not_yet_valid or expired (clocks apart, or a token older than the Signer's MaxAge);
+// err explains it and has the *ctxid.VerifyError in its chain. Both are zero when the
+// request sent no such header, when its token was accepted, and outside a Lock
+// middleware. A DenyHandler can use it as the default one does.
+func OwnerRejection(ctx context.Context) (reason string, err error) {
+	if rej, ok := ctx.Value(rejectionKey{}).(*rejection); ok {
+		return rej.reason, rej.err
+	}
+	return "", nil
 }

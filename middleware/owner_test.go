@@ -203,27 +203,50 @@ func TestOwnerRejectionReported(t *testing.T) {
 	}
 	e.POST("/orders/:id/pay", owned, rule(signer))
 	e.POST("/unsigned/orders/:id/pay", owned, rule(nil))
+	e.POST("/custom/orders/:id/pay", owned, middleware.LockWithConfig(middleware.LockConfig{
+		Locker: locker, Key: "order:{param.id}", Signer: signer, Options: []guard.Option{guard.Retry(guard.NoRetry())},
+		DenyHandler: func(c echo.Context, err *guard.LockedError) error {
+			reason, rejected := middleware.OwnerRejection(c.Request().Context())
+			if !errors.Is(rejected, ctxid.ErrUntrusted) {
+				return echo.NewHTTPError(http.StatusTooManyRequests, "busy").SetInternal(err)
+			}
+			return echo.NewHTTPError(http.StatusTooManyRequests, "busy, and your owner token was refused: "+reason).SetInternal(err)
+		},
+	}))
 	base := serveHTTPTest(t, e)
 	client := newClient(t)
+
+	t.Run("custom DenyHandler", func(t *testing.T) {
+		r := do(t, client, http.MethodPost, base+"/custom/orders/9/pay", http.Header{ctxid.Header: {"not a token"}})
+		if want := "busy, and your owner token was refused: malformed"; r.status != http.StatusTooManyRequests || r.message() != want {
+			t.Errorf("got %d %q, want 429 %q", r.status, r.body, want)
+		}
+		r = do(t, client, http.MethodPost, base+"/custom/orders/9/pay", nil)
+		if r.status != http.StatusTooManyRequests || r.message() != "busy" {
+			t.Errorf("without a header: got %d %q, want 429 \"busy\"", r.status, r.body)
+		}
+	})
 
 	for _, tc := range []struct {
 		name, path string
 		tokens     []string
 		status     int
-		reason     error // nil: nothing reported
+		reason     string // "": nothing reported
+		cause      error  // the *ctxid.VerifyError's Reason
 	}{
-		{"signed with another secret", "/orders/9/pay", []string{mustOutbound(t, mustSigner(t, "k1", "a different secret, same key ID!"), ctx)}, 409, ctxid.ErrBadSignature},
-		{"signed with an unknown key ID", "/orders/9/pay", []string{mustOutbound(t, mustSigner(t, "k2", secret), ctx)}, 409, ctxid.ErrUnknownKey},
-		{"no Signer configured", "/unsigned/orders/9/pay", []string{good}, 409, ctxid.ErrUnknownKey},
-		{"expired", "/orders/9/pay", []string{mustOutbound(t, stale, ctx)}, 409, ctxid.ErrExpired},
-		{"too many hops", "/orders/9/pay", []string{tooFar}, 409, ctxid.ErrTooManyHops},
-		{"malformed", "/orders/9/pay", []string{"not a token"}, 409, ctxid.ErrMalformed},
-		{"too long", "/orders/9/pay", []string{strings.Repeat("A", ctxid.MaxTokenLen+1)}, 409, ctxid.ErrTooLong},
-		{"several headers", "/orders/9/pay", []string{good, good}, 409, ctxid.ErrMalformed},
-		{"rejected, lock free", "/orders/10/pay", []string{"not a token"}, 200, ctxid.ErrMalformed},
-		{"no header", "/orders/9/pay", nil, 409, nil},
-		{"no header, no Signer", "/unsigned/orders/9/pay", nil, 409, nil},
-		{"verified: reenters", "/orders/9/pay", []string{good}, 200, nil},
+		{"signed with another secret", "/orders/9/pay", []string{mustOutbound(t, mustSigner(t, "k1", "a different secret, same key ID!"), ctx)}, 409, "bad_signature", ctxid.ErrBadSignature},
+		{"signed with an unknown key ID", "/orders/9/pay", []string{mustOutbound(t, mustSigner(t, "k2", secret), ctx)}, 409, "unknown_key", ctxid.ErrUnknownKey},
+		{"no Signer configured", "/unsigned/orders/9/pay", []string{good}, 409, "no_signer", ctxid.ErrUnknownKey},
+		{"expired", "/orders/9/pay", []string{mustOutbound(t, stale, ctx)}, 409, "expired", ctxid.ErrExpired},
+		{"too many hops", "/orders/9/pay", []string{tooFar}, 409, "too_many_hops", ctxid.ErrTooManyHops},
+		{"malformed", "/orders/9/pay", []string{"not a token"}, 409, "malformed", ctxid.ErrMalformed},
+		{"present but empty", "/orders/9/pay", []string{""}, 409, "malformed", ctxid.ErrMalformed},
+		{"too long", "/orders/9/pay", []string{strings.Repeat("A", ctxid.MaxTokenLen+1)}, 409, "too_long", ctxid.ErrTooLong},
+		{"several headers", "/orders/9/pay", []string{good, good}, 409, "several_values", ctxid.ErrMalformed},
+		{"rejected, lock free", "/orders/10/pay", []string{"not a token"}, 200, "malformed", ctxid.ErrMalformed},
+		{"no header", "/orders/9/pay", nil, 409, "", nil},
+		{"no header, no Signer", "/unsigned/orders/9/pay", nil, 409, "", nil},
+		{"verified: reenters", "/orders/9/pay", []string{good}, 200, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec.Reset()
@@ -247,7 +270,7 @@ func TestOwnerRejectionReported(t *testing.T) {
 			}
 			reported := r.header.Get(middleware.HeaderOwnerRejected)
 			newErrs := errs.all()[before:]
-			if tc.reason == nil {
+			if tc.reason == "" {
 				if reported != "" || len(events) != 0 {
 					t.Errorf("nothing to report, but header %q, span events %q", reported, events)
 				}
@@ -259,9 +282,8 @@ func TestOwnerRejectionReported(t *testing.T) {
 			if r.status == http.StatusOK && r.body == string(caller) {
 				t.Fatal("the rejected token's owner was used")
 			}
-			want := strings.TrimPrefix(tc.reason.Error(), "ctxid: ")
-			if len(events) != 1 || !strings.HasPrefix(events[0], want) {
-				t.Errorf("span events %q, want one reason starting %q", events, want)
+			if len(events) != 1 || events[0] != tc.reason {
+				t.Errorf("span events with reasons %q, want one with %q", events, tc.reason)
 			}
 			if tc.status == http.StatusOK {
 				if reported != "" {
@@ -269,16 +291,16 @@ func TestOwnerRejectionReported(t *testing.T) {
 				}
 				return
 			}
-			if !strings.HasPrefix(reported, want) {
-				t.Errorf("%s %q, want a reason starting %q", middleware.HeaderOwnerRejected, reported, want)
+			if reported != tc.reason {
+				t.Errorf("%s %q, want %q", middleware.HeaderOwnerRejected, reported, tc.reason)
 			}
-			if !strings.Contains(r.message(), reported) {
-				t.Errorf("message %q does not give the reason %q", r.message(), reported)
+			if msg, why := r.message(), strings.TrimPrefix(tc.cause.Error(), "ctxid: "); !strings.Contains(msg, tc.reason) || !strings.Contains(msg, why) {
+				t.Errorf("message %q does not give the reason %q and %q", msg, tc.reason, why)
 			}
 			var verr *ctxid.VerifyError
 			var busy *guard.LockedError
-			if len(newErrs) != 1 || !errors.As(newErrs[0], &verr) || !errors.Is(verr, tc.reason) || !errors.As(newErrs[0], &busy) {
-				t.Errorf("errors %v: want one with the *ctxid.VerifyError (%v) and the *guard.LockedError in its chain", newErrs, tc.reason)
+			if len(newErrs) != 1 || !errors.As(newErrs[0], &verr) || !errors.Is(verr, tc.cause) || !errors.As(newErrs[0], &busy) {
+				t.Errorf("errors %v: want one with the *ctxid.VerifyError (%v) and the *guard.LockedError in its chain", newErrs, tc.cause)
 			}
 		})
 	}
