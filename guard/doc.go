@@ -86,6 +86,14 @@
 // immutable values: NoRetry, Attempts, MaxWait, UntilCanceled, with Fixed or Exponential
 // backoff.
 //
+// How long a call waits, by default, follows one rule. The Retry option given to the call
+// (or to the decorator, the Echo route, the gRPC rule) wins; else the one given to New.
+// Without either, Acquire waits until its context ends — the caller owns that context —
+// while the entry points that serve requests (Wrap, WrapE, Do, the Echo middleware and
+// the gRPC interceptors) wait at most DefaultMaxWait (5s) and then report the lock busy,
+// so that a stuck holder never keeps a server's requests waiting without end, even when
+// the client set no deadline. TryAcquire always makes one attempt.
+//
 // A context that ends while waiting ends the wait at once. Build the client with
 // ContextTimeoutEnabled so that it also gives up on a Redis call at the context's
 // deadline; with any other client each acquire attempt and each release runs on a helper
@@ -134,7 +142,12 @@
 // ErrInvalidConfig, ErrInvalidKey, ErrUnavailable, ErrClosed — and typed errors for
 // errors.As: *LockedError, *LeaseLostError, *ConfigError, *KeyError, *RedisError. Bad
 // options fail in New (or in the call that received them) with a *ConfigError naming the
-// field.
+// field. A key is input, not configuration: one that is empty, too long or cannot be
+// rendered is ErrInvalidKey wherever it comes from (an argument, RawKey, a template,
+// KeyFunc, a route or an RPC), before any Redis call. A grant whose reply came back after
+// the lease's validity had run out is undone and counts as an attempt; when it was the
+// last one the policy allowed, the call fails with ErrUnavailable (Redis answered too
+// slowly to grant a usable lease).
 //
 // # Concurrency
 //

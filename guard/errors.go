@@ -29,11 +29,21 @@ var (
 	// ErrExpired reports a release of a lock that had already expired in Redis.
 	ErrExpired = errors.New("guard: lock had expired before release")
 
-	// ErrInvalidConfig reports a bad option. The error is a *ConfigError naming the field.
+	// ErrInvalidConfig reports a bad option: a TTL, Retry, RenewEvery or other setting out
+	// of range, a key template that does not parse or names a field the request does not
+	// have, an option used where it does not apply, a missing Locker or key option. It is
+	// returned by New, by WrapE (Wrap panics with it), by the Echo and gRPC constructors,
+	// and by a call whose per-call options are bad (Acquire, TryAcquire, Do). The error is
+	// a *ConfigError naming the field. It never reports a key: see ErrInvalidKey.
 	ErrInvalidConfig = errors.New("guard: invalid configuration")
 
-	// ErrInvalidKey reports a key that cannot name a lock (empty or too long). The error
-	// is a *KeyError.
+	// ErrInvalidKey reports a key that cannot name a lock: empty, longer than MaxKeyLen,
+	// or not renderable from the request (a template placeholder whose value is missing
+	// or empty, a KeyFunc that failed). It is the same error wherever the key came from —
+	// Acquire's or TryAcquire's argument, a RawKey (WrapE and Do report an empty one at
+	// once), a rendered Key template, a KeyFunc, an Echo route or a gRPC rule — and is
+	// returned before any Redis call. The error is a *KeyError, or wraps the template's or
+	// the KeyFunc's error.
 	ErrInvalidKey = errors.New("guard: invalid lock key")
 
 	// ErrUnavailable reports that Redis could not be reached or refused the command. The

@@ -21,6 +21,13 @@ const (
 
 // held is one owner's hold on one key in this process, shared by all of that owner's
 // Lease handles for the key (local reentrancy).
+//
+// Locking: every mutable field is guarded by exactly one mutex, named at the field —
+// l.mu for the lease's life (state, cause, handles, validity), l.renew.mu for its place
+// in the watchdog — and is read and written only with that mutex held, even where no
+// other goroutine could reach h any more. The fields above the first group are fixed at
+// creation; the second group is written once, under l.mu, before ready is closed, and is
+// read-only after.
 type held struct {
 	l     *Locker
 	hk    holdKey
@@ -28,7 +35,7 @@ type held struct {
 	s     *settings
 	ready chan struct{} // closed when the acquisition ended, either way
 
-	// Set before ready is closed, read-only after.
+	// Written under l.mu before ready is closed, read-only after.
 	token    int64
 	acquired time.Time // when the winning attempt was sent
 	tel      heldTelemetry
@@ -53,7 +60,6 @@ func (h *held) hold(g granted) {
 	h.token = g.token
 	h.acquired = g.sent
 	h.state = stateHeld
-	h.index = -1
 	h.validUntil = h.validity(g.sent, h.s.ttl)
 	h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)
 	h.l.renew.add(h, g.sent)

@@ -243,10 +243,12 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 	}
 	if err != nil {
 		delete(l.held, h.hk)
+		if g.acquired {
+			h.state = stateReleased
+		}
 		close(h.ready)
 		l.mu.Unlock()
 		if g.acquired { // closed while acquiring: give it back
-			h.state = stateReleased
 			rctx, cancel := l.releaseCtx(ctx)
 			_, _ = l.releaseRemote(rctx, h)
 			cancel()
@@ -449,6 +451,16 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		}
 	}
 	if r.err != nil {
+		if !isServerError(r.err) {
+			// The script may have run and freed the lock, and its reply, which says whom
+			// to wake, is lost: this process's waiters would then sleep until their
+			// backoff. Wake them anyway (one wasted attempt if the lock is still held),
+			// and with none here pass the turn on, as for a release that reports this
+			// Locker first in the wait queue.
+			if !l.waits.wake(h.rk) {
+				l.waits.keepTurn(h.rk.channel())
+			}
+		}
 		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: r.err}
 	}
 	switch r.code {

@@ -40,6 +40,7 @@ type settings struct {
 	driftSet       bool
 	maxKeyLen      int
 	retry          RetryPolicy
+	retrySet       bool // Retry was given: on New, or on the call
 	releaseTimeout time.Duration
 	maxHold        time.Duration // 0: no limit
 	fenceRetention time.Duration
@@ -189,10 +190,28 @@ func MaxKeyLen(n int) Option {
 	return Option{name: "MaxKeyLen", scope: scopeLocker, apply: func(s *settings) { s.maxKeyLen = n }}
 }
 
-// Retry sets how Acquire waits for a busy lock. TryAcquire always makes one attempt.
-// Applies to New and to each call. Default UntilCanceled(Fixed(100ms, 100ms)).
+// Retry sets how an acquisition waits for a busy lock. Given to a call (Acquire, a
+// decorator, an Echo route, a gRPC rule) it applies to that call; given to New it is the
+// default of every call that sets none. TryAcquire always makes one attempt.
+// Applies to New and to each call. Default: Acquire waits until its context ends
+// (UntilCanceled(Fixed(100ms, 100ms))); the entry points that serve requests — Wrap,
+// WrapE, Do, the Echo middleware and the gRPC interceptors — wait at most DefaultMaxWait
+// (MaxWait(DefaultMaxWait, Fixed(100ms, 100ms))), so that a stuck holder can never keep
+// a server's requests waiting without end.
 func Retry(p RetryPolicy) Option {
-	return Option{name: "Retry", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.retry = p }}
+	return Option{name: "Retry", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.retry, s.retrySet = p, true }}
+}
+
+// DefaultMaxWait is how long the entry points that serve requests (Wrap, WrapE, Do, the
+// Echo middleware and the gRPC interceptors) wait for a busy lock when no Retry option
+// is given, on the call or on New. Waiting also ends with the request's context.
+const DefaultMaxWait = 5 * time.Second
+
+// entryRetry is the retry policy of an entry point that serves requests.
+func (s *settings) entryRetry() {
+	if !s.retrySet {
+		s.retry = MaxWait(DefaultMaxWait, nil)
+	}
 }
 
 // ReleaseTimeout bounds a release's Redis call. Release ignores the caller's

@@ -36,6 +36,7 @@ type renewer struct {
 func (r *renewer) add(h *held, sent time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	h.index = -1 // not queued
 	if r.closed {
 		return
 	}

@@ -93,12 +93,14 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 			// The context ended the wait during an attempt: the lock was busy before.
 			return granted{}, busy(ctx.Err())
 		}
+		late := false
 		if err == nil && g.acquired && !time.Now().Before(g.sent.Add(h.s.ttl-h.s.driftMargin())) {
 			// Granted, but the reply came so late (Redis was down and the client retried)
 			// that the lease's validity, measured from the send, has already run out:
-			// give the hold back and try again rather than hand out a lost lease.
+			// give the hold back rather than hand out a lost lease. It was an attempt
+			// like any other: the policy decides whether another one follows.
 			l.undo(h, g.nonce)
-			continue
+			late, g = true, granted{pttl: -1}
 		}
 		if err != nil || g.acquired {
 			acquired = g.acquired
@@ -107,7 +109,13 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 		ttl = g.pttl
 		if p.limit == limitAttempts && attempts >= p.attempts ||
 			!deadline.IsZero() && !time.Now().Before(deadline) {
+			if late {
+				return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errLateGrant}
+			}
 			return granted{}, busy(nil)
+		}
+		if late {
+			continue // the lock was free: try again at once
 		}
 		if kw == nil {
 			if err := queue(); err != nil {
@@ -160,6 +168,10 @@ func (l *Locker) waitError(err error, busy func(error) error) error {
 }
 
 var errDeadline = errors.New("guard: retry policy deadline")
+
+// errLateGrant ends an acquisition whose last attempt took the lock but whose reply came
+// back after the lease's validity, counted from the send, had run out.
+var errLateGrant = errors.New("the lock was granted, but the reply arrived after the lease's validity had run out; the grant was undone")
 
 // keyWait is the waiting state of one key in this process.
 type keyWait struct {

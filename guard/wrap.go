@@ -41,8 +41,9 @@ var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard
 //
 //   - runs fn at once, unlocked, when a SkipIf predicate reports true;
 //   - renders the key from the request, and acquires the lock for the owner in ctx (a
-//     fresh owner when ctx has none), waiting as the Retry option says (by default until
-//     ctx ends). When it gives up it returns a *LockedError (ErrLocked) with the holder's
+//     fresh owner when ctx has none), waiting as the Retry option says: the one given
+//     to Wrap, else the one given to the Locker's New, else at most DefaultMaxWait, and
+//     never past ctx's end. When it gives up it returns a *LockedError (ErrLocked) with the holder's
 //     remaining TTL as RetryAfter, and ctx's error in its chain when ctx ended the wait;
 //   - calls fn with a context derived from ctx that carries the owner and the Lease
 //     (LeaseFromContext, TokenFromContext for the fencing token) and is cancelled, with
@@ -78,7 +79,8 @@ func Wrap[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Op
 
 // WrapE is Wrap for callers that prefer an error to a panic: it returns a *ConfigError
 // (ErrInvalidConfig) naming the bad option, with a key template's *keyfunc.SyntaxError
-// or *keyfunc.BindError in its chain.
+// or *keyfunc.BindError in its chain, or a *KeyError (ErrInvalidKey) for an empty RawKey:
+// a key is input, whichever way it is given.
 func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Option) (func(context.Context, Req) (Resp, error), error) {
 	if fn == nil {
 		return nil, &ConfigError{Field: "fn", Reason: "must not be nil"}
@@ -150,10 +152,7 @@ func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) err
 		}
 		key, _ = tpl.Render(struct{}{}) // a template without placeholders cannot fail
 	case keyRaw:
-		if k.text == "" {
-			return &ConfigError{Field: "RawKey", Reason: "must not be empty"}
-		}
-		key = k.text
+		key = k.text // an empty or too long key fails in acquire, with ErrInvalidKey
 	default:
 		return errNoKey
 	}
@@ -195,6 +194,7 @@ func newDecorator(opts []Option, where string, keep bool) (*decorator, error) {
 	if err := base.apply(opts, scopeCall|scopeWrap, where); err != nil {
 		return nil, err
 	}
+	base.entryRetry()
 	d := &decorator{wrap: base.wrap, where: where, opts: opts}
 	if keep {
 		d.opts = append([]Option(nil), opts...)
@@ -211,6 +211,7 @@ func newDecorator(opts []Option, where string, keep bool) (*decorator, error) {
 func (d *decorator) bind(l *Locker) *binding {
 	s := l.cfg
 	err := s.apply(d.opts, scopeCall|scopeWrap, d.where)
+	s.entryRetry()
 	return &binding{l: l, s: &s, err: err}
 }
 
@@ -330,7 +331,7 @@ func keyOf[Req any](k keySpec) (func(context.Context, Req) (string, error), erro
 		}, nil
 	case keyRaw:
 		if k.text == "" {
-			return nil, &ConfigError{Field: "RawKey", Reason: "must not be empty"}
+			return nil, keyError(k.text, "empty (RawKey)")
 		}
 		return constKey[Req](k.text), nil
 	case keyFunc:

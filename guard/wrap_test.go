@@ -526,7 +526,6 @@ func TestWrapConfigErrors(t *testing.T) {
 		{"malformed template", []guard.Option{guard.Key("account:{req.From")}, "Key", keyfunc.ErrSyntax},
 		{"unknown field", []guard.Option{guard.Key("account:{req.Nope}")}, "Key", nil},
 		{"unknown source", []guard.Option{guard.Key("account:{header.X}")}, "Key", keyfunc.ErrUnknownSource},
-		{"empty raw key", []guard.Option{guard.RawKey("")}, "RawKey", nil},
 		{"bad TTL", []guard.Option{key, guard.TTL(0)}, "TTL", nil},
 		{"bad retry", []guard.Option{key, guard.Retry(guard.Attempts(0, nil))}, "Retry", nil},
 		{"locker-only option", []guard.Option{key, guard.Prefix("app:")}, "Prefix", nil},
