@@ -210,7 +210,7 @@ func TestLateGrantCountsAsAttempt(t *testing.T) {
 	const ttl = 100 * time.Millisecond
 	l := lockerOn(t, c, guard.TTL(ttl))
 	mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up")) // scripts loaded
-	proxy.SetLatency(2 * ttl) // every reply comes after the validity of the grant it carries
+	proxy.SetLatency(2 * ttl)                                                  // every reply comes after the validity of the grant it carries
 	for _, tc := range []struct {
 		name string
 		max  int64
