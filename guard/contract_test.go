@@ -209,8 +209,10 @@ func TestLateGrantCountsAsAttempt(t *testing.T) {
 	c.AddHook(acquires)
 	const ttl = 100 * time.Millisecond
 	l := lockerOn(t, c, guard.TTL(ttl))
-	mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up")) // scripts loaded
-	proxy.SetLatency(2 * ttl)                                                  // every reply comes after the validity of the grant it carries
+	// Load the scripts first, then make every reply come after the validity of the grant
+	// it carries.
+	mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up"))
+	proxy.SetLatency(2 * ttl)
 	for _, tc := range []struct {
 		name string
 		max  int64
