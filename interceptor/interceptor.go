@@ -19,10 +19,11 @@ import (
 //     the lock; otherwise it is a fresh one;
 //   - the key is rendered from the rule's template; a value that is missing, empty or
 //     ambiguous fails the RPC with codes.InvalidArgument;
-//   - the lock is acquired as the rule's Retry option says (by default until the RPC's
-//     deadline); a busy lock fails the RPC with codes.Aborted and an errdetails.RetryInfo
-//     carrying the holder's remaining TTL, an unreachable Redis with codes.Unavailable
-//     (or, with WithFailOpen, runs the handler unlocked);
+//   - a busy lock is waited for as the rule's Retry option says, else as the one given
+//     to guard.New says, else for at most guard.DefaultMaxWait, and never past the
+//     RPC's deadline; a lock still busy then fails the RPC with codes.Aborted and an
+//     errdetails.RetryInfo carrying the holder's remaining TTL, an unreachable Redis
+//     with codes.Unavailable (or, with WithFailOpen, runs the handler unlocked);
 //   - the handler runs with a context that carries the owner and the lease
 //     (guard.LeaseFromContext, guard.TokenFromContext) and is cancelled, with a
 //     *guard.LeaseLostError as its cause, when the lease is lost;

@@ -106,7 +106,8 @@ func startChain(t *testing.T, lockerA, lockerB *guard.Locker, signer *ctxid.Sign
 	)
 	addrA := serve(t, service(map[string]unaryFunc{"Hold": hold, "Audit": audit}, nil),
 		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(lockerA, append(serverOpts, rulesA)...)))
-	// B waits for a busy lock until its caller's deadline: the default.
+	// B waits for a busy lock as long as the default allows (guard.DefaultMaxWait); A's
+	// call to it has a shorter deadline.
 	rulesB := interceptor.WithRules(interceptor.Rule{Method: mDebit, Key: key})
 	addrB := serve(t, service(map[string]unaryFunc{"Debit": debit}, nil),
 		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(lockerB, append(serverOpts, rulesB)...)))
@@ -143,7 +144,7 @@ func TestCrossServiceReentry(t *testing.T) {
 		}
 	})
 
-	t.Run("without propagation B waits until the deadline", func(t *testing.T) {
+	t.Run("without propagation B waits until A's deadline", func(t *testing.T) {
 		c := startChain(t, lockerA, lockerB, signer)
 		_, err := invoke(ctxTimeout(t, 5*time.Second), c.a, mHold, transfer("2", withLabel("via", "plain")))
 		wantCode(t, err, codes.DeadlineExceeded)

@@ -1,0 +1,100 @@
+package interceptor_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/interceptor"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// TestDefaultWaitWithoutDeadline: a rule without a Retry option, on a Locker without
+// one, waits for a busy lock at most guard.DefaultMaxWait, so that an RPC without a
+// deadline is answered busy (Aborted, RetryInfo) instead of waiting for as long as the
+// holder keeps the lock.
+func TestDefaultWaitWithoutDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	holder, _ := newLocker(t, srv)
+	locker, _ := newLocker(t, srv)
+	ttl := 30 * time.Second
+	// One lock per RPC: waiters of one key in one process take turns at the attempts.
+	for _, key := range []string{"account:held", "watch:held"} {
+		le, err := holder.Acquire(ctxTimeout(t, 5*time.Second), key, guard.TTL(ttl))
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		defer le.Release(context.Background())
+	}
+
+	rec := make(recorder, 2)
+	ran := make(chan string, 2)
+	hold := func(context.Context, *dynamicpb.Message) (*wrapperspb.Int64Value, error) {
+		ran <- mHold
+		return wrapperspb.Int64(0), nil
+	}
+	watch := func(*dynamicpb.Message, grpc.ServerStream) error {
+		ran <- mWatch
+		return nil
+	}
+	rules := interceptor.WithRules(
+		interceptor.Rule{Method: mHold, Key: "account:{req.from_account}"},
+		interceptor.Rule{Method: mWatch, Key: "watch:{md.x-account}"},
+	)
+	conn := dial(t, serve(t, service(map[string]unaryFunc{"Hold": hold}, map[string]streamFunc{"Watch": watch}),
+		grpc.ChainUnaryInterceptor(rec.unary, interceptor.UnaryServerInterceptor(locker, rules)),
+		grpc.ChainStreamInterceptor(rec.stream, interceptor.StreamServerInterceptor(locker, rules))))
+
+	// No deadline: only the test's end cancels these calls.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	unary := make(chan error, 1)
+	go func() {
+		_, err := invoke(ctx, conn, mHold, transfer("held"))
+		unary <- err
+	}()
+	stream := make(chan error, 1)
+	go func() {
+		s, err := conn.NewStream(metadata.AppendToOutgoingContext(ctx, "x-account", "held"), &grpc.StreamDesc{ServerStreams: true}, mWatch)
+		if err == nil {
+			err = s.SendMsg(transfer("held"))
+		}
+		if err == nil {
+			err = s.RecvMsg(new(wrapperspb.Int64Value))
+		}
+		stream <- err
+	}()
+
+	// Generous: the default wait, with room for a loaded machine.
+	bound := time.After(3 * guard.DefaultMaxWait)
+	for _, c := range []struct {
+		method string
+		errc   chan error
+	}{{mHold, unary}, {mWatch, stream}} {
+		select {
+		case err := <-c.errc:
+			wantBusy(t, err, c.method, ttl)
+		case <-bound:
+			t.Fatalf("%s without a deadline still waits after %s; want busy after at most guard.DefaultMaxWait (%s)",
+				c.method, 3*guard.DefaultMaxWait, guard.DefaultMaxWait)
+		}
+	}
+	for range 2 {
+		var locked *guard.LockedError
+		if serverErr := rec.next(t); !errors.As(serverErr, &locked) || locked.Attempts < 2 || locked.Err != nil {
+			t.Fatalf("server-side error %v: want a *guard.LockedError after several attempts, not ended by the context", serverErr)
+		}
+	}
+	select {
+	case m := <-ran:
+		t.Fatalf("%s ran while another owner held its lock", m)
+	default:
+	}
+}
