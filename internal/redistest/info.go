@@ -85,13 +85,37 @@ func (s *Server) info(tb testing.TB, section string) string {
 // integer or bulk string reply. It exists so that readiness checks and INFO
 // need no client pool and leave no goroutine behind.
 func roundTrip(addr string, timeout time.Duration, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	reply, err := call(addr, timeout, args...)
 	if err != nil {
 		return "", err
 	}
+	switch r := reply.(type) {
+	case string:
+		return r, nil
+	case int64:
+		return strconv.FormatInt(r, 10), nil
+	default:
+		return "", fmt.Errorf("unexpected reply %v to %s", reply, args[0])
+	}
+}
+
+// replyError is an error reply of the server, as opposed to a failure to
+// reach it.
+type replyError string
+
+func (e replyError) Error() string { return "redis error: " + string(e) }
+
+// call sends one command on a new connection and returns its reply: a
+// string (simple or bulk), an int64, nil (a null reply) or a []any (an
+// array of these). An error reply is returned as a replyError.
+func call(addr string, timeout time.Duration, args ...string) (any, error) {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
 	defer conn.Close()
 	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return "", err
+		return nil, err
 	}
 	var req strings.Builder
 	fmt.Fprintf(&req, "*%d\r\n", len(args))
@@ -99,33 +123,61 @@ func roundTrip(addr string, timeout time.Duration, args ...string) (string, erro
 		fmt.Fprintf(&req, "$%d\r\n%s\r\n", len(a), a)
 	}
 	if _, err := io.WriteString(conn, req.String()); err != nil {
-		return "", err
+		return nil, err
 	}
-	rd := bufio.NewReader(conn)
+	return readReply(bufio.NewReader(conn))
+}
+
+// readReply reads one RESP2 reply.
+func readReply(rd *bufio.Reader) (any, error) {
 	line, err := rd.ReadString('\n')
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	line = strings.TrimSuffix(line, "\r\n")
 	if line == "" {
-		return "", errors.New("empty reply")
+		return nil, errors.New("empty reply")
 	}
 	switch line[0] {
-	case '+', ':':
+	case '+':
 		return line[1:], nil
 	case '-':
-		return "", fmt.Errorf("redis error: %s", line[1:])
+		return nil, replyError(line[1:])
+	case ':':
+		n, err := strconv.ParseInt(line[1:], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("unexpected integer reply %q", line)
+		}
+		return n, nil
 	case '$':
 		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return "", fmt.Errorf("unexpected bulk header %q", line)
+		if err != nil || n < -1 {
+			return nil, fmt.Errorf("unexpected bulk header %q", line)
+		}
+		if n == -1 {
+			return nil, nil
 		}
 		buf := make([]byte, n+2)
 		if _, err := io.ReadFull(rd, buf); err != nil {
-			return "", err
+			return nil, err
 		}
 		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < -1 {
+			return nil, fmt.Errorf("unexpected array header %q", line)
+		}
+		if n == -1 {
+			return nil, nil
+		}
+		items := make([]any, n)
+		for i := range items {
+			if items[i], err = readReply(rd); err != nil {
+				return nil, err
+			}
+		}
+		return items, nil
 	default:
-		return "", fmt.Errorf("unexpected reply %q", line)
+		return nil, fmt.Errorf("unexpected reply %q", line)
 	}
 }

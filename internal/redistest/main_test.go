@@ -15,7 +15,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(StopAfter(m, sharedCluster, sharedSentinel), goleak.Cleanup(func(code int) {
 		if pids := childProcesses(); len(pids) > 0 {
 			fmt.Fprintf(os.Stderr, "redistest: child processes left running: %v\n", pids)
 			code = 1

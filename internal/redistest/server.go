@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,10 +60,16 @@ func Args(extra ...string) Option {
 // Server is one redis-server process on a fixed loopback address. The address
 // survives [Server.Restart]; the process and its dataset do not.
 type Server struct {
-	bin   string
-	base  string // parent of each run's directory, removed by the testing framework
-	extra []string
-	port  int
+	bin    string
+	base   string   // parent of each run's directory
+	ownDir bool     // base was made by NewServer: Stop removes it
+	lead   []string // arguments before the harness's own: a sentinel's config file
+	extra  []string
+	port   int
+	// bus asks for a second port, the cluster bus (--cluster-port), picked
+	// once like port and kept across restarts.
+	bus     bool
+	busPort int
 
 	mu     sync.Mutex
 	runs   int
@@ -84,9 +91,46 @@ type process struct {
 // ready; it never skips.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
+	s, err := newServer(tb.TempDir(), opts)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	// Registered after TempDir so that it runs first: the server stops
+	// before its directory is removed.
+	tb.Cleanup(s.Stop)
+	if err := s.start(); err != nil {
+		tb.Fatalf("%v", err)
+	}
+	return s
+}
+
+// NewServer starts a redis-server as [Start] does, for code that has no
+// testing.TB: a TestMain, an Example function, a program. Its files go to a
+// new temporary directory. The caller must call [Server.Stop], which also
+// removes that directory.
+func NewServer(opts ...Option) (*Server, error) {
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: create directory: %w", err)
+	}
+	s, err := newServer(dir, opts)
+	if err == nil {
+		s.ownDir = true
+		err = s.start()
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// newServer returns a server that is not running yet, with its files under
+// base. It checks the options but starts nothing.
+func newServer(base string, opts []Option) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		tb.Fatalf("redistest: redis-server is not on PATH (%v); run `make test`, which installs it, or `apt-get install redis-server`", err)
+		return nil, fmt.Errorf("redistest: redis-server is not on PATH (%w); run `make test`, which installs it, or `apt-get install redis-server`", err)
 	}
 	var cfg config
 	for _, opt := range opts {
@@ -94,32 +138,50 @@ func Start(tb testing.TB, opts ...Option) *Server {
 			opt(&cfg)
 		}
 	}
-	for _, a := range cfg.args {
-		for _, owned := range ownedArgs {
-			if strings.EqualFold(a, owned) {
-				tb.Fatalf("redistest: Args(%q): the harness sets %s itself (servers stay on 127.0.0.1 in the test's directory)", a, owned)
+	if err := checkArgs("Args", cfg.args, ownedArgs); err != nil {
+		return nil, err
+	}
+	return &Server{bin: bin, base: base, extra: cfg.args}, nil
+}
+
+// checkArgs fails when args names one of the arguments in owned; option is
+// the name of the option that passed args, for the message.
+func checkArgs(option string, args, owned []string) error {
+	for _, a := range args {
+		for _, o := range owned {
+			if strings.EqualFold(a, o) {
+				return fmt.Errorf("redistest: %s(%q): the harness sets %s itself (servers stay on 127.0.0.1 in the test's directory)", option, a, o)
 			}
 		}
 	}
-	s := &Server{bin: bin, base: tb.TempDir(), extra: cfg.args}
-	// Registered after TempDir so that it runs first: the server stops
-	// before its directory is removed.
-	tb.Cleanup(s.Stop)
+	return nil
+}
 
+// start picks free ports and launches the server, picking again when
+// another process took a port between our probe and redis-server's bind.
+func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			tb.Fatalf("redistest: find a free port: %v", err)
+			return fmt.Errorf("redistest: find a free port: %w", err)
 		}
 		s.port = port
+		for s.bus && (s.busPort == 0 || s.busPort == s.port) {
+			if s.busPort, err = freePort(); err != nil {
+				return fmt.Errorf("redistest: find a free port: %w", err)
+			}
+		}
 		err = s.launch()
 		if err == nil {
-			return s
+			return nil
 		}
 		if !errors.Is(err, errPortInUse) || attempt == portAttempts {
-			tb.Fatalf("redistest: start redis-server: %v", err)
+			return fmt.Errorf("redistest: start redis-server: %w", err)
+		}
+		if s.bus {
+			s.busPort = 0
 		}
 	}
 }
@@ -138,6 +200,12 @@ func StartN(tb testing.TB, n int, opts ...Option) []*Server {
 // across restarts.
 func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// String returns the server's address, so that logs and failure messages
+// name servers by where they listen.
+func (s *Server) String() string {
+	return s.Addr()
 }
 
 // PID returns the process ID of the running redis-server, or 0 when it is
@@ -189,11 +257,22 @@ func (s *Server) Resume(tb testing.TB) {
 	tb.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.running(tb, "Resume")
-	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		tb.Fatalf("redistest: resume redis-server pid %d: %v", p.cmd.Process.Pid, err)
+	s.running(tb, "Resume")
+	if err := s.resume(); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+}
+
+// resume sends SIGCONT to the current process, if any. s.mu must be held.
+func (s *Server) resume() error {
+	if s.proc == nil {
+		return nil
+	}
+	if err := s.proc.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("resume redis-server pid %d: %w", s.proc.cmd.Process.Pid, err)
 	}
 	s.paused = false
+	return nil
 }
 
 // Kill ends the server with SIGKILL, paused or not, and waits until the
@@ -214,17 +293,24 @@ func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.restart(); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+}
+
+// restart is Restart without a testing.TB. s.mu must be held.
+func (s *Server) restart() error {
 	if err := s.kill(); err != nil {
-		tb.Fatalf("redistest: restart: %v", err)
+		return fmt.Errorf("restart: %w", err)
 	}
 	deadline := time.Now().Add(rebindTimeout)
 	for {
 		err := s.launch()
 		if err == nil {
-			return
+			return nil
 		}
 		if !errors.Is(err, errPortInUse) || time.Now().After(deadline) {
-			tb.Fatalf("redistest: restart redis-server on %s: %v", s.Addr(), err)
+			return fmt.Errorf("restart redis-server on %s: %w", s.Addr(), err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -233,13 +319,38 @@ func (s *Server) Restart(tb testing.TB) {
 // Stop ends the server with SIGKILL, which also ends a paused server, and
 // waits until the process has been reaped. It is idempotent, needs no
 // testing.TB so it can run as cleanup (Start registers it), and leaves the
-// server restartable with [Server.Restart]. A graceful SIGTERM would buy
-// nothing, as there is no persistence, and would cost up to 100 ms waiting
-// for Redis's next cron tick.
+// server restartable with [Server.Restart]. A server made by [NewServer]
+// also loses its directory, which a restart creates anew. A graceful SIGTERM
+// would buy nothing, as there is no persistence, and would cost up to 100 ms
+// waiting for Redis's next cron tick.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_ = s.kill()
+	if s.ownDir {
+		_ = os.RemoveAll(s.base)
+	}
+}
+
+// state reports whether the server is running and whether it is paused.
+func (s *Server) state() (running, paused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc != nil, s.paused
+}
+
+// live reports whether the server is running and not paused, that is,
+// whether it can answer.
+func (s *Server) live() bool {
+	running, paused := s.state()
+	return running && !paused
+}
+
+// logs returns the end of the current run's logs, for failure messages.
+func (s *Server) logs() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return logTail(filepath.Join(s.base, "run"+strconv.Itoa(s.runs)))
 }
 
 // running returns the current process or fails the test naming op.
@@ -280,8 +391,12 @@ func (s *Server) kill() error {
 func (s *Server) launch() error {
 	s.runs++
 	// A fresh directory per run guarantees an empty dataset even when Args
-	// turned persistence on.
+	// turned persistence on. The base is created again after Stop removed
+	// the directory of a server made by NewServer.
 	dir := filepath.Join(s.base, "run"+strconv.Itoa(s.runs))
+	if err := os.MkdirAll(s.base, 0o700); err != nil {
+		return fmt.Errorf("create directory: %w", err)
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("create directory: %w", err)
 	}
@@ -291,7 +406,7 @@ func (s *Server) launch() error {
 	if err != nil {
 		return fmt.Errorf("create stdio log: %w", err)
 	}
-	args := append([]string{
+	args := append(slices.Clone(s.lead),
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -299,7 +414,11 @@ func (s *Server) launch() error {
 		"--daemonize", "no",
 		"--dir", dir,
 		"--logfile", logFile,
-	}, s.extra...)
+	)
+	if s.busPort != 0 {
+		args = append(args, "--cluster-port", strconv.Itoa(s.busPort))
+	}
+	args = append(args, s.extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = dir
 	// An *os.File needs no copying goroutine, so Wait never blocks on a
