@@ -328,10 +328,14 @@ func (c *Cluster) ClientOptions() *redis.ClusterOptions {
 // closed at tb's cleanup. Each opts function is applied to the options
 // first, so it may change any field.
 //
-// A cluster client learns where slots live when it starts, from a MOVED or
-// ASK reply, and on a periodic refresh; after a failover that gave a dead
-// primary's slots to its replica, nothing tells it until then. Call
-// ReloadState on it to have it reload the slot map.
+// A cluster client reloads its slot map on a MOVED or ASK reply and, on the
+// next command, once ClusterStateReloadInterval (60 s by default) has
+// passed; a failed dial does not trigger a reload. So after a killed
+// primary's slots went to its replica, commands for them keep going to the
+// dead address until the client is told: call ReloadState on it (it
+// reloads in the background; the next commands may still fail once).
+// After a coordinated [Cluster.Failover] the former primary answers MOVED
+// and the client follows by itself.
 func (c *Cluster) Client(tb testing.TB, opts ...func(*redis.ClusterOptions)) *redis.ClusterClient {
 	tb.Helper()
 	o := c.ClientOptions()

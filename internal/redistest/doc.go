@@ -28,6 +28,38 @@
 // retries and timeouts observable; [Server.CommandCalls] reads what the server
 // actually executed, [Counter] what the client sent.
 //
+// # Cluster and Sentinel
+//
+// [StartCluster] forms a Redis Cluster (3 primaries with a replica each by
+// default) and [StartSentinel] a primary with replicas watched by three
+// sentinels. Both return once the deployment agrees with itself: every
+// node or sentinel reports the same primaries, every replica's link is up.
+// Their processes are [Server] values, so faults are made as on a single
+// server (Pause, Kill, Restart), and the deployment's wait methods
+// ([Cluster.WaitHealthy], [Sentinel.WaitNewPrimary]) report how long the
+// recovery took:
+//
+//	c := redistest.StartCluster(t, redistest.ClusterNodeTimeout(time.Second))
+//	primary := c.NodeForKey("{account:1}")
+//	primary.Kill(t)
+//	t.Logf("recovered after %v", c.WaitHealthy(t, 30*time.Second))
+//
+// # Sharing a deployment
+//
+// Forming a cluster or a Sentinel group takes seconds, so the tests of a
+// package share one: [ShareCluster] and [ShareSentinel] return a [Shared]
+// deployment that the first [Shared.Get] starts and every later Get resets
+// (every process running again, healthy, no keys, no scripts). TestMain
+// stops it, inside the Run that a leak check wraps, with [StopAfter].
+//
+// # Without a testing.TB
+//
+// [NewServer], [NewCluster] and [NewSentinel] start what Start,
+// StartCluster and StartSentinel start, but return an error instead of
+// failing a test and leave stopping to the caller, for a TestMain, an
+// Example function or a program. ClientOptions gives the options of an
+// ordinary client to build one without a testing.TB.
+//
 // # Loopback only
 //
 // Everything binds to and dials 127.0.0.1: servers are started with
@@ -41,8 +73,9 @@
 //
 // # Concurrency
 //
-// The methods of [Server], [Counter] and [Proxy] may be called from several
-// goroutines. Cleanup is registered with the testing.TB given to the
-// constructor; after it runs, no goroutine and no process of this package
-// remains.
+// The methods of [Server], [Counter], [Proxy], [Cluster], [Sentinel] and
+// [Shared] may be called from several goroutines, but tests that share a
+// deployment must not run in parallel. Cleanup is registered with the
+// testing.TB given to the constructor; after it runs, no goroutine and no
+// process of this package remains.
 package redistest

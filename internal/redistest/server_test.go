@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -334,5 +335,33 @@ func TestOperationsOnStoppedServerFail(t *testing.T) {
 		if !strings.Contains(msg, srv.Addr()) {
 			t.Errorf("%s on a stopped server: message %q does not name the address", name, msg)
 		}
+	}
+}
+
+func TestNewServer(t *testing.T) {
+	srv, err := NewServer(Args("--maxmemory", "1mb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	dir, pid := srv.base, srv.PID()
+	if got, err := call(srv.Addr(), time.Second, "CONFIG", "GET", "maxmemory"); err != nil || fieldMap(got)["maxmemory"] != "1048576" {
+		t.Fatalf("CONFIG GET maxmemory = %v, %v; want 1048576", got, err)
+	}
+	srv.Stop()
+	if alive(pid) {
+		t.Fatalf("redis-server pid %d still exists after Stop", pid)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("directory %s after Stop: %v, want it removed", dir, err)
+	}
+	// Stop leaves the server restartable; Restart makes the directory anew.
+	srv.Restart(t)
+	if _, err := roundTrip(srv.Addr(), time.Second, "PING"); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+
+	if _, err := NewServer(Args("--bind", "0.0.0.0")); err == nil || !strings.Contains(err.Error(), "--bind") {
+		t.Fatalf("NewServer with --bind: err = %v, want one naming --bind", err)
 	}
 }
