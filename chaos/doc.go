@@ -13,7 +13,9 @@
 //   - the checks of the invariants below (Overlaps, TokenOrder, LateCalls, LateLosses,
 //     History.Check);
 //   - Register, a fenced register in Redis that plays the storage a guarded job writes
-//     to, and its audit;
+//     to, and its audit (AuditLog);
+//   - Stalls, a probe of how late the scheduler runs each process;
+//   - Report (History.Explain), what a failed run prints about each violation;
 //   - Row and Markdown, the results table.
 //
 // # Invariants
@@ -27,6 +29,15 @@
 // deadline plus a slack. M3: fencing tokens strictly increase per key in the order
 // leases were granted. M4: the fenced register's value equals the number of
 // acknowledged writes, and it applies no operation carrying a superseded token.
+//
+// # Failure reports
+//
+// A run that breaks an invariant says which one, on which key, with which fencing
+// tokens, shows the history's events on that key (who acquired, left, released or lost
+// it, when, with which token, and the faults) just before, during and just after the
+// breach, and the scheduling lag each process measured meanwhile, next to the whole
+// run's. A breach found while every process ran on time is the engine's; a late event
+// whose process stalled about as long is the host's, and the report says which.
 //
 // # Clocks
 //

@@ -110,9 +110,10 @@ type sink interface {
 	AddSection(chaos.Section)
 	AddLoss(chaos.Loss)
 	AddCall(chaos.Call)
-	Violate(inv chaos.Invariant, format string, args ...any)
-	// Untyped reports an error that matches none of the engine's documented sentinels.
-	Untyped(op string, err error)
+	Violate(chaos.Violation)
+	// Untyped reports an error, of an operation on key, that matches none of the
+	// engine's documented sentinels.
+	Untyped(op, key string, err error)
 	// Mark reports a named moment: "pause" (a place to stop the process at) or "plain"
 	// (an unfenced write).
 	Mark(kind string)
@@ -158,10 +159,10 @@ func (w *worker) section(ctx context.Context) bool {
 	le, err := w.locker.Acquire(actx, key)
 	enter := chaos.Now()
 	cancel()
-	w.sink.AddCall(chaos.Call{Op: "acquire", Key: key, Worker: w.id, Start: start, Deadline: chaos.MonoOf(deadline), Return: enter, Err: errText(err)})
+	w.sink.AddCall(chaos.Call{Op: "acquire", Key: key, Worker: w.id, Token: tokenOf(le), Start: start, Deadline: chaos.MonoOf(deadline), Return: enter, Err: errText(err)})
 	if err != nil {
 		if !typed(err) {
-			w.sink.Untyped("acquire", err)
+			w.sink.Untyped("acquire", key, err)
 		}
 		return errors.Is(err, guard.ErrLocked) || ctx.Err() != nil
 	}
@@ -171,7 +172,7 @@ func (w *worker) section(ctx context.Context) bool {
 	stop := context.AfterFunc(le.Context(), func() {
 		noticed := chaos.Now()
 		if cause := context.Cause(le.Context()); errors.Is(cause, guard.ErrLeaseLost) {
-			w.sink.AddLoss(chaos.Loss{Key: key, Worker: w.id, Valid: chaos.MonoOf(le.ValidUntil()), Noticed: noticed, Reason: cause.Error()})
+			w.sink.AddLoss(chaos.Loss{Key: key, Worker: w.id, Token: le.Token(), Valid: chaos.MonoOf(le.ValidUntil()), Noticed: noticed, Reason: cause.Error()})
 		}
 	})
 	defer stop()
@@ -187,7 +188,7 @@ func (w *worker) section(ctx context.Context) bool {
 	reg := chaos.NewRegister(w.store, key)
 	v, readOK, err := reg.Read(sctx, le.Token(), label)
 	if err != nil && !errors.Is(err, context.Canceled) {
-		w.sink.Untyped("register read", err)
+		w.sink.Untyped("register read", key, err)
 	}
 	var plain int
 	if w.load.Unfenced {
@@ -212,7 +213,7 @@ func (w *worker) section(ctx context.Context) bool {
 	if readOK && (w.load.Stubborn || le.Err() == nil) {
 		ok, err := reg.Write(sctx, le.Token(), v+1, label)
 		if err != nil && !errors.Is(err, context.Canceled) {
-			w.sink.Untyped("register write", err)
+			w.sink.Untyped("register write", key, err)
 		}
 		s.Acked = ok
 		if w.load.Unfenced && w.store.Set(sctx, "plain:"+key, plain+1, 0).Err() == nil {
@@ -228,12 +229,12 @@ func (w *worker) section(ctx context.Context) bool {
 	releaseStart := time.Now()
 	stillValid := le.Err() == nil && releaseStart.Before(le.ValidUntil())
 	err = le.Release(ctx)
-	w.sink.AddCall(chaos.Call{Op: "release", Key: key, Worker: w.id, Start: chaos.MonoOf(releaseStart),
+	w.sink.AddCall(chaos.Call{Op: "release", Key: key, Worker: w.id, Token: le.Token(), Start: chaos.MonoOf(releaseStart),
 		Deadline: chaos.MonoOf(releaseStart.Add(w.cfg.ReleaseTimeout)), Return: chaos.Now(), Err: errText(err)})
 	switch {
 	case err == nil:
 	case !typed(err):
-		w.sink.Untyped("release", err)
+		w.sink.Untyped("release", key, err)
 	case confirmed && stillValid && w.epoch() == epoch && (errors.Is(err, guard.ErrNotHeld) || errors.Is(err, guard.ErrExpired)):
 		// Redis had the lock as ours just before, and the lease was valid: the release
 		// took effect, and a retry of it reported someone else's state.
@@ -253,10 +254,10 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64) bool
 	start := chaos.Now()
 	calm := w.calm()
 	in, err := w.nested.Acquire(nctx, le.Key())
-	w.sink.AddCall(chaos.Call{Op: "acquire", Key: le.Key(), Worker: w.id + "+nested", Start: start, Deadline: chaos.MonoOf(deadline), Return: chaos.Now(), Err: errText(err)})
+	w.sink.AddCall(chaos.Call{Op: "acquire", Key: le.Key(), Worker: w.id + "+nested", Token: tokenOf(in), Start: start, Deadline: chaos.MonoOf(deadline), Return: chaos.Now(), Err: errText(err)})
 	if err != nil {
 		if !typed(err) {
-			w.sink.Untyped("nested acquire", err)
+			w.sink.Untyped("nested acquire", le.Key(), err)
 		}
 		if errors.Is(err, guard.ErrLocked) && valid(le) && w.epoch() == epoch && calm && w.calm() {
 			// With Redis reachable, it counts this hold at once: only the engine can have
@@ -267,16 +268,16 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64) bool
 	}
 	if valid(le) && w.epoch() == epoch {
 		if !in.Reentrant() {
-			w.sink.Violate(chaos.I2, "%s: reentry on %q through another Locker was not reentrant while the outer lease was valid", w.id, le.Key())
+			w.violate(chaos.I2, le.Key(), []int64{le.Token(), in.Token()}, "%s: reentry on %q through another Locker was not reentrant while the outer lease was valid", w.id, le.Key())
 		}
 		if in.Token() != le.Token() {
-			w.sink.Violate(chaos.M3, "%s: reentry on %q got token %d, outer lease has %d", w.id, le.Key(), in.Token(), le.Token())
+			w.violate(chaos.M3, le.Key(), []int64{le.Token(), in.Token()}, "%s: reentry on %q got token %d, outer lease has %d", w.id, le.Key(), in.Token(), le.Token())
 		}
 	}
 	w.checkHolds(le, 2, epoch, "after reentry")
 	err = in.Release(ctx)
 	if err != nil && !typed(err) {
-		w.sink.Untyped("nested release", err)
+		w.sink.Untyped("nested release", le.Key(), err)
 	}
 	if err != nil {
 		return false // a release that failed may still have taken effect
@@ -302,11 +303,17 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 	got, _ := v[0].(string)
 	tok, _ := v[1].(string)
 	if got != strconv.Itoa(holds) || tok != strconv.FormatInt(le.Token(), 10) {
-		w.sink.Violate(chaos.I2, "%s: %s on %q, Redis has holds %q and token %q for a valid lease, want %d and %d",
+		w.violate(chaos.I2, le.Key(), []int64{le.Token()}, "%s: %s on %q, Redis has holds %q and token %q for a valid lease, want %d and %d",
 			w.id, when, le.Key(), got, tok, holds, le.Token())
 		return false
 	}
 	return true
+}
+
+// violate reports a breach of inv that this worker saw just now on key.
+func (w *worker) violate(inv chaos.Invariant, key string, tokens []int64, format string, args ...any) {
+	now := chaos.Now()
+	w.sink.Violate(chaos.Violation{Inv: inv, Key: key, Tokens: tokens, From: now, To: now, Detail: fmt.Sprintf(format, args...)})
 }
 
 // valid reports whether le is held and within its validity now.
@@ -314,6 +321,11 @@ func valid(le *guard.Lease) bool { return le.Err() == nil && time.Now().Before(l
 
 // lockName is the Redis hash of key under the default prefix; chaos keys need no escaping.
 func lockName(key string) string { return "guard:{" + key + "}" }
+
+// lockKey is the key whose Redis hash is name, the inverse of lockName.
+func lockKey(name string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(name, "guard:{"), "}")
+}
 
 // typed reports whether err is one the engine documents: a sentinel of package guard,
 // ctxid.ErrInvalid, or a context error.
@@ -326,6 +338,22 @@ func typed(err error) bool {
 		}
 	}
 	return false
+}
+
+// nonzero lists token as the only token of a violation, or none when it is 0.
+func nonzero(token int64) []int64 {
+	if token == 0 {
+		return nil
+	}
+	return []int64{token}
+}
+
+// tokenOf returns le's fencing token, 0 when Acquire returned no lease.
+func tokenOf(le *guard.Lease) int64 {
+	if le == nil {
+		return 0
+	}
+	return le.Token()
 }
 
 func errText(err error) string {
@@ -374,11 +402,12 @@ type world struct {
 	nodes      []*node
 	procs      []*proc
 
-	mu      sync.Mutex
-	untyped []string
-	marks   map[string]int
-	notes   []string
-	extra   []chaos.Violation
+	mu    sync.Mutex
+	marks map[string]int
+	notes []string
+	// checked is set once finish has checked the history: a failure found later is
+	// reported at once instead of with the history's violations.
+	checked bool
 }
 
 func newWorld(t *testing.T, cfg config, lockArgs ...string) *world {
@@ -410,7 +439,7 @@ func (w *world) addNode(name string, proxied bool) *node {
 	n.client = w.lock.Client(w.t, w.cfg.clientOpts, func(o *redis.Options) { o.Addr = addr })
 	l, err := guard.New(n.client, w.cfg.lockerOpts()...)
 	if err != nil {
-		w.t.Fatalf("guard.New: %v", err)
+		w.fatalf(setup, "", 0, "guard.New: %v", err)
 	}
 	n.locker = l
 	w.nodes = append(w.nodes, n)
@@ -425,20 +454,80 @@ type worldSink struct{ w *world }
 func (s worldSink) AddSection(x chaos.Section) { s.w.hist.AddSection(x) }
 func (s worldSink) AddLoss(x chaos.Loss)       { s.w.hist.AddLoss(x) }
 func (s worldSink) AddCall(x chaos.Call)       { s.w.hist.AddCall(x) }
-func (s worldSink) Violate(inv chaos.Invariant, format string, args ...any) {
-	s.w.hist.Violate(inv, format, args...)
+func (s worldSink) Violate(v chaos.Violation)  { s.w.hist.AddViolation(v) }
+func (s worldSink) Untyped(op, key string, err error) {
+	s.w.hist.AddViolation(untypedViolation(op, key, err))
 }
-func (s worldSink) Untyped(op string, err error) { s.w.untypedf("%s: %v", op, err) }
 func (s worldSink) Mark(kind string) {
 	s.w.mu.Lock()
 	s.w.marks[kind]++
 	s.w.mu.Unlock()
 }
 
-func (w *world) untypedf(format string, args ...any) {
+// untypedViolation is the breach of typedErrors by err, returned just now by op on key.
+func untypedViolation(op, key string, err error) chaos.Violation {
+	now := chaos.Now()
+	return chaos.Violation{Inv: typedErrors, Key: key, From: now, To: now, Detail: fmt.Sprintf("%s: %v", op, err)}
+}
+
+// Checks of the harness beyond the table's invariants, named in failure reports.
+const (
+	// typedErrors: every error the engine returns matches one of its documented
+	// sentinels, and a refused Redis call surfaces as the typed error it should.
+	typedErrors chaos.Invariant = "typed errors"
+	// noPartialState: a script Redis refused wrote nothing.
+	noPartialState chaos.Invariant = "no partial state"
+	// liveness: a free lock is taken, a waiter is woken, a scenario's fault lands
+	// where it must, within bounds derived from the scenario's timeouts.
+	liveness chaos.Invariant = "liveness"
+	// waitCost: waiting costs one goroutine per waiter and Redis traffic that does not
+	// grow with the number of waiters.
+	waitCost chaos.Invariant = "waiting cost"
+	// workerProcess: a worker process starts, runs clean (no race, no panic), reports
+	// in full and exits when told.
+	workerProcess chaos.Invariant = "worker process"
+	// setup: the scenario could build its world and inject its faults.
+	setup chaos.Invariant = "setup"
+)
+
+// recent is how far back a failure found at a given moment looks for the scheduling
+// lag when it names no start of its own.
+const recent = 100 * time.Millisecond
+
+// failure is the breach of check on key (empty for none) found now, in what happened
+// since from (zero for just now).
+func failure(check chaos.Invariant, key string, from chaos.Mono, format string, args ...any) chaos.Violation {
+	now := chaos.Now()
+	if from == 0 {
+		from = now.Add(-recent)
+	}
+	return chaos.Violation{Inv: check, Key: key, From: from, To: now, Detail: fmt.Sprintf(format, args...)}
+}
+
+// failf records the breach of check on key found now, in what happened since from
+// (zero for just now). Before finish it joins the history's violations, which the
+// scenario's verdict reports with the events around them; after finish it fails the
+// test at once with its report. Safe for concurrent use.
+func (w *world) failf(check chaos.Invariant, key string, from chaos.Mono, format string, args ...any) {
+	w.t.Helper()
+	v := failure(check, key, from, format, args...)
 	w.mu.Lock()
-	w.untyped = append(w.untyped, fmt.Sprintf(format, args...))
+	checked := w.checked
 	w.mu.Unlock()
+	if !checked {
+		w.hist.AddViolation(v)
+		return
+	}
+	w.t.Errorf("%s", w.hist.Explain([]chaos.Violation{v}, w.stalls)[0])
+}
+
+// fatalf fails the test at once with the report of the breach of check on key found
+// now, in what happened since from (zero for just now): the events up to now and the
+// scheduling lag. Only the test's goroutine may call it.
+func (w *world) fatalf(check chaos.Invariant, key string, from chaos.Mono, format string, args ...any) {
+	w.t.Helper()
+	v := failure(check, key, from, format, args...)
+	w.t.Fatalf("%s", w.hist.Explain([]chaos.Violation{v}, w.stalls)[0])
 }
 
 func (w *world) note(format string, args ...any) {
@@ -516,8 +605,8 @@ func (w *world) faultLoop(d, gap time.Duration, inject func(i int)) int {
 }
 
 // finish closes the Lockers, checks the end state and returns the scenario's row and
-// violations. Scenarios stop their workers first.
-func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []chaos.Violation) {
+// a report of each violation. Scenarios stop their workers first.
+func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []chaos.Report) {
 	t := w.t
 	t.Helper()
 	ctx := context.Background()
@@ -539,11 +628,11 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	for k := range keys {
 		st, vs, err := chaos.NewRegister(w.sc, k).Audit(ctx, acked[k])
 		if err != nil {
-			t.Fatalf("register audit: %v", err)
+			w.fatalf(setup, k, 0, "register audit: %v", err)
 		}
 		rejected += st.Rejected
 		for _, v := range vs {
-			w.hist.Violate(v.Inv, "%s", v.Detail)
+			w.hist.AddViolation(v)
 		}
 	}
 	if rejected > 0 {
@@ -571,8 +660,11 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	// A server restarted during the scenario has a goroutine reaping it; it belongs to
 	// the harness, not to the Lockers.
 	if err := goleak.Find(w.leaks, goleak.IgnoreAnyFunction("github.com/guardkit/guardkit/internal/redistest.(*Server).launch.func1")); err != nil {
-		w.hist.Violate(chaos.I3, "goroutines left after the Lockers closed: %v", err)
+		w.failf(chaos.I3, "", 0, "goroutines left after the Lockers closed: %v", err)
 	}
+	w.mu.Lock()
+	w.checked = true
+	w.mu.Unlock()
 	vs, excused := w.hist.Check(slack)
 	if excused > 0 {
 		w.note("%d late calls or loss notices put down to scheduling stalls (largest stall %s)", excused, w.maxStall().Round(100*time.Microsecond))
@@ -588,14 +680,13 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	row.Lag, row.LagMax = w.stalls.Summary()
 	row.Detect, _ = chaos.Percentile(detect, 99)
 	row.Recover, _ = chaos.Percentile(recover, 99)
-	w.mu.Lock()
-	if len(w.untyped) > 0 {
-		t.Errorf("%d errors matched none of the engine's sentinels, e.g. %s", len(w.untyped), w.untyped[0])
-		w.notes = append(w.notes, fmt.Sprintf("%d untyped errors", len(w.untyped)))
+	if n := row.Violations[typedErrors]; n > 0 {
+		w.note("%d untyped errors", n)
 	}
+	w.mu.Lock()
 	row.Note = strings.Join(w.notes, "; ")
 	w.mu.Unlock()
-	return row, vs
+	return row, w.hist.Explain(vs, w.stalls)
 }
 
 // stallTick is the sleep of the scheduling probe of each process.
@@ -609,7 +700,7 @@ func (w *world) maxStall() time.Duration {
 // stopProcs stops the worker processes and adds their reports to the history.
 func (w *world) stopProcs() {
 	for _, p := range w.procs {
-		p.stop(w.t)
+		p.stop()
 	}
 }
 
@@ -628,12 +719,12 @@ func (w *world) checkOrphans(ctx context.Context) {
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
-				w.t.Errorf("listing locks at the end: %v", err)
+				w.failf(chaos.I3, "", 0, "listing locks at the end: %v", err)
 				return
 			}
 			for _, k := range keys {
 				pttl, _ := w.probe.PTTL(ctx, k).Result()
-				w.hist.Violate(chaos.I3, "lock %q still in Redis %s after the Lockers closed (PTTL %s)", k, w.cfg.TTL+time.Second, pttl)
+				w.failf(chaos.I3, lockKey(k), 0, "lock %q still in Redis %s after the Lockers closed (PTTL %s)", k, w.cfg.TTL+time.Second, pttl)
 			}
 			return
 		}

@@ -9,7 +9,8 @@ import (
 )
 
 // Invariant names a property that every run must keep. The list is the one in the
-// package documentation.
+// package documentation; a harness may name further checks of its own the same way,
+// for its failure reports, but only the Invariants are columns of the table.
 type Invariant string
 
 // The invariants checked on every run.
@@ -38,6 +39,7 @@ var Invariants = []Invariant{I1, I2, I3, I4, M2, M3, M4}
 // Section is one critical section as its worker saw it: one lease from the return of
 // Acquire to the moment the work ended, just before Release.
 type Section struct {
+	Proc   string `json:"proc,omitempty"` // the process it ran in; empty for the test process
 	Key    string `json:"key"`
 	Worker string `json:"worker"` // who ran it: process or Locker, and goroutine
 	Token  int64  `json:"token"`  // the lease's fencing token
@@ -58,8 +60,9 @@ type Loss struct {
 	Proc    string `json:"proc,omitempty"` // the process it happened in; empty for the test process
 	Key     string `json:"key"`
 	Worker  string `json:"worker"`
-	Valid   Mono   `json:"valid"`   // the lease's validity deadline when it was lost
-	Noticed Mono   `json:"noticed"` // when the lease's context was cancelled
+	Token   int64  `json:"token,omitempty"` // the lost lease's fencing token
+	Valid   Mono   `json:"valid"`           // the lease's validity deadline when it was lost
+	Noticed Mono   `json:"noticed"`         // when the lease's context was cancelled
 	Reason  string `json:"reason"`
 	// Stopped marks a loss in a process that was stopped (SIGSTOP) meanwhile: a stopped
 	// process runs no code, so M2 does not apply to it.
@@ -73,6 +76,7 @@ type Call struct {
 	Op       string `json:"op"`
 	Key      string `json:"key"`
 	Worker   string `json:"worker"`
+	Token    int64  `json:"token,omitempty"` // the lease's fencing token: the one granted, or the one released
 	Start    Mono   `json:"start"`
 	Deadline Mono   `json:"deadline"`
 	Return   Mono   `json:"return"`
@@ -89,10 +93,24 @@ type Fault struct {
 	End   Mono   `json:"end"`
 }
 
-// Violation is one breach of an invariant.
+// Violation is one breach of an invariant, or of another check a harness names, with
+// what a report needs to place it in the history (see History.Explain).
 type Violation struct {
 	Inv    Invariant `json:"inv"`
-	Detail string    `json:"detail"`
+	Key    string    `json:"key,omitempty"`    // the lock key; empty when the breach concerns no one key
+	Tokens []int64   `json:"tokens,omitempty"` // the fencing tokens of the leases involved
+	// From and To bound when the breach happened: the overlap of two sections, the
+	// time between a deadline and a late return, the moment of a probe. Both are zero
+	// when the check cannot tell (an audit after the run).
+	From Mono `json:"from,omitempty"`
+	To   Mono `json:"to,omitempty"`
+	// Proc is the process of a late event (I4, M2); empty for the test process.
+	Proc string `json:"proc,omitempty"`
+	// Late and Slack are, for a timing invariant, how late the event was after its
+	// deadline and the slack it was allowed.
+	Late   time.Duration `json:"late,omitempty"`
+	Slack  time.Duration `json:"slack,omitempty"`
+	Detail string        `json:"detail"`
 }
 
 // String describes the Violation for reports.
@@ -141,11 +159,11 @@ func (h *History) AddFault(f Fault) {
 	h.mu.Unlock()
 }
 
-// Violate records a violation found outside the history, such as a probe of another
-// owner's state (I2), a leaked goroutine (I3) or a register audit (M4).
-func (h *History) Violate(inv Invariant, format string, args ...any) {
+// AddViolation records a violation found outside the history, such as a probe of
+// another owner's state (I2), a leaked goroutine (I3) or a register audit (M4).
+func (h *History) AddViolation(v Violation) {
 	h.mu.Lock()
-	h.violations = append(h.violations, Violation{Inv: inv, Detail: fmt.Sprintf(format, args...)})
+	h.violations = append(h.violations, v)
 	h.mu.Unlock()
 }
 
@@ -203,7 +221,7 @@ func (s Slack) excused(proc string, due, at Mono, slack time.Duration) bool {
 }
 
 // Check returns the violations in h: those found by checking its sections, losses and
-// calls (I1, I4, M2, M3) and those recorded with Violate. It also returns how many late
+// calls (I1, I4, M2, M3) and those recorded with AddViolation. It also returns how many late
 // events it excused for a scheduling stall (see Slack.Stalls).
 func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 	h.mu.Lock()
@@ -211,26 +229,43 @@ func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 	sections, losses, calls := slices.Clone(h.sections), slices.Clone(h.losses), slices.Clone(h.calls)
 	h.mu.Unlock()
 	for _, o := range Overlaps(sections) {
-		vs = append(vs, Violation{I1, o.String()})
+		vs = append(vs, Violation{Inv: I1, Key: o.A.Key, Tokens: []int64{o.A.Token, o.B.Token},
+			From: o.B.Enter, To: o.B.Enter.Add(o.For), Detail: o.String()})
 	}
 	for _, c := range LateCalls(calls, slack.Call) {
 		if slack.excused(c.Proc, c.Deadline, c.Return, slack.Call) {
 			excused++
 			continue
 		}
-		vs = append(vs, Violation{I4, fmt.Sprintf("%s %q by %s returned %s after its deadline (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.Err)})
+		vs = append(vs, Violation{Inv: I4, Key: c.Key, Tokens: tokens(c.Token), From: c.Deadline, To: c.Return,
+			Proc: c.Proc, Late: c.Return.Sub(c.Deadline), Slack: slack.Call,
+			Detail: fmt.Sprintf("%s %q by %s returned %s after its deadline (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.Err)})
 	}
 	for _, l := range LateLosses(losses, slack.Loss) {
 		if slack.excused(l.Proc, l.Valid, l.Noticed, slack.Loss) {
 			excused++
 			continue
 		}
-		vs = append(vs, Violation{M2, fmt.Sprintf("loss of %q by %s noticed %s after its validity deadline (%s)", l.Key, l.Worker, l.Noticed.Sub(l.Valid), l.Reason)})
+		vs = append(vs, Violation{Inv: M2, Key: l.Key, Tokens: tokens(l.Token), From: l.Valid, To: l.Noticed,
+			Proc: l.Proc, Late: l.Noticed.Sub(l.Valid), Slack: slack.Loss,
+			Detail: fmt.Sprintf("loss of %q by %s noticed %s after its validity deadline (%s)", l.Key, l.Worker, l.Noticed.Sub(l.Valid), l.Reason)})
 	}
 	for _, p := range TokenOrder(sections) {
-		vs = append(vs, Violation{M3, p.String()})
+		vs = append(vs, Violation{Inv: M3, Key: p.Earlier.Key, Tokens: []int64{p.Earlier.Token, p.Later.Token},
+			From: p.Earlier.Enter, To: p.Later.Enter, Detail: p.String()})
 	}
 	return vs, excused
+}
+
+// tokens lists the tokens of the leases involved in a violation, leaving out 0 (none).
+func tokens(ts ...int64) []int64 {
+	var out []int64
+	for _, t := range ts {
+		if t != 0 {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Count tallies violations per invariant.

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,7 +45,6 @@ type event struct {
 	Loss      *chaos.Loss      `json:"loss,omitempty"`
 	Call      *chaos.Call      `json:"call,omitempty"`
 	Violation *chaos.Violation `json:"violation,omitempty"`
-	Untyped   string           `json:"untyped,omitempty"`
 	Stalls    []chaos.Stall    `json:"stalls,omitempty"`
 	Mark      string           `json:"mark,omitempty"`
 	Done      bool             `json:"done,omitempty"`
@@ -66,7 +64,11 @@ func (s *jsonSink) emit(e event) {
 	_ = s.enc.Encode(e)
 }
 
-func (s *jsonSink) AddSection(x chaos.Section) { s.emit(event{Section: &x}) }
+func (s *jsonSink) AddSection(x chaos.Section) {
+	x.Proc = s.proc
+	s.emit(event{Section: &x})
+}
+
 func (s *jsonSink) AddLoss(x chaos.Loss) {
 	x.Proc = s.proc
 	s.emit(event{Loss: &x})
@@ -76,11 +78,12 @@ func (s *jsonSink) AddCall(x chaos.Call) {
 	x.Proc = s.proc
 	s.emit(event{Call: &x})
 }
-func (s *jsonSink) Violate(inv chaos.Invariant, format string, args ...any) {
-	s.emit(event{Violation: &chaos.Violation{Inv: inv, Detail: fmt.Sprintf(format, args...)}})
+func (s *jsonSink) Violate(v chaos.Violation) {
+	v.Proc = s.proc
+	s.emit(event{Violation: &v})
 }
-func (s *jsonSink) Untyped(op string, err error) { s.emit(event{Untyped: op + ": " + err.Error()}) }
-func (s *jsonSink) Mark(kind string)             { s.emit(event{Mark: kind}) }
+func (s *jsonSink) Untyped(op, key string, err error) { s.Violate(untypedViolation(op, key, err)) }
+func (s *jsonSink) Mark(kind string)                  { s.emit(event{Mark: kind}) }
 
 // workerMain runs a worker process and returns its exit code.
 func workerMain(spec string) int {
@@ -148,7 +151,8 @@ func workerMain(spec string) int {
 	}
 	out.emit(event{Stalls: all})
 	if err := goleak.Find(leaks); err != nil {
-		out.Violate(chaos.I3, "%s: goroutines left after the Lockers closed: %v", ps.Name, err)
+		now := chaos.Now()
+		out.Violate(chaos.Violation{Inv: chaos.I3, From: now, To: now, Detail: fmt.Sprintf("%s: goroutines left after the Lockers closed: %v", ps.Name, err)})
 	}
 	out.emit(event{Done: true})
 	return 0
@@ -196,11 +200,11 @@ func (w *world) startProc(name string, lockers int, ld load) *proc {
 	spec, err := json.Marshal(procSpec{Name: name, LockAddr: w.lock.Addr(), StoreAddr: w.store.Addr(),
 		Lockers: lockers, Seed: uint64(len(w.procs) + 1), Config: w.cfg, Load: ld})
 	if err != nil {
-		t.Fatal(err)
+		w.fatalf(setup, "", 0, "worker process %s: %v", name, err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		t.Fatalf("finding the test binary: %v", err)
+		w.fatalf(setup, "", 0, "finding the test binary: %v", err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), workerEnv+"="+string(spec))
@@ -210,13 +214,13 @@ func (w *world) startProc(name string, lockers int, ld load) *proc {
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		w.fatalf(setup, "", 0, "worker process %s: %v", name, err)
 	}
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
+		w.fatalf(setup, "", 0, "worker process %s: %v", name, err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting worker process %s: %v", name, err)
+		w.fatalf(workerProcess, "", 0, "starting worker process %s: %v", name, err)
 	}
 	go p.readEvents(stdout)
 	t.Cleanup(func() {
@@ -241,7 +245,7 @@ func (p *proc) readEvents(r io.Reader) {
 	for sc.Scan() {
 		var e event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			p.w.untypedf("%s: unreadable report line %q: %v", p.name, sc.Text(), err)
+			p.w.failf(workerProcess, "", 0, "%s: unreadable report line %q: %v", p.name, sc.Text(), err)
 			continue
 		}
 		if e.Mark == "pause" {
@@ -257,14 +261,15 @@ func (p *proc) readEvents(r io.Reader) {
 }
 
 // pause stops the process with SIGSTOP and waits until the kernel reports it stopped.
-func (p *proc) pause(t *testing.T) {
-	t.Helper()
+func (p *proc) pause() {
+	p.w.t.Helper()
 	pid := p.cmd.Process.Pid
+	start := chaos.Now()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatalf("SIGSTOP worker %s (pid %d): %v", p.name, pid, err)
+		p.w.fatalf(setup, "", start, "SIGSTOP worker %s (pid %d): %v", p.name, pid, err)
 	}
 	if err := waitStopped(pid, 5*time.Second); err != nil {
-		t.Fatalf("SIGSTOP worker %s (pid %d): %v", p.name, pid, err)
+		p.w.fatalf(setup, "", start, "SIGSTOP worker %s (pid %d): %v", p.name, pid, err)
 	}
 	p.mu.Lock()
 	p.stops = append(p.stops, chaos.Fault{Kind: "SIGSTOP " + p.name, Start: chaos.Now()})
@@ -273,21 +278,21 @@ func (p *proc) pause(t *testing.T) {
 }
 
 // resume continues the process with SIGCONT.
-func (p *proc) resume(t *testing.T) {
-	t.Helper()
+func (p *proc) resume() {
+	p.w.t.Helper()
 	p.mu.Lock()
 	p.stops[len(p.stops)-1].End = chaos.Now()
 	p.stopped = false
 	p.mu.Unlock()
 	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT); err != nil {
-		t.Fatalf("SIGCONT worker %s: %v", p.name, err)
+		p.w.fatalf(setup, "", 0, "SIGCONT worker %s: %v", p.name, err)
 	}
 }
 
 // stop closes the process's stdin, waits for it to exit and adds its report to the
 // world's history, marking what happened while it was stopped.
-func (p *proc) stop(t *testing.T) {
-	t.Helper()
+func (p *proc) stop() {
+	p.w.t.Helper()
 	p.mu.Lock()
 	if p.finished {
 		p.mu.Unlock()
@@ -300,28 +305,35 @@ func (p *proc) stop(t *testing.T) {
 	}
 	p.mu.Unlock()
 	_ = p.stdin.Close()
+	stopping := chaos.Now()
 	exited := make(chan error, 1)
 	go func() {
 		<-p.read
 		exited <- p.cmd.Wait()
 	}()
+	// The report is read before the verdicts below, so that they show the process's
+	// last events and its scheduling lag.
+	var failures []string
 	select {
 	case err := <-exited:
 		if err != nil {
-			t.Errorf("worker %s: %v\n%s", p.name, err, tail(p.stderr.String()))
+			failures = append(failures, fmt.Sprintf("worker %s: %v\n%s", p.name, err, tail(p.stderr.String())))
 		}
 	case <-time.After(30 * time.Second):
 		p.kill()
-		t.Errorf("worker %s did not exit 30s after its stdin closed\n%s", p.name, tail(p.stderr.String()))
+		failures = append(failures, fmt.Sprintf("worker %s did not exit 30s after its stdin closed\n%s", p.name, tail(p.stderr.String())))
 		<-exited
 	}
 	if s := p.stderr.String(); strings.Contains(s, "DATA RACE") || strings.Contains(s, "panic:") {
-		t.Errorf("worker %s reported on stderr:\n%s", p.name, tail(s))
+		failures = append(failures, fmt.Sprintf("worker %s reported on stderr:\n%s", p.name, tail(s)))
 	}
-	p.ingest(t)
+	p.ingest()
+	for _, f := range failures {
+		p.w.failf(workerProcess, "", stopping, "%s", f)
+	}
 }
 
-func (p *proc) ingest(t *testing.T) {
+func (p *proc) ingest() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := p.w.hist
@@ -349,9 +361,7 @@ func (p *proc) ingest(t *testing.T) {
 			c.Stopped = stoppedIn(c.Start, c.Return)
 			h.AddCall(c)
 		case e.Violation != nil:
-			h.Violate(e.Violation.Inv, "%s", e.Violation.Detail)
-		case e.Untyped != "":
-			p.w.untypedf("%s", e.Untyped)
+			h.AddViolation(*e.Violation)
 		case e.Mark != "":
 			p.w.mu.Lock()
 			p.w.marks[e.Mark]++
@@ -372,7 +382,7 @@ func (p *proc) ingest(t *testing.T) {
 		h.AddFault(s)
 	}
 	if !done {
-		t.Errorf("worker %s ended without finishing its report", p.name)
+		p.w.failf(workerProcess, "", 0, "worker %s ended without finishing its report", p.name)
 	}
 }
 

@@ -24,6 +24,7 @@ var registerScript = redis.NewScript(registerSrc)
 // Each operation is appended to a log that Audit checks afterwards.
 type Register struct {
 	client redis.UniversalClient
+	name   string
 	key    string
 	log    string
 }
@@ -31,7 +32,7 @@ type Register struct {
 // NewRegister returns the register named name in client's Redis. Registers with
 // different names are independent.
 func NewRegister(client redis.UniversalClient, name string) *Register {
-	return &Register{client: client, key: "register:" + name, log: "register:" + name + ":log"}
+	return &Register{client: client, name: name, key: "register:" + name, log: "register:" + name + ":log"}
 }
 
 // Read returns the register's value for a caller holding token; ok is false when the
@@ -76,21 +77,31 @@ type RegisterStats struct {
 }
 
 // Audit checks the register's log against acked, the number of writes its callers saw
-// applied, and returns the M4 violations: an applied operation whose token is below one
-// applied before it (a stale operation accepted), an applied write that is not the
-// previous value plus one (a lost update), or a final value other than acked.
+// applied, and returns the M4 violations (see AuditLog).
 func (r *Register) Audit(ctx context.Context, acked int) (RegisterStats, []Violation, error) {
 	entries, err := r.client.LRange(ctx, r.log, 0, -1).Result()
 	if err != nil {
 		return RegisterStats{}, nil, fmt.Errorf("chaos: register audit: %w", err)
 	}
+	return AuditLog(r.name, entries, acked)
+}
+
+// AuditLog checks entries, the log of the register named name in the order the storage
+// applied them, against acked, the number of writes its callers saw applied, and
+// returns the M4 violations: an applied operation whose token is below one applied
+// before it (a stale operation accepted), an applied write that is not the previous
+// value plus one (a lost update), or a final value other than acked. Each violation
+// names the register's name as its key, and the tokens involved.
+func AuditLog(name string, entries []string, acked int) (RegisterStats, []Violation, error) {
 	var (
-		st      RegisterStats
-		vs      []Violation
-		highest int64
+		st        RegisterStats
+		vs        []Violation
+		highest   int64
+		lastWrite int64 // the token of the last applied write
 	)
-	bad := func(format string, args ...any) {
-		vs = append(vs, Violation{M4, r.key + ": " + fmt.Sprintf(format, args...)})
+	bad := func(toks []int64, format string, args ...any) {
+		vs = append(vs, Violation{Inv: M4, Key: name, Tokens: toks,
+			Detail: fmt.Sprintf("register %q: ", name) + fmt.Sprintf(format, args...)})
 	}
 	for i, e := range entries {
 		f := strings.Fields(e)
@@ -107,19 +118,20 @@ func (r *Register) Audit(ctx context.Context, acked int) (RegisterStats, []Viola
 			return st, vs, fmt.Errorf("chaos: register audit: malformed log entry %d: %q", i, e)
 		}
 		if token < highest {
-			bad("%s by %s with token %d applied after token %d", f[0], f[3], token, highest)
+			bad([]int64{token, highest}, "%s by %s with token %d applied after token %d: a stale operation accepted", f[0], f[3], token, highest)
 		}
 		highest = max(highest, token)
 		if f[0] == "w" {
 			st.Writes++
 			if value != st.Value+1 {
-				bad("write by %s set %d after %d: an update was lost", f[3], value, st.Value)
+				bad(tokens(lastWrite, token), "write by %s with token %d set %d after %d: an update was lost", f[3], token, value, st.Value)
 			}
 			st.Value = value
+			lastWrite = token
 		}
 	}
 	if st.Value != int64(acked) || st.Writes != acked {
-		bad("value %d after %d applied writes, but %d sections were acknowledged", st.Value, st.Writes, acked)
+		bad(nil, "value %d after %d applied writes, but %d sections were acknowledged", st.Value, st.Writes, acked)
 	}
 	return st, vs, nil
 }

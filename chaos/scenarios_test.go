@@ -1,9 +1,11 @@
 package chaos_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,7 +43,7 @@ type scenario struct {
 	// expected lists invariants that the scenario shows can break: their violations are
 	// reported in the table but do not fail the test.
 	expected []chaos.Invariant
-	run      func(t *testing.T, sc scale) (chaos.Row, []chaos.Violation)
+	run      func(t *testing.T, sc scale) (chaos.Row, []chaos.Report)
 }
 
 var scenarios = []scenario{
@@ -72,26 +74,65 @@ func runScenarios(t *testing.T, sc scale, pick func(scenario) bool) []chaos.Row 
 			continue
 		}
 		t.Run(strings.NewReplacer(" ", "_", "/", "_").Replace(s.name), func(t *testing.T) {
-			row, vs := s.run(t, sc)
+			row, reports := s.run(t, sc)
 			row.Scenario = s.name
 			rows = append(rows, row)
-			failed := 0
-			for _, v := range vs {
-				if expectedInv(s, v.Inv) {
-					continue
-				}
-				if failed < 5 {
-					t.Errorf("violation %s", v)
-				}
-				failed++
-			}
-			if failed > 5 {
-				t.Errorf("… and %d more violations", failed-5)
-			}
+			judge(t, s, reports)
 			t.Logf("%d sections, %d acquires; violations %v; %s", row.Sections, row.Acquires, row.Violations, row.Note)
 		})
 	}
 	return rows
+}
+
+// shownReports is how many violations a failed scenario explains in full.
+const shownReports = 5
+
+// judge fails t, in one message, with the reports of the violations that scenario s
+// does not expect: a count of them by invariant, then the first shownReports in the
+// order they happened (the first breach is often the cause of the next).
+func judge(t testing.TB, s scenario, reports []chaos.Report) {
+	t.Helper()
+	var bad []chaos.Report
+	counts := map[chaos.Invariant]int{}
+	var order []chaos.Invariant
+	for _, r := range reports {
+		if expectedInv(s, r.Inv) {
+			continue
+		}
+		if counts[r.Inv] == 0 {
+			order = append(order, r.Inv)
+		}
+		counts[r.Inv]++
+		bad = append(bad, r)
+	}
+	if len(bad) == 0 {
+		return
+	}
+	// The table's invariants first, in its order, then the harness's checks.
+	rank := func(inv chaos.Invariant) int {
+		if i := slices.Index(chaos.Invariants, inv); i >= 0 {
+			return i
+		}
+		return len(chaos.Invariants)
+	}
+	slices.SortStableFunc(order, func(a, b chaos.Invariant) int { return cmp.Compare(rank(a), rank(b)) })
+	slices.SortStableFunc(bad, func(a, b chaos.Report) int { return cmp.Compare(a.From, b.From) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "scenario %q broke its invariants:", s.name)
+	for i, inv := range order {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(&b, "%s %d× %s", sep, counts[inv], inv)
+	}
+	for i, r := range bad[:min(len(bad), shownReports)] {
+		fmt.Fprintf(&b, "\n\nviolation %d of %d: %s", i+1, len(bad), r)
+	}
+	if len(bad) > shownReports {
+		fmt.Fprintf(&b, "\n\n… and %d more violations, not shown", len(bad)-shownReports)
+	}
+	t.Errorf("%s", b.String())
 }
 
 // addNote puts note first in row's notes.
@@ -123,7 +164,7 @@ func contended(sc scale) load {
 }
 
 // baseline: two worker processes with two Lockers each contend on two keys.
-func baseline(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func baseline(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	w := newWorld(t, baseConfig())
 	ld := contended(sc)
 	w.startProc("p1", 2, ld)
@@ -133,7 +174,7 @@ func baseline(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 }
 
 // pausedFor stops the lock Redis for d, every gap, while two Lockers contend.
-func pausedFor(t *testing.T, sc scale, d time.Duration) (chaos.Row, []chaos.Violation) {
+func pausedFor(t *testing.T, sc scale, d time.Duration) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	w := newWorld(t, cfg)
 	w.addNode("a", false)
@@ -150,20 +191,21 @@ func pausedFor(t *testing.T, sc scale, d time.Duration) (chaos.Row, []chaos.Viol
 	return w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s (TTL %s)", n, d, cfg.TTL), sc.slack)
 }
 
-func pausedShort(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func pausedShort(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	return pausedFor(t, sc, baseConfig().TTL/2)
 }
 
-func pausedLong(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func pausedLong(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	return pausedFor(t, sc, 2*baseConfig().TTL)
 }
 
 // holderPaused stops a worker process with SIGSTOP between the read and the write of its
 // critical section, for three TTLs, while a rival process takes the lock. The holder
 // writes anyway after it resumes; the fenced register must reject it.
-func holderPaused(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func holderPaused(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	w := newWorld(t, cfg)
+	began := chaos.Now()
 	holder := w.startProc("holder", 1, load{
 		Keys: []string{"fenced"}, Workers: 1, AcquireMin: 2 * time.Second, AcquireMax: 2 * time.Second,
 		HoldMin: 5 * time.Millisecond, HoldMax: 5 * time.Millisecond,
@@ -176,28 +218,29 @@ func holderPaused(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	end := time.Now().Add(max(sc.run, 4*cfg.TTL))
 	pauses := 0
 	for time.Now().Before(end) {
+		waiting := chaos.Now()
 		select {
 		case <-holder.marks:
 		case <-time.After(3 * time.Second):
-			t.Fatal("the holder process announced no section to pause in for 3s")
+			w.fatalf(liveness, "fenced", waiting, "the holder process announced no section to pause in for 3s")
 		}
 		pauses++
-		holder.pause(t)
+		holder.pause()
 		time.Sleep(3 * cfg.TTL)
-		holder.resume(t)
+		holder.resume()
 		time.Sleep(200 * time.Millisecond)
 	}
 	w.stopProcs()
 	plain, err := w.sc.Get(context.Background(), "plain:fenced").Int()
 	if err != nil {
-		t.Fatalf("reading the unfenced counter: %v", err)
+		w.fatalf(setup, "fenced", 0, "reading the unfenced counter: %v", err)
 	}
 	row, vs := w.finish("", fmt.Sprintf("%d× SIGSTOP holder process %s inside its section", pauses, 3*cfg.TTL), sc.slack)
 	if lost := w.mark("plain") - plain; lost > 0 {
 		addNote(&row, fmt.Sprintf("without fencing, %d of %d updates would have been lost", lost, w.mark("plain")))
 	}
 	if !strings.Contains(row.Note, "rejected by fencing") {
-		t.Errorf("no stale write reached the register: the pauses did not land inside sections, the scenario proved nothing")
+		w.failf(liveness, "fenced", began, "no stale write reached the register: the pauses did not land inside sections, the scenario proved nothing")
 	}
 	return row, vs
 }
@@ -206,7 +249,7 @@ func holderPaused(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 // read timeout: whole periods of latency, single delayed replies and dropped replies.
 // Acquires become ambiguous (compensated), scripts are retried by the client, and every
 // section reenters through the other Locker with hold counts checked in Redis.
-func latency(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func latency(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	cfg.TTL = time.Second
 	cfg.ReleaseTimeout = 500 * time.Millisecond
@@ -251,7 +294,7 @@ func latency(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 // partition black-holes one Locker's connections for twice the TTL: its leases run out
 // on the validity clock while the other Locker takes over, and its queued commands reach
 // Redis when the partition heals.
-func partition(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func partition(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	w := newWorld(t, cfg)
 	a := w.addNode("a", true)
@@ -269,7 +312,7 @@ func partition(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 }
 
 // resets resets every connection of both Lockers, pub/sub included, every 300ms.
-func resets(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func resets(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	w := newWorld(t, baseConfig())
 	a := w.addNode("a", true)
 	b := w.addNode("b", true)
@@ -286,7 +329,7 @@ func resets(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 
 // restartDelayed kills the lock Redis and starts it empty only after a TTL, the
 // operational rule for Redis without persistence.
-func restartDelayed(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func restartDelayed(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	w := newWorld(t, cfg)
 	w.addNode("a", false)
@@ -307,7 +350,7 @@ func restartDelayed(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 // restartImmediate kills the lock Redis and starts it empty at once: a lock granted
 // before can be granted again while its holder still believes it valid. Only fencing
 // keeps the data right; the I1 count shows how often the lock alone failed.
-func restartImmediate(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func restartImmediate(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	w := newWorld(t, cfg)
 	w.addNode("a", false)
@@ -329,7 +372,7 @@ func restartImmediate(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 
 // pubsubKilled kills the Lockers' Pub/Sub connections over and over while waiters rely
 // on release notifications (their backoff is 2s).
-func pubsubKilled(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func pubsubKilled(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	cfg.RetryDelay, cfg.RetryJitter = 2*time.Second, 0
 	w := newWorld(t, cfg)
@@ -349,17 +392,16 @@ func pubsubKilled(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	})
 	time.Sleep(time.Second)
 	stop()
-	row, vs := w.finish("", fmt.Sprintf("%d× CLIENT KILL TYPE pubsub (%d connections)", n, killed), sc.slack)
-	_, recovered := w.hist.FaultTimes(0)
-	if len(recovered) < n {
-		t.Errorf("%d of %d pub/sub kills were followed by no acquisition", n-len(recovered), n)
+	if _, recovered := w.hist.FaultTimes(0); len(recovered) < n {
+		faults := w.hist.Faults()
+		w.failf(liveness, "", faults[len(recovered)].End, "%d of %d pub/sub kills were followed by no acquisition, from this one on", n-len(recovered), n)
 	}
-	return row, vs
+	return w.finish("", fmt.Sprintf("%d× CLIENT KILL TYPE pubsub (%d connections)", n, killed), sc.slack)
 }
 
 // scriptFlush empties Redis's script cache over and over: every script call may meet
 // NOSCRIPT and must fall back to sending the script.
-func scriptFlush(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func scriptFlush(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	w := newWorld(t, baseConfig())
 	w.addNode("a", false)
 	w.addNode("b", false)
@@ -368,28 +410,26 @@ func scriptFlush(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 		w.fault("SCRIPT FLUSH", func() { _ = w.probe.ScriptFlush(context.Background()).Err() })
 	})
 	stop()
-	row, vs := w.finish("", fmt.Sprintf("%d× SCRIPT FLUSH", n), sc.slack)
-	surfaced := 0
+	// The workers ran in this process: every call and loss is in the history now.
 	for _, c := range w.hist.Calls() {
 		if strings.Contains(c.Err, "NOSCRIPT") {
-			surfaced++
+			w.hist.AddViolation(chaos.Violation{Inv: typedErrors, Key: c.Key, Tokens: nonzero(c.Token), From: c.Start, To: c.Return,
+				Detail: fmt.Sprintf("%s by %s failed with NOSCRIPT instead of falling back to sending the script: %s", c.Op, c.Worker, c.Err)})
 		}
 	}
 	for _, l := range w.hist.Losses() {
 		if strings.Contains(l.Reason, "NOSCRIPT") {
-			surfaced++
+			w.hist.AddViolation(chaos.Violation{Inv: typedErrors, Key: l.Key, Tokens: nonzero(l.Token), From: l.Noticed, To: l.Noticed,
+				Detail: fmt.Sprintf("lease of %s lost to NOSCRIPT instead of falling back to sending the script: %s", l.Worker, l.Reason)})
 		}
 	}
-	if surfaced > 0 {
-		t.Errorf("%d calls or leases failed with NOSCRIPT", surfaced)
-	}
-	return row, vs
+	return w.finish("", fmt.Sprintf("%d× SCRIPT FLUSH", n), sc.slack)
 }
 
 // oom fills the lock Redis up to its maxmemory (noeviction) while Lockers contend, then
 // frees it. Acquires must fail with a typed error and leave nothing behind; held leases
 // cannot be renewed and are lost on the validity clock.
-func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	w := newWorld(t, cfg, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
 	a := w.addNode("a", false)
@@ -402,6 +442,7 @@ func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	checked, fill := 0, 0
 	n := w.faultLoop(sc.run, 600*time.Millisecond, func(i int) {
 		w.fault("OOM", func() {
+			filling := chaos.Now()
 			for start := fill; ; {
 				pipe := w.probe.Pipeline()
 				for range 32 {
@@ -414,30 +455,31 @@ func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 					break
 				}
 				if err != nil || fill-start > 10000 {
-					t.Fatalf("filling Redis up to maxmemory: %v after %d values", err, fill-start)
+					w.fatalf(setup, "", filling, "filling Redis up to maxmemory: %v after %d values", err, fill-start)
 				}
 			}
 			// Full by a margin, so that a lock deleted meanwhile does not make room.
 			used := w.lock.Stat(t, "used_memory")
 			if err := w.probe.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-(256<<10), 10)).Err(); err != nil {
-				t.Fatalf("CONFIG SET maxmemory: %v", err)
+				w.fatalf(setup, "", 0, "CONFIG SET maxmemory: %v", err)
 			}
 			// While Redis is full, a fresh acquire fails with a typed error and writes nothing.
 			key := fmt.Sprintf("oom-probe-%d", i)
+			trying := chaos.Now()
 			_, err := a.locker.TryAcquire(ctx, key)
 			var re *guard.RedisError
 			if !errors.Is(err, guard.ErrUnavailable) || !errors.As(err, &re) || re.Op != "acquire" || !strings.Contains(err.Error(), "OOM") {
-				t.Errorf("acquire on a full Redis = %v, want a *RedisError (ErrUnavailable) carrying OOM", err)
+				w.failf(typedErrors, key, trying, "acquire on a full Redis = %v, want a *RedisError (ErrUnavailable) carrying OOM", err)
 			}
 			if n, _ := w.probe.Exists(ctx, lockName(key), lockName(key)+":fence").Result(); n != 0 {
-				t.Errorf("acquire on a full Redis left %d keys behind", n)
+				w.failf(noPartialState, key, trying, "acquire on a full Redis left %d keys behind", n)
 			}
 			checked++
 			time.Sleep(2 * cfg.TTL)
 			keys, _ := w.probe.Keys(ctx, "filler:*").Result()
 			_ = w.probe.Del(ctx, keys...).Err()
 			if err := w.probe.ConfigSet(ctx, "maxmemory", "8mb").Err(); err != nil {
-				t.Fatalf("CONFIG SET maxmemory: %v", err)
+				w.fatalf(setup, "", 0, "CONFIG SET maxmemory: %v", err)
 			}
 		})
 	})
@@ -448,11 +490,12 @@ func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 }
 
 // readonly points one Locker at a replica while two others use the master.
-func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	w := newWorld(t, baseConfig())
 	replica := redistest.Start(t, redistest.Args("--replicaof", "127.0.0.1", strings.TrimPrefix(w.lock.Addr(), "127.0.0.1:")))
 	rc := replica.Client(t)
 	ctx := context.Background()
+	connecting := chaos.Now()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		info, _ := rc.Info(ctx, "replication").Result()
@@ -460,7 +503,7 @@ func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("replica did not connect to its master in 10s:\n%s", info)
+			w.fatalf(setup, "", connecting, "replica did not connect to its master in 10s:\n%s", info)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -471,7 +514,7 @@ func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	r.client = replica.Client(t, w.cfg.clientOpts)
 	l, err := guard.New(r.client, w.cfg.lockerOpts()...)
 	if err != nil {
-		t.Fatal(err)
+		w.fatalf(setup, "", 0, "guard.New: %v", err)
 	}
 	r.locker = l
 	w.nodes = append(w.nodes, r)
@@ -487,6 +530,7 @@ func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 		if i%2 == 1 {
 			key = ld.Keys[i/2%len(ld.Keys)]
 		}
+		trying := chaos.Now()
 		_, err := r.locker.TryAcquire(ctx, key)
 		var re *guard.RedisError
 		switch {
@@ -495,13 +539,13 @@ func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 		case errors.Is(err, guard.ErrLocked) && key != "replica-only":
 			busy++
 		default:
-			t.Fatalf("acquire of %q through a replica = %v, want a *RedisError (ErrUnavailable) carrying READONLY, or ErrLocked", key, err)
+			w.fatalf(typedErrors, key, trying, "acquire of %q through a replica = %v, want a *RedisError (ErrUnavailable) carrying READONLY, or ErrLocked", key, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
 	if n, _ := w.probe.Exists(ctx, lockName("replica-only"), lockName("replica-only")+":fence").Result(); n != 0 {
-		t.Errorf("acquires through the replica left %d keys on the master", n)
+		w.failf(noPartialState, "replica-only", 0, "acquires through the replica left %d keys on the master", n)
 	}
 	row, vs := w.finish("", "1 of 3 Lockers pointed at a replica", sc.slack)
 	addNote(&row, fmt.Sprintf("through the replica: %d acquires failed with typed ErrUnavailable (READONLY), %d found the lock busy, none succeeded, no keys written", readOnly, busy))
@@ -512,7 +556,7 @@ func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 // which hold a call on a stalled Redis until their read timeout (here 1s) whatever its
 // context says. The engine must still return at the caller's deadline (I4), leaving the
 // call to finish aside.
-func noContextTimeout(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func noContextTimeout(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	cfg.NoCtxTimeout = true
 	cfg.ReadTimeout = time.Second

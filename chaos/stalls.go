@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime/metrics"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -83,6 +84,31 @@ func (s *Stalls) Max(proc string, from, to Mono) time.Duration {
 		}
 	}
 	return worst
+}
+
+// Lag is the largest scheduling delay one process measured over a stretch of time.
+type Lag struct {
+	Proc string        // the process; empty for the test process
+	Max  time.Duration // the largest delay of a probe sleep that overlapped the stretch
+}
+
+// Lags returns the Lag over from–to of every process that measured a probe sleep
+// overlapping it, the test process first, then by name.
+func (s *Stalls) Lags(from, to Mono) []Lag {
+	s.mu.Lock()
+	worst := map[string]time.Duration{}
+	for _, st := range s.s {
+		if st.From <= to && from <= st.To {
+			worst[st.Proc] = max(worst[st.Proc], st.Late)
+		}
+	}
+	s.mu.Unlock()
+	out := make([]Lag, 0, len(worst))
+	for proc, d := range worst {
+		out = append(out, Lag{Proc: proc, Max: d})
+	}
+	slices.SortFunc(out, func(a, b Lag) int { return strings.Compare(a.Proc, b.Proc) })
+	return out
 }
 
 // Summary returns the p99 and the largest delay recorded.

@@ -20,7 +20,7 @@ import (
 // of them, then lets the rest through one by one. Waiting must cost one goroutine per
 // waiter and no Redis traffic that grows with the number of waiters; cancelled waiters
 // must return at once; the others must all get the lock.
-func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	cfg.TTL = 2 * time.Second
 	w := newWorld(t, cfg)
@@ -34,7 +34,7 @@ func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	const key = "hot"
 	held, err := holder.locker.Acquire(ctx, key)
 	if err != nil {
-		t.Fatal(err)
+		w.fatalf(setup, key, 0, "the holder's Acquire: %v", err)
 	}
 	baseG, baseHeap := runtime.NumGoroutine(), heapInUse()
 
@@ -71,7 +71,7 @@ func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 					w.hist.AddCall(chaos.Call{Op: "acquire", Key: key, Worker: id, Deadline: chaos.Mono(cancelAt[i].Load()), Return: ret, Err: err.Error()})
 					return
 				}
-				t.Errorf("waiter %s: %v", id, err)
+				w.failf(liveness, key, ret, "waiter %s: %v", id, err)
 				return
 			}
 			w.hist.AddCall(chaos.Call{Op: "acquire", Key: key, Worker: id, Deadline: ret, Return: ret})
@@ -81,16 +81,17 @@ func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 			s.Valid = chaos.MonoOf(le.ValidUntil())
 			w.hist.AddSection(s)
 			if err := le.Release(ctx); err != nil {
-				t.Errorf("waiter %s: release: %v", id, err)
+				w.failf(liveness, key, 0, "waiter %s: release: %v", id, err)
 			}
 		}()
 	}
 	// All waiters parked: one goroutine each, and the engine's gate lets one per Locker
 	// make attempts.
+	parking := chaos.Now()
 	deadline := time.Now().Add(time.Minute)
 	for runtime.NumGoroutine() < baseG+sc.waiters {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d waiters parked after 1 minute", runtime.NumGoroutine()-baseG, sc.waiters)
+			w.fatalf(liveness, key, parking, "only %d of %d waiters parked after 1 minute", runtime.NumGoroutine()-baseG, sc.waiters)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -107,19 +108,20 @@ func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Redis still busy a minute after %d waiters started", sc.waiters)
+			w.fatalf(waitCost, key, parking, "Redis still busy a minute after %d waiters started (%d script calls and subscriptions in the last 200ms)", sc.waiters, cur-prev)
 		}
 		prev = cur
 	}
 	parkedG, parkedHeap := runtime.NumGoroutine()-baseG, heapInUse()-baseHeap
+	quietFrom := chaos.Now()
 	before := scripts()
 	time.Sleep(time.Second)
 	quiet := scripts() - before
 	if parkedG > sc.waiters+20 {
-		t.Errorf("%d waiters run %d goroutines: waiting must not cost more than one each", sc.waiters, parkedG)
+		w.failf(waitCost, key, quietFrom, "%d waiters run %d goroutines: waiting must not cost more than one each", sc.waiters, parkedG)
 	}
 	if quiet > 10 {
-		t.Errorf("%d script calls and subscriptions in 1s while %d waiters waited: traffic must not grow with waiters", quiet, sc.waiters)
+		w.failf(waitCost, key, quietFrom, "%d script calls and subscriptions in 1s while %d waiters waited: traffic must not grow with waiters", quiet, sc.waiters)
 	}
 
 	// Cancel in batches: I4 is about how late each call returns, not about how fast two
@@ -131,10 +133,11 @@ func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	waitFor := func(what string, cond func() bool) {
+		from := chaos.Now()
 		deadline := time.Now().Add(2 * time.Minute)
 		for !cond() {
 			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
+				w.fatalf(liveness, key, from, "timed out after 2 minutes waiting for %s", what)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -142,8 +145,9 @@ func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	want := int64(sc.waiters / 2)
 	waitFor("the cancelled waiters", func() bool { return cancelled.Load() == want })
 	counter.Reset()
+	releasing := chaos.Now()
 	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
+		w.fatalf(setup, key, releasing, "the holder's Release: %v", err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -153,14 +157,14 @@ func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
-		t.Fatalf("%d of %d waiters acquired in 5 minutes", acquired.Load(), want)
+		w.fatalf(liveness, key, releasing, "%d of %d waiters acquired in 5 minutes", acquired.Load(), want)
 	}
 	perAcquire := float64(counter.RoundTrips()) / float64(max(acquired.Load(), 1))
 	if acquired.Load() != want {
-		t.Errorf("%d waiters acquired, want %d", acquired.Load(), want)
+		w.failf(liveness, key, releasing, "%d waiters acquired, want %d", acquired.Load(), want)
 	}
 	if perAcquire > 4 {
-		t.Errorf("%.2f round trips per acquisition, want ≤ 4", perAcquire)
+		w.failf(waitCost, key, releasing, "%.2f round trips per acquisition, want ≤ 4", perAcquire)
 	}
 	row, vs := w.finish("", fmt.Sprintf("%d waiters on 2 Lockers, %d cancelled (50 every 10 ms)", sc.waiters, want), sc.slack)
 	addNote(&row, fmt.Sprintf("while waiting: %d goroutines (%.2f per waiter), heap +%d KiB (%.2f KiB per waiter), %d Redis script calls in 1 s; %.2f round trips per acquisition",
@@ -179,7 +183,7 @@ func heapInUse() int64 {
 // attempt to the middle of a release, over proxies that add jitter and drop replies; then
 // it stops everything at once, Lockers included. Nothing may be left: no lock after its
 // TTL, no goroutine.
-func cancelStorm(t *testing.T, sc scale) (chaos.Row, []chaos.Violation) {
+func cancelStorm(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	cfg := baseConfig()
 	cfg.TTL = 300 * time.Millisecond
 	w := newWorld(t, cfg)
