@@ -27,11 +27,14 @@ var (
 	renewSrc string
 	//go:embed scripts/wake.lua
 	wakeSrc string
+	//go:embed scripts/version.lua
+	versionSrc string
 
 	acquireScript = redis.NewScript(acquireSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	wakeScript    = redis.NewScript(wakeSrc)
+	versionScript = redis.NewScript(versionSrc)
 )
 
 // Locker hands out leases on Redis locks. It is safe for concurrent use; create one per
@@ -47,6 +50,7 @@ type Locker struct {
 	id               string        // random ID of this Locker in the Redis wait queues
 	nonce            string        // prefix of attempt and release nonces: id + "."
 	seq              atomic.Uint64 // suffix of nonces
+	refreshed        atomic.Int64  // when refresh last reloaded a Cluster client's map, in Unix ns
 	done             chan struct{} // closed by Close
 
 	mu     sync.Mutex
@@ -353,6 +357,7 @@ func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner s
 // settle turns an acquire reply into the attempt's outcome.
 func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Time, r acquireReply) (granted, error) {
 	if r.err != nil {
+		l.refresh(r.err)
 		if !isServerError(r.err) {
 			// The script may have run: undo it, if it did, so the lock is not left held.
 			l.compensate(h, nonce)
@@ -398,8 +403,9 @@ func (l *Locker) compensate(h *held, nonce string) {
 func (l *Locker) undo(h *held, nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 	defer cancel()
-	_ = releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-		string(h.hk.owner), l.newNonce(), nonce, h.s.fenceRetention.Milliseconds(), l.id).Err()
+	err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
+		string(h.hk.owner), l.newNonce(), nonce, h.s.fenceRetention.Milliseconds(), l.id, l.shardedFlag()).Err()
+	l.refresh(err)
 }
 
 // background runs fn on a goroutine that Close waits for, and reports false, running
@@ -433,7 +439,7 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 	}
 	call := func() reply {
 		code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-			string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds(), l.id).Int64()
+			string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds(), l.id, l.shardedFlag()).Int64()
 		return reply{code, err}
 	}
 	var r reply
@@ -451,6 +457,7 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		}
 	}
 	if r.err != nil {
+		l.refresh(r.err)
 		if !isServerError(r.err) {
 			// The script may have run and freed the lock, and its reply, which says whom
 			// to wake, is lost: this process's waiters would then sleep until their

@@ -260,6 +260,7 @@ func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration)
 		n, err := cmds[i].Int64()
 		switch {
 		case err != nil:
+			r.l.refresh(err)
 			errs[i] = &RedisError{Op: "renew", Key: batch[i].hk.key, Err: err}
 		case n != 1:
 			errs[i] = errNotOwner

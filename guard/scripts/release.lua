@@ -10,6 +10,8 @@
 --         nonce took effect (compensation after an acquire whose outcome is unknown)
 -- ARGV[4] fence retention in milliseconds
 -- ARGV[5] the ID of the calling Locker
+-- ARGV[6] "1" to announce with sharded Pub/Sub (SPUBLISH) where the server has it (Redis 7
+--         and newer; the caller is on a Cluster), "0" for classic Pub/Sub (PUBLISH)
 --
 -- Returns  4 the lock was freed, and the caller's Locker was first in the wait queue
 --          3 the lock was freed and handed to another Locker waiting for it
@@ -78,13 +80,17 @@ end
 redis.call('SET', fence, v[4] .. ':' .. nonce .. kept, 'PX', ARGV[4])
 -- Wake the first Locker in the wait queue; with none queued but someone having waited,
 -- every Locker ('*').
+local publish = 'PUBLISH'
+if ARGV[6] == '1' and (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+  publish = 'SPUBLISH'
+end
 local next = redis.call('LPOP', KEYS[3])
 if next == ARGV[5] then
   return 4 -- the caller's own Locker is next: it wakes its waiters itself
 elseif next then
-  redis.call('PUBLISH', lock .. ':release', next)
+  redis.call(publish, lock .. ':release', next)
   return 3
 elseif v[5] then
-  redis.call('PUBLISH', lock .. ':release', '*')
+  redis.call(publish, lock .. ':release', '*')
 end
 return 1

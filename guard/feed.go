@@ -1,0 +1,574 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// waiters delivers release notifications for every key this process waits on. On a
+// single server, Sentinel and Redis 6.2 Cluster it reads them from one Pub/Sub connection
+// (one feed) shared by all keys. On a Redis 7 Cluster releases are announced with sharded
+// Pub/Sub (SPUBLISH), which reaches only the shard that owns the lock, and the process
+// reads them from one feed per hash slot it waits on, connected to that slot's primary:
+// a feed follows its slot to a new primary after a failover, and the loss of one node
+// silences only the feeds of the slots it served.
+type waiters struct {
+	l        *Locker
+	active   atomic.Int32 // len(keys), readable without mu
+	yielding atomic.Int32 // len(yields), readable without mu
+	sharded  atomic.Int32 // 0 unknown, 1 classic Pub/Sub, 2 sharded Pub/Sub
+
+	mu     sync.Mutex
+	keys   map[string]*keyWait    // by channel
+	yields map[string]time.Time   // by channel: until when newcomers are polite
+	turns  map[string]*time.Timer // by channel: a turn that came with nobody waiting
+	feeds  map[int]*feed          // by hash slot, or classicFeed
+	closed bool
+	loops  sync.WaitGroup
+}
+
+// classicFeed is the feeds key of the one classic Pub/Sub feed.
+const classicFeed = -1
+
+// feed is one Pub/Sub connection and the goroutine that reads it.
+type feed struct {
+	slot    int // the hash slot of its channels, or classicFeed
+	ps      *redis.PubSub
+	retired bool // replaced or emptied: its loop ends; guarded by waiters.mu
+}
+
+// sharded reports whether release notifications for the lock of channel ch travel over
+// sharded Pub/Sub: on a Redis Cluster whose nodes run Redis 7 or newer (release.lua makes
+// the same choice on the node that runs it). The answer is asked once, of the node that
+// owns ch, and kept.
+func (w *waiters) isSharded(ctx context.Context, ch string) (bool, error) {
+	switch w.sharded.Load() {
+	case 1:
+		return false, nil
+	case 2:
+		return true, nil
+	}
+	if _, ok := w.l.client.(*redis.ClusterClient); !ok {
+		w.sharded.Store(1)
+		return false, nil
+	}
+	v, err := versionScript.Run(ctx, w.l.client, []string{ch}).Int64()
+	if err != nil {
+		return false, err
+	}
+	mode := int32(1)
+	if v >= 0x070000 {
+		mode = 2
+	}
+	w.sharded.Store(mode)
+	return mode == 2, nil
+}
+
+// state reports whether release notifications for k already reach this process,
+// whether goroutines of this process already wait for k, and whether this process just
+// handed k to another one (see yield).
+func (w *waiters) state(k redisKeys) (subscribed, queued, yielding bool) {
+	if w.active.Load() == 0 && w.yielding.Load() == 0 {
+		return false, false, false
+	}
+	ch := k.channel()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if until, ok := w.yields[ch]; ok {
+		if yielding = time.Now().Before(until); !yielding {
+			delete(w.yields, ch)
+			w.yielding.Store(int32(len(w.yields)))
+		}
+	}
+	if kw := w.keys[ch]; kw != nil {
+		subscribed, queued = kw.live, kw.refs > 0
+	}
+	return subscribed, queued, yielding
+}
+
+// yield makes this process's newcomers polite on k for d: its release just woke another
+// process, which should get the lock rather than a goroutine of this one that asks again
+// at once.
+func (w *waiters) yield(k redisKeys, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.yields == nil {
+		w.yields = make(map[string]time.Time)
+	}
+	w.yields[k.channel()] = time.Now().Add(d)
+	w.yielding.Store(int32(len(w.yields)))
+}
+
+// join registers a waiter for k, subscribing to its channel if it is the first.
+func (w *waiters) join(ctx context.Context, k redisKeys) *keyWait {
+	ch := k.channel()
+	w.mu.Lock()
+	turn := w.turns[ch] != nil // a turn kept for a goroutine about to wait: this one
+	if turn {
+		w.turns[ch].Stop()
+		delete(w.turns, ch)
+	}
+	kw := w.keys[ch]
+	if kw != nil {
+		kw.refs++
+		w.mu.Unlock()
+		if turn {
+			kw.signal()
+		}
+		return kw
+	}
+	kw = &keyWait{
+		channel: ch,
+		refs:    1,
+		gate:    make(chan struct{}, 1),
+		notify:  make(chan struct{}, 1),
+		ok:      make(chan struct{}),
+	}
+	if w.closed {
+		w.mu.Unlock()
+		return kw // not subscribed: the caller polls, and sees the Locker closing
+	}
+	if w.keys == nil {
+		w.keys = make(map[string]*keyWait)
+	}
+	w.keys[ch] = kw
+	w.active.Store(int32(len(w.keys)))
+	w.mu.Unlock()
+	// Subscribe aside: it may have to dial, which the caller's deadline must not wait for
+	// (awaitSubscribed waits for the confirmation within it). A failed subscribe leaves
+	// the key unconfirmed: its waiters poll on their backoff.
+	w.subscribeAside(kw, 0)
+	if turn {
+		kw.signal()
+	}
+	return kw
+}
+
+// subscribeAside subscribes kw's channel on a background goroutine, after delay.
+func (w *waiters) subscribeAside(kw *keyWait, delay time.Duration) {
+	sub := func() {
+		if delay > 0 && !w.sleep(delay) {
+			return
+		}
+		w.subscribe(kw)
+	}
+	if !w.l.background(sub) {
+		sub()
+	}
+}
+
+// subscribe subscribes kw's channel on the feed that carries it, starting that feed if
+// needed. A failure leaves the channel unconfirmed: its waiters then wake on their backoff
+// or the holder's TTL.
+func (w *waiters) subscribe(kw *keyWait) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.l.cfg.releaseTimeout)
+	defer cancel()
+	sharded, err := w.isSharded(ctx, kw.channel)
+	if err != nil {
+		w.l.refresh(err)
+		return
+	}
+	slot := classicFeed
+	var fresh *redis.PubSub
+	if sharded {
+		slot = hashSlot(kw.channel)
+		if !w.hasFeed(slot) {
+			// A sharded connection goes to the primary of its first channel's slot: dial
+			// it with the channel, before its receive loop could dial a random node.
+			fresh = w.l.client.SSubscribe(ctx, kw.channel)
+		}
+	}
+	w.mu.Lock()
+	if w.closed || w.keys[kw.channel] != kw {
+		w.mu.Unlock()
+		if fresh != nil {
+			_ = fresh.Close()
+		}
+		return // closed, or swept meanwhile
+	}
+	f := w.feeds[slot]
+	switch {
+	case f != nil:
+	case fresh != nil:
+		f, fresh = &feed{slot: slot, ps: fresh}, nil
+		w.start(f)
+		w.mu.Unlock()
+		return // subscribed by SSubscribe
+	case !sharded:
+		f = &feed{slot: slot, ps: w.l.client.Subscribe(context.Background())}
+		w.start(f)
+	default:
+		w.mu.Unlock()
+		w.subscribe(kw) // the slot's feed was retired meanwhile: start anew
+		return
+	}
+	w.mu.Unlock()
+	if fresh != nil {
+		_ = fresh.Close() // another goroutine started the slot's feed first
+	}
+	if sharded {
+		err = f.ps.SSubscribe(ctx, kw.channel)
+	} else {
+		err = f.ps.Subscribe(ctx, kw.channel)
+	}
+	if err != nil {
+		w.l.refresh(err)
+	}
+}
+
+// hasFeed reports whether a feed for slot is running.
+func (w *waiters) hasFeed(slot int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.feeds[slot] != nil
+}
+
+// start records feed f and starts its receive loop. w.mu is held.
+func (w *waiters) start(f *feed) {
+	if w.feeds == nil {
+		w.feeds = make(map[int]*feed)
+	}
+	w.feeds[f.slot] = f
+	w.loops.Add(1)
+	go w.receive(f)
+}
+
+// leave unregisters a waiter. The subscription is dropped later by the receive loop, so
+// that a key under steady contention keeps it. When the last waiter of the process leaves
+// without the lock, the process leaves the lock's Redis wait queue too.
+func (w *waiters) leave(kw *keyWait, acquired bool) {
+	w.mu.Lock()
+	kw.refs--
+	last := kw.refs == 0
+	if last {
+		kw.idle = time.Now()
+	}
+	w.mu.Unlock()
+	if last && !acquired {
+		w.background(kw.channel, func(ctx context.Context, k redisKeys) error {
+			return w.l.client.LRem(ctx, k.queue(), 0, w.l.id).Err()
+		})
+	}
+}
+
+// wake tells this process's waiters on k that the lock was released here, and reports
+// whether any was waiting. A goroutine that queued behind a local holder has made no
+// attempt against it, so the release may not be announced over Pub/Sub: this is what
+// wakes it.
+func (w *waiters) wake(k redisKeys) bool {
+	if w.active.Load() == 0 {
+		return false
+	}
+	w.mu.Lock()
+	kw := w.keys[k.channel()]
+	waiting := kw != nil && kw.refs > 0
+	w.mu.Unlock()
+	if waiting {
+		kw.signal()
+	}
+	return waiting
+}
+
+// Receive-loop tuning.
+const (
+	idleUnsub        = 10 * time.Second // drop a key's subscription after this long unused
+	reconnectWait    = 100 * time.Millisecond
+	reconnectWaitMax = time.Second
+)
+
+// Receive-loop timing; variables so that tests can shorten them.
+var (
+	receivePoll = time.Second      // read timeout of the receive loop
+	pingIdle    = 3 * time.Second  // ping the connection after this long without traffic
+	deadIdle    = 10 * time.Second // replace the connection after this long without traffic
+)
+
+// receive dispatches the traffic of feed f until the Locker closes or f is retired.
+func (w *waiters) receive(f *feed) {
+	defer w.loops.Done()
+	ctx := context.Background()
+	lastTraffic, lastSweep := time.Now(), time.Now()
+	failures := 0
+	for {
+		msg, err := f.ps.ReceiveTimeout(ctx, receivePoll)
+		if w.isRetired(f) {
+			return
+		}
+		if err != nil {
+			var ne net.Error
+			if !(errors.As(err, &ne) && ne.Timeout()) {
+				// The connection broke; go-redis reconnects and resubscribes on the next
+				// receive, at the slot's primary after a failover once the client's map
+				// of the cluster is reloaded. Notifications sent meanwhile are lost:
+				// waiters then wake on their backoff or the holder's TTL.
+				w.l.refresh(err)
+				w.unconfirm(f)
+				failures++
+				if !w.sleep(min(reconnectWait*time.Duration(failures), reconnectWaitMax)) {
+					return
+				}
+				continue
+			}
+			// A connection that answers nothing (a black-holed network path) raises no
+			// error: ping it when quiet, and replace it when even pings go unanswered.
+			switch idle := time.Since(lastTraffic); {
+			case !w.hasKeys():
+				lastTraffic = time.Now()
+			case idle > deadIdle:
+				w.l.refresh(err)
+				w.replace(f, 0)
+				return
+			case idle > pingIdle:
+				_ = f.ps.Ping(ctx)
+			}
+		} else {
+			failures = 0
+			lastTraffic = time.Now()
+			switch m := msg.(type) {
+			case *redis.Message:
+				w.dispatch(m.Channel, m.Payload)
+			case *redis.Subscription:
+				w.confirm(f, m)
+			}
+		}
+		if time.Since(lastSweep) > idleUnsub/2 {
+			lastSweep = time.Now()
+			if w.sweep(f) {
+				return
+			}
+		}
+	}
+}
+
+func (w *waiters) hasKeys() bool { return w.active.Load() > 0 }
+
+func (w *waiters) isRetired(f *feed) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed || f.retired
+}
+
+// replace retires feed f and subscribes its channels again, after delay, on new feeds:
+// for a sharded feed, at the primary that owns its slot now.
+func (w *waiters) replace(f *feed, delay time.Duration) {
+	w.mu.Lock()
+	if f.retired {
+		w.mu.Unlock()
+		return
+	}
+	f.retired = true
+	if w.feeds[f.slot] == f {
+		delete(w.feeds, f.slot)
+	}
+	var moved []*keyWait
+	for _, kw := range w.keys {
+		if w.feedSlot(kw.channel) == f.slot {
+			kw.live = false
+			moved = append(moved, kw)
+		}
+	}
+	closed := w.closed
+	w.mu.Unlock()
+	_ = f.ps.Close()
+	if closed {
+		return
+	}
+	for _, kw := range moved {
+		w.subscribeAside(kw, delay)
+	}
+}
+
+// feedSlot is the feeds key of the feed that carries channel ch.
+func (w *waiters) feedSlot(ch string) int {
+	if w.sharded.Load() == 2 {
+		return hashSlot(ch)
+	}
+	return classicFeed
+}
+
+// sleep waits d unless the Locker closes first; it reports whether it slept.
+func (w *waiters) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.l.done:
+		return false
+	}
+}
+
+// dispatch handles a release notification. Its payload names the Locker it wakes (the
+// first in the lock's Redis wait queue), or is "*" for all of them.
+func (w *waiters) dispatch(ch, payload string) {
+	if payload != "*" && payload != w.l.id {
+		return // another process's turn
+	}
+	w.mu.Lock()
+	kw := w.keys[ch]
+	waiting := kw != nil && kw.refs > 0
+	w.mu.Unlock()
+	switch {
+	case waiting:
+		kw.signal()
+	case payload == w.l.id:
+		w.keepTurn(ch)
+	}
+}
+
+// keepTurn holds this Locker's turn on the lock of channel ch, which came while nobody
+// here waits: a goroutine may be between its attempt and joining the waiters. The turn
+// goes to the first goroutine that joins within turnGrace, else on to the next Locker.
+func (w *waiters) keepTurn(ch string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.turns[ch] != nil {
+		return
+	}
+	if w.turns == nil {
+		w.turns = make(map[string]*time.Timer)
+	}
+	var t *time.Timer
+	t = time.AfterFunc(turnGrace, func() {
+		w.mu.Lock()
+		mine := w.turns[ch] == t
+		if mine {
+			delete(w.turns, ch)
+		}
+		w.mu.Unlock()
+		if mine {
+			w.passOn(ch)
+		}
+	})
+	w.turns[ch] = t
+}
+
+// passOn gives the turn of this Locker, which no longer waits, to the next one queued for
+// the lock of channel ch.
+func (w *waiters) passOn(ch string) {
+	w.background(ch, func(ctx context.Context, k redisKeys) error {
+		return wakeScript.Run(ctx, w.l.client, []string{k.queue()}, ch, w.l.shardedFlag()).Err()
+	})
+}
+
+// background runs a best-effort call about the lock of channel ch aside, bounded by the
+// ReleaseTimeout.
+func (w *waiters) background(ch string, call func(context.Context, redisKeys) error) {
+	k := keysOfChannel(ch)
+	w.l.background(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), w.l.cfg.releaseTimeout)
+		defer cancel()
+		if err := call(ctx, k); err != nil {
+			w.l.refresh(err)
+		}
+	})
+}
+
+// confirm handles a subscription change reported on feed f.
+func (w *waiters) confirm(f *feed, m *redis.Subscription) {
+	subscribed := m.Kind == "subscribe" || m.Kind == "ssubscribe"
+	w.mu.Lock()
+	kw := w.keys[m.Channel]
+	moved := false
+	switch {
+	case kw == nil:
+	case subscribed:
+		kw.live = true
+		if !kw.okOnce {
+			kw.okOnce = true
+			close(kw.ok)
+		}
+	case m.Kind == "unsubscribe":
+		// An unsubscribe of an idle key crossed a new waiter's subscribe.
+		kw.live = false
+	case m.Kind == "sunsubscribe":
+		// The node no longer serves the slot (a failover or a resharding), or an
+		// unsubscribe of an idle key crossed a new waiter's subscribe.
+		kw.live = false
+		moved = true
+	}
+	w.mu.Unlock()
+	switch {
+	case kw == nil:
+	case subscribed:
+		// A release may have been announced before the subscription took effect.
+		kw.signal()
+	case moved:
+		w.l.refresh(errSlotMoved)
+		w.replace(f, reconnectWait)
+	default:
+		_ = f.ps.Subscribe(context.Background(), m.Channel)
+	}
+}
+
+var errSlotMoved = errors.New("guard: a shard stopped serving a subscribed channel")
+
+// unconfirm marks the subscriptions of feed f as not confirmed after its connection broke.
+func (w *waiters) unconfirm(f *feed) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, kw := range w.keys {
+		if w.feedSlot(kw.channel) == f.slot {
+			kw.live = false
+		}
+	}
+}
+
+// sweep drops the subscriptions of f's keys that nobody has waited on for idleUnsub, and
+// reports whether f, a sharded feed left with no key, was retired.
+func (w *waiters) sweep(f *feed) bool {
+	var drop []string
+	left := 0
+	w.mu.Lock()
+	for ch, kw := range w.keys {
+		if w.feedSlot(ch) != f.slot {
+			continue
+		}
+		if kw.refs == 0 && time.Since(kw.idle) > idleUnsub {
+			delete(w.keys, ch)
+			drop = append(drop, ch)
+		} else {
+			left++
+		}
+	}
+	w.active.Store(int32(len(w.keys)))
+	retire := left == 0 && f.slot != classicFeed
+	if retire {
+		f.retired = true
+		delete(w.feeds, f.slot)
+	}
+	w.mu.Unlock()
+	switch {
+	case retire:
+		_ = f.ps.Close()
+	case len(drop) > 0 && f.slot == classicFeed:
+		_ = f.ps.Unsubscribe(context.Background(), drop...)
+	case len(drop) > 0:
+		_ = f.ps.SUnsubscribe(context.Background(), drop...)
+	}
+	return retire
+}
+
+func (w *waiters) close() {
+	w.mu.Lock()
+	w.closed = true
+	for _, t := range w.turns {
+		t.Stop()
+	}
+	w.turns = nil
+	feeds := make([]*feed, 0, len(w.feeds))
+	for _, f := range w.feeds {
+		feeds = append(feeds, f)
+	}
+	w.mu.Unlock()
+	for _, f := range feeds {
+		_ = f.ps.Close()
+	}
+	w.loops.Wait()
+}
