@@ -136,6 +136,31 @@ func TestSentinelKillPrimary(t *testing.T) {
 	}
 }
 
+func TestSentinelResetRevives(t *testing.T) {
+	g := sharedSentinel.Get(t)
+	sentinel := g.SentinelServers()[0]
+	id, err := roundTrip(sentinel.Addr(), time.Second, "SENTINEL", "MYID")
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary, replica := g.Primary(), g.Replicas()[0]
+	sentinel.Kill(t)
+	replica.Pause(t)
+	// Two sentinels of three are a quorum.
+	if got := g.Primary(); got != primary {
+		t.Fatalf("Primary() with a sentinel down = %v, want %s", got, primary)
+	}
+
+	g.Reset(t)
+	if !sentinel.live() || !replica.live() {
+		t.Fatalf("after Reset: sentinel live %v, replica live %v; want both", sentinel.live(), replica.live())
+	}
+	// The restarted sentinel kept its configuration file, so its identity.
+	if got, err := roundTrip(sentinel.Addr(), time.Second, "SENTINEL", "MYID"); err != nil || got != id {
+		t.Fatalf("SENTINEL MYID after a restart = %q, %v; want %q", got, err, id)
+	}
+}
+
 func TestSentinelOptions(t *testing.T) {
 	g := StartSentinel(t, SentinelReplicas(2), SentinelDownAfter(3*time.Second), SentinelFailoverTimeout(7*time.Second),
 		SentinelServerArgs("--maxmemory", "10mb"))
