@@ -71,6 +71,11 @@ var clusterOwnedArgs = slices.Concat(ownedArgs, []string{"--cluster-enabled", "-
 // harness looked: at formation and in Failover, WaitHealthy and Reset. After
 // a fault they keep answering with the old view, the one the fault was
 // made in, until one of these has seen the cluster recover.
+//
+// Right after formation no replica has received a replication byte yet
+// (offset 0): CLUSTER SLOTS leaves such a replica out and CLUSTER SHARDS
+// reports it as loading, until its primary replicates something, such as
+// a write or the FLUSHALL of a Reset.
 type Cluster struct {
 	nodes       []*Server // primaries at formation first, then replicas
 	ids         []string  // node ID of each node; stable, as nodes.conf survives restarts

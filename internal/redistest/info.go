@@ -103,6 +103,7 @@ func roundTrip(addr string, timeout time.Duration, args ...string) (string, erro
 // reach it.
 type replyError string
 
+// Error implements error.
 func (e replyError) Error() string { return "redis error: " + string(e) }
 
 // call sends one command on a new connection and returns its reply: a

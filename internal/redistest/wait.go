@@ -123,6 +123,7 @@ type stopAfter struct {
 	deployments []Stopper
 }
 
+// Run runs the tests, then stops the deployments.
 func (s stopAfter) Run() int {
 	defer func() {
 		for _, d := range s.deployments {
