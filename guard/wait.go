@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
-
 )
 
 const (
@@ -250,4 +249,3 @@ func (kw *keyWait) awaitSubscribed(ctx context.Context, deadline time.Time, d ti
 	case <-ctx.Done():
 	}
 }
-

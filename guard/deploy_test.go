@@ -1,0 +1,254 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// The deployments the Cluster and Sentinel tests share (TestMain stops them). Their
+// timeouts are short so that failovers finish in a few seconds.
+var (
+	nodeTimeout = time.Second
+	cluster     = redistest.ShareCluster(redistest.ClusterNodeTimeout(nodeTimeout))
+	downAfter   = time.Second
+	sentinel    = redistest.ShareSentinel(redistest.SentinelDownAfter(downAfter))
+)
+
+// recoveryBound is how long after a deployment has recovered guard may take to be
+// usable again: the "about a second", plus room for a loaded test machine.
+const recoveryBound = 5 * time.Second
+
+// keyOn returns a lock key whose Redis hash lives on primary p of cluster c.
+func keyOn(t *testing.T, c *redistest.Cluster, p *redistest.Server, prefix string) string {
+	t.Helper()
+	for i := 0; i < 10000; i++ {
+		k := fmt.Sprintf("%s-%d", prefix, i)
+		if c.NodeForKey(lockName(k)) == p {
+			return k
+		}
+	}
+	t.Fatalf("no key with prefix %q on %s", prefix, p)
+	return ""
+}
+
+// waitFor acquires key on l in the background with a backoff far beyond the test, so
+// that only a release notification (or a lost holder's TTL) ends the wait. The channel
+// receives the outcome and when it came.
+type waitOutcome struct {
+	lease *guard.Lease
+	err   error
+	at    time.Time
+}
+
+func waitFor(ctx context.Context, l *guard.Locker, key string) <-chan waitOutcome {
+	out := make(chan waitOutcome, 1)
+	go func() {
+		le, err := l.Acquire(ctx, key, guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))
+		out <- waitOutcome{le, err, time.Now()}
+	}()
+	return out
+}
+
+// shardSubscribers is how many sharded subscriptions node s has for key's channel.
+func shardSubscribers(t *testing.T, s *redistest.Server, key string) int64 {
+	t.Helper()
+	c := s.Client(t)
+	defer c.Close()
+	ch := lockName(key) + ":release"
+	v, err := c.Do(context.Background(), "PUBSUB", "SHARDNUMSUB", ch).Slice()
+	if err != nil || len(v) != 2 {
+		return -1
+	}
+	n, _ := v[1].(int64)
+	return n
+}
+
+func mustWoken(t *testing.T, what string, out <-chan waitOutcome) waitOutcome {
+	t.Helper()
+	o := <-out
+	if o.err != nil {
+		t.Fatalf("%s: the waiter was not woken: %v", what, o.err)
+	}
+	return o
+}
+
+// TestClusterSteadyState: on every primary, a waiter in another Locker is woken by the
+// release, and the notification is a sharded publish on the lock's own primary only.
+func TestClusterSteadyState(t *testing.T) {
+	c := cluster.Get(t)
+	holder := lockerOn(t, c.Client(t))
+	waiter := lockerOn(t, c.Client(t))
+	ctx := ctxTimeout(t, 30*time.Second)
+	for i, p := range c.Primaries() {
+		key := keyOn(t, c, p, fmt.Sprintf("steady%d", i))
+		le := mustAcquire(t, holder, ctx, key)
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		out := waitFor(wctx, waiter, key)
+		waitUntil(t, 5*time.Second, "the waiter's sharded subscription", func() bool { return shardSubscribers(t, p, key) == 1 })
+		before := make(map[*redistest.Server]int64)
+		for _, q := range c.Primaries() {
+			before[q] = q.CommandCalls(t)["spublish"]
+		}
+		mustRelease(t, le)
+		o := mustWoken(t, "steady state", out)
+		cancel()
+		mustRelease(t, o.lease)
+		for _, q := range c.Primaries() {
+			got := q.CommandCalls(t)["spublish"] - before[q]
+			want := int64(0)
+			if q == p {
+				want = 1
+			}
+			if got != want {
+				t.Errorf("primary %s ran %d SPUBLISH for a release on %s, want %d", q, got, p, want)
+			}
+		}
+	}
+}
+
+// TestClusterPlannedFailover: a held lease survives CLUSTER FAILOVER (renewed on the new
+// primary), and a waiter whose subscription was on the old primary is still woken.
+func TestClusterPlannedFailover(t *testing.T) {
+	c := cluster.Get(t)
+	holder := lockerOn(t, c.Client(t), guard.TTL(3*time.Second))
+	waiter := lockerOn(t, c.Client(t))
+	ctx := ctxTimeout(t, 60*time.Second)
+	p := c.Primaries()[0]
+	key := keyOn(t, c, p, "planned")
+	le := mustAcquire(t, holder, ctx, key)
+	out := waitFor(ctx, waiter, key)
+	waitUntil(t, 5*time.Second, "the waiter's subscription", func() bool { return shardSubscribers(t, p, key) == 1 })
+
+	took := c.Failover(t, c.ReplicasOf(p)[0])
+	t.Logf("CLUSTER FAILOVER took %s", took)
+	time.Sleep(2 * 3 * time.Second) // two TTLs: the lease lives only if renewed on the new primary
+	if err := le.Err(); err != nil {
+		t.Fatalf("the lease was lost across a planned failover: %v", err)
+	}
+	released := time.Now()
+	mustRelease(t, le)
+	o := mustWoken(t, "after a planned failover", out)
+	t.Logf("waiter woken %s after the release", o.at.Sub(released))
+	mustRelease(t, o.lease)
+}
+
+// TestClusterPrimaryKilled: a primary is killed. Wake-ups for keys of the healthy
+// primaries keep coming; once the replica is promoted, fresh acquisitions, the held
+// lease's renewal and release, and the waiter's wake-up on the dead primary's keys work
+// again within recoveryBound; and nobody holds a lock while another owner does.
+func TestClusterPrimaryKilled(t *testing.T) {
+	c := cluster.Get(t)
+	const ttl = 5 * time.Second
+	holder := lockerOn(t, c.Client(t), guard.TTL(ttl))
+	waiter := lockerOn(t, c.Client(t))
+	fresh := lockerOn(t, c.Client(t))
+	ctx := ctxTimeout(t, 90*time.Second)
+	victim, healthy := c.Primaries()[0], c.Primaries()[1]
+	deadKey, liveKey := keyOn(t, c, victim, "dead"), keyOn(t, c, healthy, "live")
+	deadLease := mustAcquire(t, holder, ctx, deadKey)
+	liveLease := mustAcquire(t, holder, ctx, liveKey)
+	deadOut, liveOut := waitFor(ctx, waiter, deadKey), waitFor(ctx, waiter, liveKey)
+	waitUntil(t, 5*time.Second, "both waiters' subscriptions", func() bool {
+		return shardSubscribers(t, victim, deadKey) == 1 && shardSubscribers(t, healthy, liveKey) == 1
+	})
+
+	victim.Kill(t)
+	killed := time.Now()
+	// A healthy primary's wake-up does not depend on the dead node.
+	mustRelease(t, liveLease)
+	o := mustWoken(t, "key on a healthy primary", liveOut)
+	t.Logf("healthy primary's waiter woken %s after the kill", o.at.Sub(killed))
+	mustRelease(t, o.lease)
+
+	promoted := c.WaitHealthy(t, 30*time.Second)
+	t.Logf("replica promoted %s after the kill", promoted)
+	recovered := time.Now()
+	var usable time.Duration
+	for {
+		le, err := fresh.TryAcquire(ctx, keyOn(t, c, c.NodeForKey(lockName(deadKey)), "fresh"))
+		if err == nil {
+			usable = time.Since(recovered)
+			mustRelease(t, le)
+			break
+		}
+		if !errors.Is(err, guard.ErrUnavailable) && !errors.Is(err, guard.ErrLocked) {
+			t.Fatalf("fresh acquisition on the dead primary's slots: %v", err)
+		}
+		if time.Since(recovered) > recoveryBound {
+			t.Fatalf("fresh acquisitions on the dead primary's slots still fail %s after the promotion: %v", recoveryBound, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("fresh acquisitions on the dead primary's slots work %s after the promotion", usable)
+
+	// The held lease was renewed on the promoted replica, or it was lost; never both
+	// held and granted to the waiter.
+	time.Sleep(ttl) // beyond the validity the lease had at the kill
+	releasedAt, kept := time.Now(), deadLease.Err() == nil
+	if !kept {
+		t.Logf("held lease lost across the kill: %v", deadLease.Err())
+	} else {
+		if err := deadLease.Release(context.Background()); err != nil {
+			t.Fatalf("releasing the held lease after recovery: %v", err)
+		}
+		t.Logf("held lease kept and renewed on the promoted replica")
+	}
+	select {
+	case o := <-deadOut:
+		if o.err != nil {
+			t.Fatalf("the dead primary's waiter: %v", o.err)
+		}
+		if kept && o.at.Before(releasedAt) {
+			t.Fatalf("the waiter got the lock at %s while the holder still held it", o.at)
+		}
+		t.Logf("the dead primary's waiter got the lock %s after the release", o.at.Sub(releasedAt))
+		mustRelease(t, o.lease)
+	case <-time.After(recoveryBound + ttl):
+		t.Fatalf("the dead primary's waiter was not woken within %s of the release", recoveryBound+ttl)
+	}
+}
+
+// TestSentinelFailover: a held lease survives SENTINEL FAILOVER, a waiter is woken after
+// it, and after the primary is killed the Locker works again soon after the sentinels
+// agree on a new one.
+func TestSentinelFailover(t *testing.T) {
+	g := sentinel.Get(t)
+	const ttl = 3 * time.Second
+	holder := lockerOn(t, g.Client(t), guard.TTL(ttl))
+	waiter := lockerOn(t, g.Client(t))
+	ctx := ctxTimeout(t, 90*time.Second)
+
+	le := mustAcquire(t, holder, ctx, "sentinel")
+	out := waitFor(ctx, waiter, "sentinel")
+	g.Failover(t)
+	time.Sleep(2 * ttl)
+	if err := le.Err(); err != nil {
+		t.Fatalf("the lease was lost across SENTINEL FAILOVER: %v", err)
+	}
+	mustRelease(t, le)
+	mustRelease(t, mustWoken(t, "after SENTINEL FAILOVER", out).lease)
+
+	old := g.Primary()
+	old.Kill(t)
+	_, took := g.WaitNewPrimary(t, old, 30*time.Second)
+	t.Logf("new primary agreed %s after the kill", took)
+	recovered := time.Now()
+	for {
+		le, err := holder.TryAcquire(ctx, "sentinel-fresh")
+		if err == nil {
+			t.Logf("acquisitions work %s after the sentinels agreed", time.Since(recovered))
+			mustRelease(t, le)
+			break
+		}
+		if time.Since(recovered) > recoveryBound {
+			t.Fatalf("acquisitions still fail %s after the sentinels agreed: %v", recoveryBound, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
