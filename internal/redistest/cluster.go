@@ -103,12 +103,7 @@ type clusterView struct {
 // that can share one use [ShareCluster].
 func StartCluster(tb testing.TB, opts ...ClusterOption) *Cluster {
 	tb.Helper()
-	c, err := startCluster(tb.TempDir(), opts)
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(c.Stop)
-	return c
+	return inTestDir(tb, func(dir string) (*Cluster, error) { return startCluster(dir, false, opts) })
 }
 
 // NewCluster starts a cluster as [StartCluster] does, for code that has no
@@ -116,22 +111,12 @@ func StartCluster(tb testing.TB, opts ...ClusterOption) *Cluster {
 // temporary directory. The caller must call [Cluster.Stop], which also
 // removes that directory.
 func NewCluster(opts ...ClusterOption) (*Cluster, error) {
-	dir, err := os.MkdirTemp("", "redistest-cluster-")
-	if err != nil {
-		return nil, fmt.Errorf("redistest: create directory: %w", err)
-	}
-	c, err := startCluster(dir, opts)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	c.ownDir = true
-	return c, nil
+	return inOwnDir("redistest-cluster-", func(dir string) (*Cluster, error) { return startCluster(dir, true, opts) })
 }
 
-// startCluster starts the nodes under dir and forms the cluster. On failure
-// no node is left running.
-func startCluster(dir string, opts []ClusterOption) (*Cluster, error) {
+// startCluster starts the nodes under dir, which Stop removes when own is
+// set, and forms the cluster. On failure no node is left running.
+func startCluster(dir string, own bool, opts []ClusterOption) (*Cluster, error) {
 	cfg := clusterConfig{primaries: 3, replicas: 1, nodeTimeout: 2 * time.Second}
 	for _, opt := range opts {
 		if opt != nil {
@@ -149,7 +134,7 @@ func startCluster(dir string, opts []ClusterOption) (*Cluster, error) {
 	if err := checkArgs("ClusterArgs", cfg.args, clusterOwnedArgs); err != nil {
 		return nil, err
 	}
-	c := &Cluster{nodeTimeout: cfg.nodeTimeout, dir: dir}
+	c := &Cluster{nodeTimeout: cfg.nodeTimeout, dir: dir, ownDir: own}
 	for i := range cfg.primaries * (1 + cfg.replicas) {
 		base := filepath.Join(dir, "node"+strconv.Itoa(i))
 		s, err := newServer(base, nil)
@@ -331,7 +316,7 @@ func (c *Cluster) ClientOptions() *redis.ClusterOptions {
 
 // Client returns a new cluster client built from [Cluster.ClientOptions],
 // closed at tb's cleanup. Each opts function is applied to the options
-// first, so it may change any field.
+// before the client is built, so it may change any field.
 //
 // A cluster client reloads its slot map on a MOVED or ASK reply and, on the
 // next command, once ClusterStateReloadInterval (60 s by default) has

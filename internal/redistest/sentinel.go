@@ -94,12 +94,7 @@ type Sentinel struct {
 // [ShareSentinel].
 func StartSentinel(tb testing.TB, opts ...SentinelOption) *Sentinel {
 	tb.Helper()
-	g, err := startSentinel(tb.TempDir(), opts)
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(g.Stop)
-	return g
+	return inTestDir(tb, func(dir string) (*Sentinel, error) { return startSentinel(dir, false, opts) })
 }
 
 // NewSentinel starts a Sentinel group as [StartSentinel] does, for code
@@ -107,22 +102,12 @@ func StartSentinel(tb testing.TB, opts ...SentinelOption) *Sentinel {
 // a new temporary directory. The caller must call [Sentinel.Stop], which
 // also removes that directory.
 func NewSentinel(opts ...SentinelOption) (*Sentinel, error) {
-	dir, err := os.MkdirTemp("", "redistest-sentinel-")
-	if err != nil {
-		return nil, fmt.Errorf("redistest: create directory: %w", err)
-	}
-	g, err := startSentinel(dir, opts)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	g.ownDir = true
-	return g, nil
+	return inOwnDir("redistest-sentinel-", func(dir string) (*Sentinel, error) { return startSentinel(dir, true, opts) })
 }
 
-// startSentinel starts the group under dir. On failure no process is left
-// running.
-func startSentinel(dir string, opts []SentinelOption) (*Sentinel, error) {
+// startSentinel starts the group under dir, which Stop removes when own is
+// set. On failure no process is left running.
+func startSentinel(dir string, own bool, opts []SentinelOption) (*Sentinel, error) {
 	cfg := sentinelConfig{replicas: 1, downAfter: time.Second, failoverTimeout: 5 * time.Second}
 	for _, opt := range opts {
 		if opt != nil {
@@ -140,7 +125,7 @@ func startSentinel(dir string, opts []SentinelOption) (*Sentinel, error) {
 	if err := checkArgs("SentinelServerArgs", cfg.args, sentinelOwnedArgs); err != nil {
 		return nil, err
 	}
-	g := &Sentinel{failoverTimeout: cfg.failoverTimeout, dir: dir}
+	g := &Sentinel{failoverTimeout: cfg.failoverTimeout, dir: dir, ownDir: own}
 	if err := g.form(cfg); err != nil {
 		err = withLogs(fmt.Errorf("redistest: form a Sentinel group with %d replicas: %w", cfg.replicas, err), g.all())
 		g.Stop()
@@ -283,9 +268,9 @@ func (g *Sentinel) ClientOptions() *redis.FailoverOptions {
 
 // Client returns a new failover client built from
 // [Sentinel.ClientOptions], closed at tb's cleanup. Each opts function is
-// applied to the options first, so it may change any field. The client asks
-// the sentinels for the primary and follows their announcements of a new
-// one.
+// applied to the options before the client is built, so it may change any
+// field. The client asks the sentinels for the primary and follows their
+// announcements of a new one.
 func (g *Sentinel) Client(tb testing.TB, opts ...func(*redis.FailoverOptions)) *redis.Client {
 	tb.Helper()
 	o := g.ClientOptions()

@@ -91,17 +91,7 @@ type process struct {
 // ready; it never skips.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	s, err := newServer(tb.TempDir(), opts)
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	// Registered after TempDir so that it runs first: the server stops
-	// before its directory is removed.
-	tb.Cleanup(s.Stop)
-	if err := s.start(); err != nil {
-		tb.Fatalf("%v", err)
-	}
-	return s
+	return inTestDir(tb, func(dir string) (*Server, error) { return startServer(dir, false, opts) })
 }
 
 // NewServer starts a redis-server as [Start] does, for code that has no
@@ -109,17 +99,18 @@ func Start(tb testing.TB, opts ...Option) *Server {
 // new temporary directory. The caller must call [Server.Stop], which also
 // removes that directory.
 func NewServer(opts ...Option) (*Server, error) {
-	dir, err := os.MkdirTemp("", "redistest-")
+	return inOwnDir("redistest-", func(dir string) (*Server, error) { return startServer(dir, true, opts) })
+}
+
+// startServer starts a server with its files under base, which Stop
+// removes when own is set.
+func startServer(base string, own bool, opts []Option) (*Server, error) {
+	s, err := newServer(base, opts)
 	if err != nil {
-		return nil, fmt.Errorf("redistest: create directory: %w", err)
+		return nil, err
 	}
-	s, err := newServer(dir, opts)
-	if err == nil {
-		s.ownDir = true
-		err = s.start()
-	}
-	if err != nil {
-		_ = os.RemoveAll(dir)
+	s.ownDir = own
+	if err := s.start(); err != nil {
 		return nil, err
 	}
 	return s, nil
