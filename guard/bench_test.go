@@ -2,7 +2,9 @@ package guard_test
 
 import (
 	"context"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -219,4 +221,49 @@ func BenchmarkAcquireReleaseContextTimeout(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkSyncReplicas: the price of SyncReplicas(1, …) on an uncontended acquire +
+// release, against the same pair without it, on a primary with one replica.
+func BenchmarkSyncReplicas(b *testing.B) {
+	primary := redistest.Start(b)
+	replica := redistest.Start(b, redistest.Args("--replicaof", "127.0.0.1", strconv.Itoa(portOf(b, primary.Addr()))))
+	rc := replica.Client(b)
+	waitUntil(b, 10*time.Second, "the replica's link", func() bool {
+		info, _ := rc.Info(context.Background(), "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	c := primary.Client(b)
+	for _, bc := range []struct {
+		name string
+		opts []guard.Option
+	}{
+		{"plain", nil},
+		{"SyncReplicas=1", []guard.Option{guard.SyncReplicas(1, time.Second)}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := lockerOn(b, c, bc.opts...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				le, err := l.TryAcquire(ctx, "sync-bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := le.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func portOf(tb testing.TB, addr string) int {
+	tb.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	if err != nil || n == 0 {
+		tb.Fatalf("bad address %q", addr)
+	}
+	return n
 }

@@ -80,6 +80,22 @@ func TestInvalidKeyEverywhere(t *testing.T) {
 
 func second[T any](_ T, err error) error { return err }
 
+// TestSyncReplicasConfig: SyncReplicas' bad values fail in New, naming the option.
+func TestSyncReplicasConfig(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { _ = c.Close() })
+	for _, o := range []guard.Option{
+		guard.SyncReplicas(-1, time.Second),
+		guard.SyncReplicas(1, 0),
+		guard.SyncReplicas(1, 30*time.Second), // not below TTL − drift margin
+	} {
+		var ce *guard.ConfigError
+		if _, err := guard.New(c, o); !errors.As(err, &ce) || ce.Field != "SyncReplicas" {
+			t.Errorf("New(%v) = %v, want a *ConfigError naming SyncReplicas", o, err)
+		}
+	}
+}
+
 // TestEntryPointDefaultWait: without a Retry option, the entry points that serve
 // requests give up after DefaultMaxWait, Acquire waits until its context ends, and a
 // Retry given to the call or to New wins.

@@ -252,3 +252,40 @@ func TestSentinelFailover(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestSyncReplicas: with SyncReplicas a grant counts once a replica acknowledged it; with
+// the replica paused the grant is undone and the call fails with a *ReplicaError, leaving
+// the lock free. On Cluster the WAIT goes to the lock's own primary.
+func TestSyncReplicas(t *testing.T) {
+	t.Run("Sentinel", func(t *testing.T) {
+		g := sentinel.Get(t)
+		l := lockerOn(t, g.Client(t), guard.SyncReplicas(1, 300*time.Millisecond))
+		plain := lockerOn(t, g.Client(t))
+		checkSyncReplicas(t, l, plain, g.Replicas()[0], "sync")
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		c := cluster.Get(t)
+		l := lockerOn(t, c.Client(t), guard.SyncReplicas(1, 300*time.Millisecond))
+		plain := lockerOn(t, c.Client(t))
+		p := c.Primaries()[1]
+		checkSyncReplicas(t, l, plain, c.ReplicasOf(p)[0], keyOn(t, c, p, "sync"))
+	})
+}
+
+func checkSyncReplicas(t *testing.T, l, plain *guard.Locker, replica *redistest.Server, key string) {
+	t.Helper()
+	ctx := ctxTimeout(t, 20*time.Second)
+	mustRelease(t, mustAcquire(t, l, ctx, key))
+	replica.Pause(t)
+	_, err := l.Acquire(ctx, key)
+	replica.Resume(t)
+	var re *guard.ReplicaError
+	if !errors.As(err, &re) || !errors.Is(err, guard.ErrUnavailable) || re.Want != 1 || re.Acked != 0 {
+		t.Fatalf("acquire with the replica paused = %v, want a *ReplicaError (0 of 1)", err)
+	}
+	le, err := plain.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("the unacknowledged grant was not undone: %v", err)
+	}
+	mustRelease(t, le)
+}

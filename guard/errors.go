@@ -47,7 +47,8 @@ var (
 	ErrInvalidKey = errors.New("guard: invalid lock key")
 
 	// ErrUnavailable reports that Redis could not be reached or refused the command. The
-	// error is a *RedisError wrapping the client's error.
+	// error is a *RedisError wrapping the client's error, or a *ReplicaError when too few
+	// replicas acknowledged a grant (SyncReplicas).
 	ErrUnavailable = errors.New("guard: redis unavailable")
 
 	// ErrClosed reports a call on a closed Locker.
@@ -171,6 +172,35 @@ func (e *RedisError) Is(target error) bool { return target == ErrUnavailable }
 
 // Unwrap returns the client's error.
 func (e *RedisError) Unwrap() error { return e.Err }
+
+// ReplicaError reports a grant that too few replicas acknowledged in time (SyncReplicas).
+// The grant was undone: the lock is not held.
+type ReplicaError struct {
+	// Key is the lock key.
+	Key string
+	// Want is the number of replicas SyncReplicas asked for.
+	Want int
+	// Acked is the number that acknowledged the grant within the timeout.
+	Acked int
+	// Err is the WAIT command's error, when it failed.
+	Err error
+}
+
+// Error names the key and the replicas wanted and reached.
+func (e *ReplicaError) Error() string {
+	msg := fmt.Sprintf("guard: acquire %s: %d of %d replicas acknowledged the grant in time; it was undone",
+		quoteKey(e.Key), e.Acked, e.Want)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrUnavailable.
+func (e *ReplicaError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the WAIT command's error, if any.
+func (e *ReplicaError) Unwrap() error { return e.Err }
 
 // quoteKey quotes a key for messages, cutting very long ones.
 func quoteKey(k string) string {

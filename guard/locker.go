@@ -339,6 +339,10 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string) (granted, 
 type acquireReply struct {
 	v   []any
 	err error
+
+	synced bool  // a WAIT followed the script (SyncReplicas)
+	acked  int64 // replicas that acknowledged, when synced
+	ackErr error // the WAIT's error, when synced
 }
 
 // Manners of an acquire attempt (acquire.lua's ARGV[5]).
@@ -349,9 +353,12 @@ const (
 )
 
 func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner string) acquireReply {
+	if h.s.syncReplicas > 0 {
+		return l.runAcquireSynced(ctx, h, nonce, manner)
+	}
 	v, err := acquireScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
 		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id).Slice()
-	return acquireReply{v, err}
+	return acquireReply{v: v, err: err}
 }
 
 // settle turns an acquire reply into the attempt's outcome.
@@ -370,6 +377,10 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	g, err := parseGranted(r.v)
 	if err != nil {
 		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
+	}
+	if r.synced && g.acquired && g.holds == 1 && (r.ackErr != nil || r.acked < int64(h.s.syncReplicas)) {
+		l.undo(h, nonce)
+		return granted{}, &ReplicaError{Key: h.hk.key, Want: h.s.syncReplicas, Acked: int(r.acked), Err: r.ackErr}
 	}
 	g.sent, g.nonce = sent, nonce
 	return g, nil

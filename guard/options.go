@@ -48,6 +48,8 @@ type settings struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	redactKeys     bool
+	syncReplicas   int           // replicas that must acknowledge a grant; 0: none
+	syncTimeout    time.Duration // how long to wait for them
 
 	wrap wrapSettings // read by the decorators, ignored by the engine
 }
@@ -129,6 +131,11 @@ func (s *settings) validate() error {
 		return &ConfigError{Field: "FenceRetention", Reason: fmt.Sprintf("must be ≥ 1s, got %s", s.fenceRetention)}
 	case s.wrap.minHold < 0:
 		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must be ≥ 0 (0 means none), got %s", s.wrap.minHold)}
+	case s.syncReplicas < 0:
+		return &ConfigError{Field: "SyncReplicas", Reason: fmt.Sprintf("replicas must be ≥ 0, got %d", s.syncReplicas)}
+	case s.syncReplicas > 0 && (s.syncTimeout <= 0 || s.syncTimeout >= s.ttl-s.driftMargin()):
+		return &ConfigError{Field: "SyncReplicas", Reason: fmt.Sprintf("timeout must be > 0 and < TTL − drift margin (%s − %s), got %s",
+			s.ttl, s.driftMargin(), s.syncTimeout)}
 	case s.maxHold > 0 && s.wrap.minHold > s.maxHold:
 		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must not exceed MaxHold (%s), got %s", s.maxHold, s.wrap.minHold)}
 	}
@@ -212,6 +219,22 @@ func (s *settings) entryRetry() {
 	if !s.retrySet {
 		s.retry = MaxWait(DefaultMaxWait, nil)
 	}
+}
+
+// SyncReplicas makes a new grant count only once n replicas of the lock's primary have
+// acknowledged it (Redis WAIT, sent in the same round trip as the acquire script, on the
+// same connection), waiting at most timeout for them. A grant that fewer replicas
+// acknowledged in time is undone and the acquisition fails with a *ReplicaError
+// (ErrUnavailable). It narrows, without closing, the window in which a primary that dies
+// right after a grant lets its promoted replica grant the lock again: WAIT does not make
+// Redis strongly consistent. A reentry the owner's hold already covers waits for nothing.
+// Not for a *redis.Ring. timeout must be below TTL minus the drift margin, and below the
+// client's ReadTimeout (3s by default), which bounds the reply of the WAIT.
+// Applies to New and to each call. Default n = 0: grants are not waited for.
+func SyncReplicas(n int, timeout time.Duration) Option {
+	return Option{name: "SyncReplicas", scope: scopeLocker | scopeCall, apply: func(s *settings) {
+		s.syncReplicas, s.syncTimeout = n, timeout
+	}}
 }
 
 // ReleaseTimeout bounds a release's Redis call. Release ignores the caller's
