@@ -117,6 +117,9 @@ type Report struct {
 // that held one of them to the exit of the last; failing that, at the last event on
 // its key.
 func (h *History) Explain(vs []Violation, stalls *Stalls) []Report {
+	if len(vs) == 0 {
+		return nil
+	}
 	events := h.Events()
 	sections := h.Sections()
 	var origin Mono
