@@ -681,7 +681,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	row.Detect, _ = chaos.Percentile(detect, 99)
 	row.Recover, _ = chaos.Percentile(recover, 99)
 	if n := row.Violations[typedErrors]; n > 0 {
-		w.note("%d untyped errors", n)
+		w.note("%d errors not of the engine's documented types", n)
 	}
 	w.mu.Lock()
 	row.Note = strings.Join(w.notes, "; ")

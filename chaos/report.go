@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Event is one entry of a History's timeline, as a Report shows it.
@@ -298,9 +299,13 @@ func (r Report) event(b *strings.Builder, e Event) {
 		parts = append(parts, "valid until "+relMillis(e.Valid, r.From))
 	}
 	if e.Note != "" {
-		note := e.Note
+		note := strings.ReplaceAll(e.Note, "\n", " / ") // one line per event
 		if len(note) > 160 {
-			note = note[:160] + "…"
+			n := 160
+			for !utf8.RuneStart(note[n]) {
+				n--
+			}
+			note = note[:n] + "…"
 		}
 		parts = append(parts, note)
 	}

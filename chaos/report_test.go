@@ -186,9 +186,20 @@ func (r *recorder) Errorf(format string, args ...any) {
 // verdict that fails a scenario, and reads the failure message.
 func TestBrokenRunReported(t *testing.T) {
 	w := newWorld(t, baseConfig())
-	time.Sleep(500 * time.Millisecond) // the scheduling probe has measured the time the history covers
+	time.Sleep(500 * time.Millisecond)
 	base := chaos.Now().Add(-400 * time.Millisecond)
 	log := brokenHistory(w.hist, base)
+	// The scheduling probe has measured the whole time the history covers once one of
+	// its sleeps ends after the history's last event.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		all := w.stalls.All()
+		if len(all) > 0 && all[len(all)-1].To > base.Add(310*time.Millisecond) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the scheduling probe recorded no sleep in 10s")
+		}
+	}
 	if err := w.sc.RPush(context.Background(), "register:acct:log", log).Err(); err != nil {
 		t.Fatal(err)
 	}
