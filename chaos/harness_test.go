@@ -384,6 +384,7 @@ type node struct {
 // Lockers, and the history of what happened.
 type world struct {
 	t     *testing.T
+	tb    testing.TB // t, for the Redis test harness: its failures come with a report
 	cfg   config
 	lock  *redistest.Server
 	store *redistest.Server
@@ -406,21 +407,63 @@ type world struct {
 	marks map[string]int
 	notes []string
 	// checked is set once finish has checked the history: a failure found later is
-	// reported at once instead of with the history's violations.
+	// reported at once instead of with the history's violations. pending lists the
+	// failures failf recorded before, reported at cleanup if finish never ran.
 	checked bool
+	pending []chaos.Violation
+}
+
+// explaining is the testing.TB a world hands to the Redis test harness (redistest): a
+// failure it reports, such as a server that did not restart, comes with the world's
+// report of that moment, like the scenario's own failures.
+type explaining struct {
+	*testing.T
+	w *world
+}
+
+func (e explaining) Fatal(args ...any) {
+	e.T.Helper()
+	e.w.fatalf(setup, "", 0, "%s", fmt.Sprint(args...))
+}
+
+func (e explaining) Fatalf(format string, args ...any) {
+	e.T.Helper()
+	e.w.fatalf(setup, "", 0, format, args...)
+}
+
+func (e explaining) Error(args ...any) {
+	e.T.Helper()
+	e.w.reportf(setup, "", 0, "%s", fmt.Sprint(args...))
+}
+
+func (e explaining) Errorf(format string, args ...any) {
+	e.T.Helper()
+	e.w.reportf(setup, "", 0, format, args...)
 }
 
 func newWorld(t *testing.T, cfg config, lockArgs ...string) *world {
 	t.Helper()
 	w := &world{t: t, cfg: cfg, hist: &chaos.History{}, marks: map[string]int{}}
-	w.lock = redistest.Start(t, redistest.Args(lockArgs...))
-	w.store = redistest.Start(t)
+	w.tb = explaining{T: t, w: w}
+	w.lock = redistest.Start(w.tb, redistest.Args(lockArgs...))
+	w.store = redistest.Start(w.tb)
 	w.leaks = goleak.IgnoreCurrent()
 	w.stalls = &chaos.Stalls{}
 	w.stopStalls = w.stalls.Watch(stallTick)
 	t.Cleanup(w.stopStalls)
-	w.sc = w.store.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	w.probe = w.lock.Client(t, func(o *redis.Options) {
+	t.Cleanup(func() {
+		w.mu.Lock()
+		pending := w.pending
+		if w.checked {
+			pending = nil
+		}
+		w.mu.Unlock()
+		for _, r := range w.hist.Explain(pending, w.stalls) {
+			t.Errorf("before the scenario ended: %s", r)
+		}
+	})
+	w.sc = w.store.Client(w.tb, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	w.probe = w.lock.Client(w.tb, func(o *redis.Options) {
 		o.ContextTimeoutEnabled = true
 		o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, -1
 	})
@@ -433,10 +476,10 @@ func (w *world) addNode(name string, proxied bool) *node {
 	n := &node{name: name}
 	addr := w.lock.Addr()
 	if proxied {
-		n.proxy = redistest.NewProxy(w.t, addr)
+		n.proxy = redistest.NewProxy(w.tb, addr)
 		addr = n.proxy.Addr()
 	}
-	n.client = w.lock.Client(w.t, w.cfg.clientOpts, func(o *redis.Options) { o.Addr = addr })
+	n.client = w.lock.Client(w.tb, w.cfg.clientOpts, func(o *redis.Options) { o.Addr = addr })
 	l, err := guard.New(n.client, w.cfg.lockerOpts()...)
 	if err != nil {
 		w.fatalf(setup, "", 0, "guard.New: %v", err)
@@ -506,19 +549,28 @@ func failure(check chaos.Invariant, key string, from chaos.Mono, format string, 
 
 // failf records the breach of check on key found now, in what happened since from
 // (zero for just now). Before finish it joins the history's violations, which the
-// scenario's verdict reports with the events around them; after finish it fails the
-// test at once with its report. Safe for concurrent use.
+// scenario's verdict reports with the events around them, and after them; after
+// finish it fails the test at once with its report. Safe for concurrent use.
 func (w *world) failf(check chaos.Invariant, key string, from chaos.Mono, format string, args ...any) {
 	w.t.Helper()
 	v := failure(check, key, from, format, args...)
 	w.mu.Lock()
-	checked := w.checked
-	w.mu.Unlock()
-	if !checked {
+	if !w.checked {
 		w.hist.AddViolation(v)
+		w.pending = append(w.pending, v)
+		w.mu.Unlock()
 		return
 	}
+	w.mu.Unlock()
 	w.t.Errorf("%s", w.hist.Explain([]chaos.Violation{v}, w.stalls)[0])
+}
+
+// reportf fails the test at once, without stopping it, with the report of the breach
+// of check on key found now, in what happened since from (zero for just now). Safe for
+// concurrent use.
+func (w *world) reportf(check chaos.Invariant, key string, from chaos.Mono, format string, args ...any) {
+	w.t.Helper()
+	w.t.Errorf("%s", w.hist.Explain([]chaos.Violation{failure(check, key, from, format, args...)}, w.stalls)[0])
 }
 
 // fatalf fails the test at once with the report of the breach of check on key found

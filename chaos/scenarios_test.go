@@ -182,9 +182,9 @@ func pausedFor(t *testing.T, sc scale, d time.Duration) (chaos.Row, []chaos.Repo
 	stop := w.run(contended(sc))
 	n := w.faultLoop(sc.run, d+700*time.Millisecond, func(int) {
 		w.fault("SIGSTOP redis", func() {
-			w.lock.Pause(t)
+			w.lock.Pause(w.tb)
 			time.Sleep(d)
-			w.lock.Resume(t)
+			w.lock.Resume(w.tb)
 		})
 	})
 	stop()
@@ -338,9 +338,9 @@ func restartDelayed(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	down := cfg.TTL + 100*time.Millisecond
 	n := w.faultLoop(sc.run, 700*time.Millisecond, func(int) {
 		w.fault("kill -9 + delayed restart", func() {
-			w.forget(func() { w.lock.Kill(t) })
+			w.forget(func() { w.lock.Kill(w.tb) })
 			time.Sleep(down)
-			w.lock.Restart(t)
+			w.lock.Restart(w.tb)
 		})
 	})
 	stop()
@@ -358,7 +358,7 @@ func restartImmediate(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	stop := w.run(contended(sc))
 	n := w.faultLoop(sc.run, 700*time.Millisecond, func(int) {
 		w.fault("kill -9 + restart", func() {
-			w.forget(func() { w.lock.Restart(t) })
+			w.forget(func() { w.lock.Restart(w.tb) })
 		})
 	})
 	stop()
@@ -459,7 +459,7 @@ func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 				}
 			}
 			// Full by a margin, so that a lock deleted meanwhile does not make room.
-			used := w.lock.Stat(t, "used_memory")
+			used := w.lock.Stat(w.tb, "used_memory")
 			if err := w.probe.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-(256<<10), 10)).Err(); err != nil {
 				w.fatalf(setup, "", 0, "CONFIG SET maxmemory: %v", err)
 			}
@@ -492,8 +492,8 @@ func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 // readonly points one Locker at a replica while two others use the master.
 func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	w := newWorld(t, baseConfig())
-	replica := redistest.Start(t, redistest.Args("--replicaof", "127.0.0.1", strings.TrimPrefix(w.lock.Addr(), "127.0.0.1:")))
-	rc := replica.Client(t)
+	replica := redistest.Start(w.tb, redistest.Args("--replicaof", "127.0.0.1", strings.TrimPrefix(w.lock.Addr(), "127.0.0.1:")))
+	rc := replica.Client(w.tb)
 	ctx := context.Background()
 	connecting := chaos.Now()
 	deadline := time.Now().Add(10 * time.Second)
@@ -511,7 +511,7 @@ func readonly(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	w.addNode("a", false)
 	w.addNode("b", false)
 	r := &node{name: "replica"}
-	r.client = replica.Client(t, w.cfg.clientOpts)
+	r.client = replica.Client(w.tb, w.cfg.clientOpts)
 	l, err := guard.New(r.client, w.cfg.lockerOpts()...)
 	if err != nil {
 		w.fatalf(setup, "", 0, "guard.New: %v", err)
@@ -569,9 +569,9 @@ func noContextTimeout(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	pause := 1500 * time.Millisecond
 	n := w.faultLoop(min(sc.run, 6*time.Second), pause+time.Second, func(int) {
 		w.fault("SIGSTOP redis", func() {
-			w.lock.Pause(t)
+			w.lock.Pause(w.tb)
 			time.Sleep(pause)
-			w.lock.Resume(t)
+			w.lock.Resume(w.tb)
 		})
 	})
 	stop()

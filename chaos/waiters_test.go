@@ -98,7 +98,7 @@ func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	// Each waiter makes one attempt before it queues behind its Locker's gate; wait
 	// for those to drain, then measure a second of waiting.
 	scripts := func() int64 {
-		c := w.lock.CommandCalls(t)
+		c := w.lock.CommandCalls(w.tb)
 		return c["evalsha"] + c["eval"] + c["subscribe"]
 	}
 	for prev := scripts(); ; {
