@@ -63,8 +63,11 @@ type LockConfig struct {
 	// MaxWait is how long a request waits for a busy lock before DenyHandler answers
 	// it. Waiters are woken by the holder's release, not by polling. A negative value
 	// waits until the request's context ends (the client leaves or a server timeout
-	// fires). The Locker's own Retry default is not used.
-	// Optional. Default value 0: a busy lock is denied at once.
+	// fires). Waiting always ends with the request's context. To deny a busy lock at
+	// once, set Options: []guard.Option{guard.Retry(guard.NoRetry())}; a guard.Retry
+	// in Options overrides MaxWait.
+	// Optional. Default value 0: the Retry given to the Locker's guard.New, else at
+	// most guard.DefaultMaxWait (5s).
 	MaxWait time.Duration
 
 	// Options are further guard options for each acquisition, such as guard.RenewEvery
@@ -97,8 +100,8 @@ type LockConfig struct {
 	FailOpen bool
 
 	// DenyHandler builds the response to a request denied because another owner held
-	// the lock for longer than MaxWait. Its result is returned to Echo, whose
-	// HTTPErrorHandler renders it.
+	// the lock for longer than the request would wait (MaxWait). Its result is
+	// returned to Echo, whose HTTPErrorHandler renders it.
 	// Optional. Default value: 409 Conflict with a Retry-After header (the holder's
 	// remaining lease, in seconds rounded up, at least 1) and an *echo.HTTPError whose
 	// Internal is err. When the request sent a Guardkit-Owner header that was not
@@ -146,7 +149,8 @@ func Lock(locker *guard.Locker, key string) echo.MiddlewareFunc {
 //   - makes sure the request's context has a lock owner: an owner already there (set
 //     by an earlier middleware) is kept, otherwise the Signer decides between the
 //     caller's signed owner and a fresh one;
-//   - renders the key and acquires the lock for that owner, waiting up to MaxWait;
+//   - renders the key and acquires the lock for that owner, waiting as MaxWait says
+//     (by default up to the Locker's Retry, else guard.DefaultMaxWait);
 //   - runs the rest of the chain with c.Request()'s context replaced by one that carries
 //     the owner and the lease and is cancelled, with a guard.ErrLeaseLost cause, if the
 //     lease is lost; guarded calls made with it (guard.Wrap, guard.Do, Locker.Acquire)
@@ -219,12 +223,12 @@ func (config LockConfig) decorate(tpl *keyfunc.Template[echo.Context], name ...g
 	if config.TTL > 0 {
 		own = append(own, guard.TTL(config.TTL))
 	}
+	// MaxWait 0 adds no Retry, so that guard's rule applies: the Locker's Retry from
+	// New, else at most guard.DefaultMaxWait.
 	switch {
-	case config.MaxWait == 0:
-		own = append(own, guard.Retry(guard.NoRetry()))
 	case config.MaxWait > 0:
 		own = append(own, guard.Retry(guard.MaxWait(config.MaxWait, nil)))
-	default:
+	case config.MaxWait < 0:
 		own = append(own, guard.Retry(guard.UntilCanceled(nil)))
 	}
 	fixed := []guard.Option{

@@ -18,7 +18,7 @@
 //	e.POST("/accounts/:id/transfer", transfer, middleware.LockWithConfig(middleware.LockConfig{
 //		Locker:  locker,
 //		Key:     "account:{param.id}",
-//		MaxWait: 2 * time.Second,  // wait for the lock instead of failing at once
+//		MaxWait: 2 * time.Second,  // wait up to 2s instead of guard.DefaultMaxWait (5s)
 //		Signer:  signer,           // honour signed owners of calling services
 //	}))
 //
@@ -26,6 +26,23 @@
 // LockConfig.ToMiddleware returns the error instead. Either way the mistake — a
 // malformed template, an unknown source, a TTL the Locker cannot renew in time — is
 // reported when the middleware is built, naming the LockConfig field.
+//
+// # Waiting
+//
+// A request that finds its lock busy waits for it, woken by the holder's release rather
+// than by polling, and DenyHandler answers it when it gives up. How long it waits
+// follows the one rule of every guardkit entry point: the Retry you configure wins — a
+// guard.Retry in LockConfig.Options, else LockConfig.MaxWait, else the Retry given to
+// the Locker's guard.New — and without any, the request waits at most
+// guard.DefaultMaxWait (5s). MaxWait > 0 waits that long, MaxWait < 0 until the
+// request's context ends; the request's context ends every wait. To answer a busy lock
+// at once:
+//
+//	middleware.LockWithConfig(middleware.LockConfig{
+//		Locker:  locker,
+//		Key:     "order:{param.id}",
+//		Options: []guard.Option{guard.Retry(guard.NoRetry())},
+//	})
 //
 // # Keys
 //
@@ -113,7 +130,7 @@
 // HTTPErrorHandler renders them (by default as {"message": "..."} JSON) and logging
 // middleware sees them:
 //
-//   - lock busy for longer than MaxWait: DenyHandler; by default 409 Conflict with
+//   - lock still busy when the wait ends (see Waiting): DenyHandler; by default 409 Conflict with
 //     Retry-After set to the holder's remaining lease in seconds, rounded up, and, when
 //     the request's Guardkit-Owner header was not accepted, Guardkit-Owner-Rejected set
 //     to the reason;

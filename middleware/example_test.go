@@ -32,7 +32,8 @@ func ExampleLock() {
 	lockOrder := middleware.Lock(locker, "order:{param.id}")
 	e.POST("/orders/:id/pay", pay, lockOrder)
 	e.POST("/orders/:id/cancel", cancel, lockOrder)
-	// Concurrent POSTs for one order now run one at a time; the others get
+	// Concurrent POSTs for one order now run one at a time. A request that finds
+	// its order busy waits for it, up to guard.DefaultMaxWait (5s), then gets
 	// 409 Conflict with Retry-After.
 }
 
@@ -71,6 +72,23 @@ func ExampleLockWithConfig() {
 			c.Response().Header().Set(echo.HeaderRetryAfter, "1")
 			return echo.NewHTTPError(http.StatusTooManyRequests, "this order is being paid").SetInternal(err)
 		},
+	}))
+}
+
+// Answer a busy lock at once with 409 Conflict instead of waiting for it.
+func ExampleLockWithConfig_failFast() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	locker, err := guard.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	e := echo.New()
+	e.POST("/orders/:id/pay", pay, middleware.LockWithConfig(middleware.LockConfig{
+		Locker:  locker,
+		Key:     "order:{param.id}",
+		Options: []guard.Option{guard.Retry(guard.NoRetry())},
 	}))
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
+	"github.com/guardkit/guardkit/middleware"
 )
 
 // newLocker returns a Locker on a new client of srv, closed at cleanup.
@@ -30,6 +31,13 @@ func newLocker(t testing.TB, srv *redistest.Server, opts ...guard.Option) (*guar
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l, c
+}
+
+// failFast is a Lock middleware that denies a busy lock at once instead of waiting.
+func failFast(locker *guard.Locker, key string) echo.MiddlewareFunc {
+	return middleware.LockWithConfig(middleware.LockConfig{
+		Locker: locker, Key: key, Options: []guard.Option{guard.Retry(guard.NoRetry())},
+	})
 }
 
 // newEcho returns an Echo whose HTTPErrorHandler also records every error it is given.

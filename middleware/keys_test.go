@@ -60,7 +60,7 @@ func TestParamDecoded(t *testing.T) {
 	srv := redistest.Start(t)
 	locker, _ := newLocker(t, srv)
 	e := newEcho(nil)
-	e.POST("/orders/:id/pay", keyOf, middleware.Lock(locker, "order:{param.id}"))
+	e.POST("/orders/:id/pay", keyOf, failFast(locker, "order:{param.id}"))
 	for path, want := range map[string]string{
 		"/orders/42/pay":    "order:42",
 		"/orders/4%32/pay":  "order:42",
@@ -91,7 +91,7 @@ func TestFormSource(t *testing.T) {
 	e.POST("/pay", func(c echo.Context) error {
 		le, _ := guard.LeaseFromContext(c.Request().Context())
 		return c.String(http.StatusOK, le.Key()+" "+c.FormValue("note"))
-	}, middleware.Lock(locker, "order:{form.id}"))
+	}, failFast(locker, "order:{form.id}"))
 
 	form := url.Values{"id": {"77"}, "note": {"rush"}}.Encode()
 	post := func() *http.Request {
@@ -266,12 +266,6 @@ func heldKey() (echo.HandlerFunc, <-chan string, chan<- struct{}) {
 		<-release
 		return c.String(http.StatusOK, le.Key())
 	}, held, release
-}
-
-func failFast(locker *guard.Locker, key string) echo.MiddlewareFunc {
-	return middleware.LockWithConfig(middleware.LockConfig{
-		Locker: locker, Key: key, Options: []guard.Option{guard.Retry(guard.NoRetry())},
-	})
 }
 
 func get(rawURL string) *http.Request {

@@ -148,7 +148,7 @@ func TestStreamingKeepsLock(t *testing.T) {
 		return nil
 	}, middleware.Lock(locker, "order:{param.id}"))
 	e.POST("/orders/:id/pay", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) },
-		middleware.Lock(locker, "order:{param.id}"))
+		failFast(locker, "order:{param.id}"))
 	base := serveHTTPTest(t, e)
 	client := newClient(t)
 

@@ -2,7 +2,9 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,8 +39,8 @@ func fire(t *testing.T, client *http.Client, url string, n int) []reply {
 	return replies
 }
 
-// Fail fast (the default): while one request holds the order, every other request for
-// it is answered 409 with Retry-After at once.
+// Fail fast (guard.NoRetry): while one request holds the order, every other request
+// for it is answered 409 with Retry-After at once.
 func TestConcurrentSameKeyFailFast(t *testing.T) {
 	srv := redistest.Start(t)
 	locker, _ := newLocker(t, srv)
@@ -57,7 +59,7 @@ func TestConcurrentSameKeyFailFast(t *testing.T) {
 			return echo.NewHTTPError(http.StatusGatewayTimeout, "others never answered")
 		}
 		return c.String(http.StatusOK, "paid")
-	}, middleware.Lock(locker, "order:{param.id}"))
+	}, failFast(locker, "order:{param.id}"))
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			err := next(c)
@@ -237,7 +239,7 @@ func TestGroupRoutesShareLock(t *testing.T) {
 	locker, _ := newLocker(t, srv)
 	entered, leave := make(chan struct{}), make(chan struct{})
 	e := newEcho(nil)
-	g := e.Group("/orders/:id", middleware.Lock(locker, "order:{param.id}"))
+	g := e.Group("/orders/:id", failFast(locker, "order:{param.id}"))
 	g.POST("/pay", func(c echo.Context) error {
 		close(entered)
 		<-leave
@@ -302,8 +304,9 @@ func TestCustomDenyHandler(t *testing.T) {
 	e := newEcho(nil)
 	e.POST("/orders/:id/pay", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) },
 		middleware.LockWithConfig(middleware.LockConfig{
-			Locker: locker,
-			Key:    "order:{param.id}",
+			Locker:  locker,
+			Key:     "order:{param.id}",
+			Options: []guard.Option{guard.Retry(guard.NoRetry())},
 			DenyHandler: func(c echo.Context, err *guard.LockedError) error {
 				gotKey.Store(err.Key)
 				return echo.NewHTTPError(http.StatusTooManyRequests, "order is being paid").SetInternal(err)
@@ -321,5 +324,82 @@ func TestCustomDenyHandler(t *testing.T) {
 	}
 	if gotKey.Load() != "order:8" {
 		t.Errorf("DenyHandler got key %v", gotKey.Load())
+	}
+}
+
+// The Retry you configure wins — LockConfig.Options, else MaxWait, else the one given
+// to guard.New — and without any a request waits at most guard.DefaultMaxWait, then
+// gets 409 with Retry-After.
+func TestWaitDefaults(t *testing.T) {
+	srv := redistest.Start(t)
+	plain, _ := newLocker(t, srv)
+	noRetry, _ := newLocker(t, srv, guard.Retry(guard.NoRetry()))
+	brief, _ := newLocker(t, srv, guard.Retry(guard.MaxWait(200*time.Millisecond, nil)))
+	holder, _ := newLocker(t, srv)
+	held, err := holder.Acquire(context.Background(), "order:1", guard.TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+
+	var errs errorLog
+	e := newEcho(&errs)
+	ok := func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
+	route := func(path string, l *guard.Locker, maxWait time.Duration, opts ...guard.Option) string {
+		e.POST(path+"/:id", ok, middleware.LockWithConfig(middleware.LockConfig{
+			Locker: l, Key: "order:{param.id}", MaxWait: maxWait, Options: opts,
+		}))
+		return path + "/1"
+	}
+	for _, tc := range []struct {
+		name     string
+		path     string
+		deadline time.Duration // of the request's context; 0: none
+		attempts func(int) bool
+		ctxErr   error // ended the wait
+	}{
+		{"none: DefaultMaxWait", route("/default", plain, 0), 0, func(n int) bool { return n > 1 }, nil},
+		{"New's NoRetry", route("/new-noretry", noRetry, 0), 0, func(n int) bool { return n == 1 }, nil},
+		{"New's MaxWait", route("/new-maxwait", brief, 0), 0, func(n int) bool { return n > 1 }, nil},
+		{"MaxWait over New's", route("/maxwait", noRetry, 200*time.Millisecond), 0, func(n int) bool { return n > 1 }, nil},
+		{"negative MaxWait: until the request ends", route("/forever", brief, -1), 500 * time.Millisecond,
+			func(n int) bool { return n > 1 }, context.DeadlineExceeded},
+		{"Options over MaxWait", route("/options", plain, time.Minute, guard.Retry(guard.NoRetry())), 0,
+			func(n int) bool { return n == 1 }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(errs.all())
+			req := httptest.NewRequest(http.MethodPost, tc.path, nil)
+			if tc.deadline > 0 {
+				ctx, cancel := context.WithTimeout(req.Context(), tc.deadline)
+				defer cancel()
+				req = req.WithContext(ctx)
+			}
+			// Generous: a request that ignored every bound would hang until the test
+			// binary's timeout instead.
+			bound := 3 * guard.DefaultMaxWait
+			done := make(chan reply, 1)
+			go func() { done <- serve(e, req) }()
+			var r reply
+			select {
+			case r = <-done:
+			case <-time.After(bound):
+				t.Fatalf("no answer within %s", bound)
+			}
+			if n, err := strconv.Atoi(r.header.Get("Retry-After")); r.status != http.StatusConflict || err != nil || n < 1 {
+				t.Errorf("got %d with Retry-After %q, want 409 with whole seconds ≥ 1", r.status, r.header.Get("Retry-After"))
+			}
+			got := errs.all()[before:]
+			var busy *guard.LockedError
+			if len(got) != 1 || !errors.As(got[0], &busy) {
+				t.Fatalf("errors %v, want one *guard.LockedError", got)
+			}
+			if !tc.attempts(busy.Attempts) {
+				t.Errorf("%d attempts", busy.Attempts)
+			}
+			if !errors.Is(busy.Err, tc.ctxErr) {
+				t.Errorf("the wait ended with %v, want %v", busy.Err, tc.ctxErr)
+			}
+		})
 	}
 }

@@ -75,9 +75,9 @@ func TestOwnerHeader(t *testing.T) {
 	}
 	e := newEcho(nil)
 	e.POST("/orders/:id/pay", handler, middleware.LockWithConfig(middleware.LockConfig{
-		Locker: locker, Key: "order:{param.id}", Signer: signer,
+		Locker: locker, Key: "order:{param.id}", Signer: signer, Options: []guard.Option{guard.Retry(guard.NoRetry())},
 	}))
-	e.POST("/unsigned/orders/:id/pay", handler, middleware.Lock(locker, "order:{param.id}"))
+	e.POST("/unsigned/orders/:id/pay", handler, failFast(locker, "order:{param.id}"))
 
 	spoofs := []struct {
 		name   string
