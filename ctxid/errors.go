@@ -72,6 +72,31 @@ func (e *VerifyError) Unwrap() []error {
 	return []error{e.Reason, ErrUntrusted}
 }
 
+// Code names the reason in a short stable form for logs, span attributes and error
+// details: too_long, malformed, invalid_owner, unknown_key, bad_signature, expired,
+// not_yet_valid, too_many_hops, or untrusted for an error without a known reason.
+func (e *VerifyError) Code() string {
+	switch e.Reason {
+	case ErrTooLong:
+		return "too_long"
+	case ErrMalformed:
+		return "malformed"
+	case ErrInvalidOwner:
+		return "invalid_owner"
+	case ErrUnknownKey:
+		return "unknown_key"
+	case ErrBadSignature:
+		return "bad_signature"
+	case ErrExpired:
+		return "expired"
+	case ErrNotYetValid:
+		return "not_yet_valid"
+	case ErrTooManyHops:
+		return "too_many_hops"
+	}
+	return "untrusted"
+}
+
 func reject(reason error, detail string) error {
 	return &VerifyError{Reason: reason, Detail: detail}
 }

@@ -583,3 +583,28 @@ func BenchmarkNew(b *testing.B) {
 		ctxid.New()
 	}
 }
+
+// TestVerifyErrorCode: every rejection reason has its own stable code.
+func TestVerifyErrorCode(t *testing.T) {
+	seen := map[string]bool{}
+	for reason, want := range map[error]string{
+		ctxid.ErrTooLong: "too_long", ctxid.ErrMalformed: "malformed", ctxid.ErrInvalidOwner: "invalid_owner",
+		ctxid.ErrUnknownKey: "unknown_key", ctxid.ErrBadSignature: "bad_signature", ctxid.ErrExpired: "expired",
+		ctxid.ErrNotYetValid: "not_yet_valid", ctxid.ErrTooManyHops: "too_many_hops", nil: "untrusted",
+	} {
+		got := (&ctxid.VerifyError{Reason: reason}).Code()
+		if got != want || seen[got] {
+			t.Errorf("Code of %v = %q, want %q, once", reason, got, want)
+		}
+		seen[got] = true
+	}
+	s, err := ctxid.NewSigner([]ctxid.Key{{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Verify("not a token")
+	var ve *ctxid.VerifyError
+	if !errors.As(err, &ve) || ve.Code() != "malformed" {
+		t.Fatalf("Verify(garbage) = %v, want code malformed", err)
+	}
+}

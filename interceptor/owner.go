@@ -13,26 +13,19 @@ import (
 )
 
 // Values of the "reason" metadata of an ErrorInfo with ReasonOwnerRejected, and of the
-// guard.reason attribute of the guard.owner_rejected span event.
+// guard.reason attribute of the guard.owner_rejected span event, besides the codes of
+// ctxid's verification errors (ctxid.VerifyError.Code).
 const (
 	rejectNoSigner      = "no_signer"      // the server has no WithSigner
 	rejectSeveral       = "several_values" // the metadata key has more than one value
 	rejectUntrustedPeer = "untrusted_peer" // WithTrustedPeer refused the caller
-	rejectTooLong       = "too_long"
-	rejectMalformed     = "malformed"
-	rejectInvalidOwner  = "invalid_owner"
-	rejectUnknownKey    = "unknown_key"
-	rejectBadSignature  = "bad_signature"
-	rejectTooManyHops   = "too_many_hops"
-	rejectNotYetValid   = "not_yet_valid"
-	rejectExpired       = "expired"
-	rejectUntrusted     = "untrusted" // a verification error without a known reason
+	rejectUntrusted     = "untrusted"      // a verification error without a known reason
 )
 
 // rejection is an inbound owner token that the server refused, and why. The token itself
 // is never used: the RPC runs as a fresh owner.
 type rejection struct {
-	reason string // one of the reject* values
+	reason string // a reject* value, or the *ctxid.VerifyError's Code
 	err    error  // matches ctxid.ErrUntrusted, and the ctxid reason when there is one
 }
 
@@ -80,24 +73,7 @@ func verifyRejection(err error) *rejection {
 	reason := rejectUntrusted
 	var ve *ctxid.VerifyError
 	if errors.As(err, &ve) {
-		switch ve.Reason {
-		case ctxid.ErrTooLong:
-			reason = rejectTooLong
-		case ctxid.ErrMalformed:
-			reason = rejectMalformed
-		case ctxid.ErrInvalidOwner:
-			reason = rejectInvalidOwner
-		case ctxid.ErrUnknownKey:
-			reason = rejectUnknownKey
-		case ctxid.ErrBadSignature:
-			reason = rejectBadSignature
-		case ctxid.ErrTooManyHops:
-			reason = rejectTooManyHops
-		case ctxid.ErrNotYetValid:
-			reason = rejectNotYetValid
-		case ctxid.ErrExpired:
-			reason = rejectExpired
-		}
+		reason = ve.Code()
 	}
 	return &rejection{reason: reason, err: err}
 }

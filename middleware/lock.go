@@ -147,19 +147,12 @@ type rejection struct {
 
 // Reasons an inbound owner header is not accepted: the values of OwnerRejection's
 // reason, of the HeaderOwnerRejected response header and of the guard.reason attribute
-// of the guard.owner_rejected span event. They are the names the gRPC interceptors use.
+// of the guard.owner_rejected span event, besides the codes of ctxid's verification
+// errors (ctxid.VerifyError.Code). They are the names the gRPC interceptors use.
 const (
-	rejectNoSigner     = "no_signer"      // LockConfig.Signer is nil
-	rejectSeveral      = "several_values" // more than one Guardkit-Owner header
-	rejectTooLong      = "too_long"       // longer than ctxid.MaxTokenLen
-	rejectMalformed    = "malformed"
-	rejectInvalidOwner = "invalid_owner"
-	rejectUnknownKey   = "unknown_key"   // signed with a key ID the Signer does not know
-	rejectBadSignature = "bad_signature" // the key ID is known, the secret differs
-	rejectTooManyHops  = "too_many_hops"
-	rejectNotYetValid  = "not_yet_valid" // issued in the future: clocks apart
-	rejectExpired      = "expired"       // older than the Signer's MaxAge
-	rejectUntrusted    = "untrusted"     // a verification error without a known reason
+	rejectNoSigner  = "no_signer"      // LockConfig.Signer is nil
+	rejectSeveral   = "several_values" // more than one Guardkit-Owner header
+	rejectUntrusted = "untrusted"      // a verification error without a known reason
 )
 
 // verifyRejection names the reason of a ctxid verification error.
@@ -167,24 +160,7 @@ func verifyRejection(err error) *rejection {
 	reason := rejectUntrusted
 	var ve *ctxid.VerifyError
 	if errors.As(err, &ve) {
-		switch ve.Reason {
-		case ctxid.ErrTooLong:
-			reason = rejectTooLong
-		case ctxid.ErrMalformed:
-			reason = rejectMalformed
-		case ctxid.ErrInvalidOwner:
-			reason = rejectInvalidOwner
-		case ctxid.ErrUnknownKey:
-			reason = rejectUnknownKey
-		case ctxid.ErrBadSignature:
-			reason = rejectBadSignature
-		case ctxid.ErrTooManyHops:
-			reason = rejectTooManyHops
-		case ctxid.ErrNotYetValid:
-			reason = rejectNotYetValid
-		case ctxid.ErrExpired:
-			reason = rejectExpired
-		}
+		reason = ve.Code()
 	}
 	return &rejection{reason: reason, err: err}
 }
