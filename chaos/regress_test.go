@@ -90,8 +90,10 @@ func TestReleaseBoundedWhileRenewalStalls(t *testing.T) {
 	time.Sleep(120 * time.Millisecond) // a renewal is now waiting on the paused server
 	start := time.Now()
 	err = le.Release(context.Background())
-	if took := time.Since(start); took > releaseTimeout+50*time.Millisecond {
-		t.Fatalf("Release took %s (err %v), want ≤ ReleaseTimeout %s + 50ms", took.Round(time.Millisecond), err, releaseTimeout)
+	// Before the fix a release waited for the stalled renewal: TTL + ReleaseTimeout (3.2s).
+	// The slack only absorbs a loaded test host.
+	if took := time.Since(start); took > releaseTimeout+time.Second {
+		t.Fatalf("Release took %s (err %v), want ≤ ReleaseTimeout %s + 1s, far below TTL", took.Round(time.Millisecond), err, releaseTimeout)
 	}
 }
 
@@ -116,8 +118,10 @@ func TestAcquireDeadlineWhileSubscribing(t *testing.T) {
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	_, err = waiter.Acquire(ctx, "busy")
-	if late := time.Since(deadline); late > 50*time.Millisecond || !errors.Is(err, guard.ErrLocked) {
-		t.Fatalf("Acquire returned %s after its deadline with %v, want ≤ 50ms and ErrLocked", late.Round(time.Millisecond), err)
+	// Before the fix the subscription's handshake ran on the caller's time: at least one
+	// 400ms reply late. The slack only absorbs a loaded test host.
+	if late := time.Since(deadline); late > 250*time.Millisecond || !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("Acquire returned %s after its deadline with %v, want ≤ 250ms and ErrLocked", late.Round(time.Millisecond), err)
 	}
 }
 
