@@ -40,9 +40,10 @@ var (
 // Locker hands out leases on Redis locks. It is safe for concurrent use; create one per
 // Redis deployment and share it. Its zero value is not usable: call New.
 //
-// A Locker keeps, per process, a table of the leases it holds, one Pub/Sub subscription
-// that wakes waiters when a lock is released, and one watchdog that renews every held
-// lease in pipelined batches.
+// A Locker keeps, per process, a table of the leases it holds, a Pub/Sub subscription
+// that wakes waiters when a lock is released (one connection for all keys; on a Redis 7
+// Cluster, one sharded connection per hash slot waited on, at that slot's primary), and
+// one watchdog that renews every held lease in pipelined batches.
 type Locker struct {
 	client           redis.UniversalClient
 	honoursDeadlines bool // client gives up on calls at their context's deadline
