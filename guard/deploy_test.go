@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
@@ -288,4 +290,57 @@ func checkSyncReplicas(t *testing.T, l, plain *guard.Locker, replica *redistest.
 		t.Fatalf("the unacknowledged grant was not undone: %v", err)
 	}
 	mustRelease(t, le)
+}
+
+// TestSyncReplicasRenewal: with SyncReplicas, a lease's validity only extends from
+// renewals the replicas acknowledged. While the replica stalls the lease keeps renewing on
+// the primary but is lost at the end of its acknowledged validity, with a *ReplicaError as
+// the cause; a lease without SyncReplicas on the same primary is untouched.
+func TestSyncReplicasRenewal(t *testing.T) {
+	t.Run("Sentinel", func(t *testing.T) {
+		g := sentinel.Get(t)
+		checkSyncedRenewal(t, g.Client(t), g.Replicas()[0], "renew", "renew-plain")
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		c := cluster.Get(t)
+		p := c.Primaries()[2]
+		checkSyncedRenewal(t, c.Client(t), c.ReplicasOf(p)[0], keyOn(t, c, p, "renew"), keyOn(t, c, p, "renew-plain"))
+	})
+}
+
+func checkSyncedRenewal(t *testing.T, client redis.UniversalClient, replica *redistest.Server, key, plainKey string) {
+	t.Helper()
+	const ttl = time.Second
+	ctx := ctxTimeout(t, 30*time.Second)
+	l := lockerOn(t, client, guard.TTL(ttl), guard.SyncReplicas(1, 100*time.Millisecond))
+	plain := lockerOn(t, client, guard.TTL(ttl))
+	le := mustAcquire(t, l, ctx, key)
+	pl := mustAcquire(t, plain, ctx, plainKey)
+	// Acknowledged renewals keep the lease past its first TTL.
+	time.Sleep(2 * ttl)
+	if err := le.Err(); err != nil {
+		t.Fatalf("lease lost with the replica healthy: %v", err)
+	}
+	replica.Pause(t)
+	paused := time.Now()
+	select {
+	case <-le.Context().Done():
+	case <-time.After(3 * ttl):
+		replica.Resume(t)
+		t.Fatalf("lease still valid %s after the replica stopped acknowledging (TTL %s); valid until %s",
+			time.Since(paused), ttl, time.Until(le.ValidUntil()))
+	}
+	lost := time.Since(paused)
+	replica.Resume(t)
+	err := le.Err()
+	var re *guard.ReplicaError
+	if !errors.Is(err, guard.ErrLeaseLost) || !errors.As(err, &re) || !re.Renewal || re.Want != 1 {
+		t.Fatalf("lease ended with %v, want ErrLeaseLost caused by a renewal's *ReplicaError", err)
+	}
+	if err := pl.Err(); err != nil {
+		t.Fatalf("the lease without SyncReplicas was lost too: %v", err)
+	}
+	t.Logf("lease lost %s after the replica paused (TTL %s): %v", lost.Round(time.Millisecond), ttl, err)
+	mustRelease(t, pl)
+	_ = le.Release(ctx)
 }

@@ -173,8 +173,10 @@ func (e *RedisError) Is(target error) bool { return target == ErrUnavailable }
 // Unwrap returns the client's error.
 func (e *RedisError) Unwrap() error { return e.Err }
 
-// ReplicaError reports a grant that too few replicas acknowledged in time (SyncReplicas).
-// The grant was undone: the lock is not held.
+// ReplicaError reports a grant or a renewal that too few replicas acknowledged in time
+// (SyncReplicas). A grant is undone: the lock is not held. A renewal took effect on the
+// primary, but the lease keeps the validity of its last acknowledged renewal; the error is
+// the cause of its loss when no later renewal is acknowledged before that runs out.
 type ReplicaError struct {
 	// Key is the lock key.
 	Key string
@@ -184,12 +186,18 @@ type ReplicaError struct {
 	Acked int
 	// Err is the WAIT command's error, when it failed.
 	Err error
+	// Renewal is set when the write was a renewal of a held lease, not a grant.
+	Renewal bool
 }
 
 // Error names the key and the replicas wanted and reached.
 func (e *ReplicaError) Error() string {
 	msg := fmt.Sprintf("guard: acquire %s: %d of %d replicas acknowledged the grant in time; it was undone",
 		quoteKey(e.Key), e.Acked, e.Want)
+	if e.Renewal {
+		msg = fmt.Sprintf("guard: renew %s: %d of %d replicas acknowledged the renewal in time; the lease keeps its earlier validity",
+			quoteKey(e.Key), e.Acked, e.Want)
+	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

@@ -205,13 +205,14 @@ func (r *renewer) run() {
 
 var errNotOwner = &LeaseLostError{Reason: "not the owner"}
 
-// send renews batch in one pipeline. For each lease it returns nil, errNotOwner or the
-// Redis error, and the TTL it asked for (0 when MaxHold allows no more renewal, in which
-// case nothing was sent for it).
+// send renews batch in one pipeline, or, for leases with SyncReplicas, one pipeline per
+// primary that ends with a WAIT, the pipelines running at once. For each lease it returns
+// nil, errNotOwner, a *ReplicaError (renewed, but too few replicas acknowledged it in
+// time) or a *RedisError, and the TTL it asked for (0 when MaxHold allows no more
+// renewal, in which case nothing was sent for it).
 func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration) {
 	errs := make([]error, len(batch))
 	ttls := make([]time.Duration, len(batch))
-	cmds := make([]*redis.Cmd, len(batch))
 	timeout := time.Duration(0)
 	for i, h := range batch {
 		ttls[i] = h.s.ttl
@@ -225,48 +226,123 @@ func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 
-	exec := func(idx []int) {
-		pipe := r.l.client.Pipeline()
-		for _, i := range idx {
-			h := batch[i]
-			cmds[i] = renewScript.EvalSha(ctx, pipe, []string{h.rk.lock}, string(h.hk.owner), ttls[i].Milliseconds())
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	idx := make([]int, 0, len(batch))
-	for i := range batch {
-		if ttls[i] >= time.Millisecond {
-			idx = append(idx, i)
-		} else {
+	// One group for the leases that wait for no replica (a Cluster pipeline splits it by
+	// node itself), one per primary for those that do.
+	var plain renewGroup
+	var synced []*renewGroup
+	for i, h := range batch {
+		if ttls[i] < time.Millisecond {
 			ttls[i] = 0
+			continue
 		}
-	}
-	if len(idx) == 0 {
-		return errs, ttls
-	}
-	exec(idx)
-	var missing []int
-	for _, i := range idx {
-		if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			missing = append(missing, i)
+		if h.s.syncReplicas == 0 {
+			plain.idx = append(plain.idx, i)
+			continue
 		}
-	}
-	if len(missing) > 0 {
-		if err := renewScript.Load(ctx, r.l.client).Err(); err == nil {
-			exec(missing)
-		}
-	}
-	for _, i := range idx {
-		n, err := cmds[i].Int64()
-		switch {
-		case err != nil:
+		node, err := r.l.syncNode(ctx, h.rk.lock)
+		if err != nil {
 			r.l.refresh(err)
-			errs[i] = &RedisError{Op: "renew", Key: batch[i].hk.key, Err: err}
-		case n != 1:
-			errs[i] = errNotOwner
+			errs[i] = &RedisError{Op: "renew", Key: h.hk.key, Err: err}
+			continue
+		}
+		var g *renewGroup
+		for _, x := range synced {
+			if x.node == node {
+				g = x
+				break
+			}
+		}
+		if g == nil {
+			g = &renewGroup{node: node}
+			synced = append(synced, g)
+		}
+		g.idx = append(g.idx, i)
+		g.want = max(g.want, h.s.syncReplicas)
+		g.wait = max(g.wait, h.s.syncTimeout)
+	}
+	plain.node = r.l.client
+	var wg sync.WaitGroup
+	for _, g := range synced {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.run(ctx, batch, ttls)
+		}()
+	}
+	if len(plain.idx) > 0 {
+		plain.run(ctx, batch, ttls)
+	}
+	wg.Wait()
+	for _, g := range append(synced, &plain) {
+		for k, i := range g.idx {
+			h := batch[i]
+			n, err := g.cmds[k].Int64()
+			switch {
+			case err != nil:
+				r.l.refresh(err)
+				errs[i] = &RedisError{Op: "renew", Key: h.hk.key, Err: err}
+			case n != 1:
+				errs[i] = errNotOwner
+			case g.want > 0 && (g.waitErr[k] != nil || g.acked[k] < int64(h.s.syncReplicas)):
+				errs[i] = &ReplicaError{Key: h.hk.key, Want: h.s.syncReplicas, Acked: int(g.acked[k]), Err: g.waitErr[k], Renewal: true}
+			}
 		}
 	}
 	return errs, ttls
+}
+
+// renewGroup is the renewals sent in one pipeline to one node: with want > 0, followed
+// by WAIT want wait on the same connection.
+type renewGroup struct {
+	node    redis.Cmdable
+	idx     []int // indexes in the batch
+	want    int
+	wait    time.Duration
+	cmds    []*redis.Cmd // by position in idx
+	acked   []int64      // replicas that acknowledged, by position in idx (want > 0)
+	waitErr []error      // the WAIT's error, by position in idx (want > 0)
+}
+
+// run sends the group's renewals; renewals that met NOSCRIPT are sent again once the
+// script is loaded.
+func (g *renewGroup) run(ctx context.Context, batch []*held, ttls []time.Duration) {
+	g.cmds = make([]*redis.Cmd, len(g.idx))
+	g.acked = make([]int64, len(g.idx))
+	g.waitErr = make([]error, len(g.idx))
+	exec := func(pos []int) {
+		pipe := g.node.Pipeline()
+		for _, k := range pos {
+			h := batch[g.idx[k]]
+			g.cmds[k] = renewScript.EvalSha(ctx, pipe, []string{h.rk.lock}, string(h.hk.owner), ttls[g.idx[k]].Milliseconds())
+		}
+		var w *redis.Cmd
+		if g.want > 0 {
+			w = pipe.Do(ctx, "wait", g.want, g.wait.Milliseconds())
+		}
+		_, _ = pipe.Exec(ctx)
+		if w != nil {
+			acked, err := w.Int64()
+			for _, k := range pos {
+				g.acked[k], g.waitErr[k] = acked, err
+			}
+		}
+	}
+	all := make([]int, len(g.idx))
+	for k := range all {
+		all[k] = k
+	}
+	exec(all)
+	var missing []int
+	for k, c := range g.cmds {
+		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		if err := renewScript.Load(ctx, g.node).Err(); err == nil {
+			exec(missing)
+		}
+	}
 }
 
 // renewHeap orders leases by next renewal.

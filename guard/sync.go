@@ -9,19 +9,24 @@ import (
 
 var errSyncRing = errors.New("SyncReplicas cannot be used with a *redis.Ring: WAIT must follow the grant on the same connection")
 
+// syncNode returns the client whose connections reach the primary that serves key, so
+// that a WAIT sent after a command on key counts the replicas that received it.
+func (l *Locker) syncNode(ctx context.Context, key string) (redis.Cmdable, error) {
+	switch c := l.client.(type) {
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	case *redis.Ring:
+		return nil, errSyncRing
+	}
+	return l.client, nil
+}
+
 // runAcquireSynced runs the acquire script and WAIT in one pipeline on one connection to
 // the lock's primary, so that WAIT counts the replicas that received this grant.
 func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, manner string) acquireReply {
-	var node redis.Cmdable = l.client
-	switch c := l.client.(type) {
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, h.rk.lock)
-		if err != nil {
-			return acquireReply{err: err}
-		}
-		node = n
-	case *redis.Ring:
-		return acquireReply{err: errSyncRing}
+	node, err := l.syncNode(ctx, h.rk.lock)
+	if err != nil {
+		return acquireReply{err: err}
 	}
 	keys := []string{h.rk.lock, h.rk.fence, h.rk.queue()}
 	args := []any{string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id}
