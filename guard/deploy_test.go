@@ -344,3 +344,81 @@ func checkSyncedRenewal(t *testing.T, client redis.UniversalClient, replica *red
 	mustRelease(t, pl)
 	_ = le.Release(ctx)
 }
+
+// TestClusterClassicPubSub runs the Redis 6.2 path on the Cluster (classic Pub/Sub, which
+// the cluster bus broadcasts to every node): a waiter is woken by a release on another
+// primary, and after the node its subscription sat on is killed, a waiter subscribes
+// through a live node and is woken again.
+func TestClusterClassicPubSub(t *testing.T) {
+	c := cluster.Get(t)
+	holder, waiter := lockerOn(t, c.Client(t)), lockerOn(t, c.Client(t))
+	guard.ClassicPubSub(holder)
+	guard.ClassicPubSub(waiter)
+	ctx := ctxTimeout(t, 90*time.Second)
+
+	key := keyOn(t, c, c.Primaries()[0], "classic")
+	le := mustAcquire(t, holder, ctx, key)
+	out := waitFor(ctx, waiter, key)
+	var sub *redistest.Server
+	waitUntil(t, 5*time.Second, "the waiter's classic subscription", func() bool {
+		sub = classicSubscriber(t, c, key)
+		return sub != nil
+	})
+	for _, n := range c.Nodes() {
+		if got := shardSubscribers(t, n, key); got != 0 {
+			t.Fatalf("node %s has %d sharded subscriptions for %q; the classic path makes none", n.Addr(), got, key)
+		}
+	}
+	mustRelease(t, le)
+	mustRelease(t, mustWoken(t, "classic Pub/Sub", out).lease)
+
+	sub.Kill(t)
+	killed := time.Now()
+	c.WaitHealthy(t, 30*time.Second)
+	var live *redistest.Server
+	for _, p := range c.Primaries() {
+		if p != sub {
+			live = p
+			break
+		}
+	}
+	key2 := keyOn(t, c, live, "classic-after")
+	var le2 *guard.Lease
+	waitUntil(t, recoveryBound, "an acquisition after the recovery", func() bool {
+		var err error
+		le2, err = holder.TryAcquire(ctx, key2)
+		return err == nil
+	})
+	out2 := waitFor(ctx, waiter, key2)
+	var sub2 *redistest.Server
+	waitUntil(t, recoveryBound, "the waiter's classic subscription on a live node", func() bool {
+		sub2 = classicSubscriber(t, c, key2)
+		return sub2 != nil
+	})
+	if sub2 == sub {
+		t.Fatalf("the subscription is on the killed node %s", sub.Addr())
+	}
+	mustRelease(t, le2)
+	o := mustWoken(t, "classic Pub/Sub after the subscription's node was killed", out2)
+	t.Logf("subscription moved from %s to %s; waiter woken %s after the kill", sub.Addr(), sub2.Addr(), o.at.Sub(killed).Round(time.Millisecond))
+	mustRelease(t, o.lease)
+}
+
+// classicSubscriber returns the live node of c with a classic subscription to key's
+// release channel, or nil.
+func classicSubscriber(t *testing.T, c *redistest.Cluster, key string) *redistest.Server {
+	t.Helper()
+	ch := lockName(key) + ":release"
+	for _, n := range c.Nodes() {
+		if n.PID() == 0 {
+			continue
+		}
+		cl := n.Client(t)
+		v, err := cl.PubSubNumSub(context.Background(), ch).Result()
+		_ = cl.Close()
+		if err == nil && v[ch] > 0 {
+			return n
+		}
+	}
+	return nil
+}

@@ -22,3 +22,12 @@ func SetPubSubTiming(poll, ping, dead time.Duration) (restore func()) {
 	receivePoll, pingIdle, deadIdle = poll, ping, dead
 	return func() { receivePoll, pingIdle, deadIdle = p, pi, d }
 }
+
+// ClassicPubSub makes l announce and hear releases with classic Pub/Sub on a Redis 7
+// Cluster, exactly as it does on a Redis 6.2 Cluster, whose servers lack sharded Pub/Sub
+// (release.lua and wake.lua then PUBLISH, and the waiters keep one classic feed). Call it
+// before l first waits.
+func ClassicPubSub(l *Locker) {
+	l.classic = true
+	l.waits.sharded.Store(1)
+}

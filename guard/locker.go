@@ -53,6 +53,9 @@ type Locker struct {
 	seq              atomic.Uint64 // suffix of nonces
 	refreshed        atomic.Int64  // when refresh last reloaded a Cluster client's map, in Unix ns
 	done             chan struct{} // closed by Close
+	// classic makes the Locker use classic Pub/Sub on a Cluster too, as it does when the
+	// nodes run Redis 6.2: set by tests only (export_test.go), before the first wait.
+	classic bool
 
 	mu     sync.Mutex
 	held   map[holdKey]*held // leases held or being acquired, by key and owner

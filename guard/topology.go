@@ -54,7 +54,7 @@ func topologyError(err error) bool {
 // sharded Pub/Sub: "1" on a Cluster client (the script then uses SPUBLISH when the node
 // runs Redis 7 or newer), "0" otherwise.
 func (l *Locker) shardedFlag() string {
-	if _, ok := l.client.(*redis.ClusterClient); ok {
+	if _, ok := l.client.(*redis.ClusterClient); ok && !l.classic {
 		return "1"
 	}
 	return "0"
