@@ -60,6 +60,9 @@ var (
 // libConfig is what a scenario asks of a Lib.
 type libConfig struct {
 	addr string
+	// cluster, when set, holds the seed addresses of a Redis Cluster: the adapter then
+	// runs on a *redis.ClusterClient (or rueidis's cluster client) instead of addr.
+	cluster []string
 	// ttl is the lease time of the "best" configurations; "defaults" configurations
 	// keep the library's own where it has one.
 	ttl time.Duration
@@ -91,6 +94,11 @@ func variants() []variant {
 		{name: "guardkit/locker-per-worker", lib: "guardkit", isLock: true, perWorker: true,
 			config: "as guardkit, but every contended worker has its own client and Locker, as separate processes would",
 			new:    newGuard},
+		{name: "guardkit/sync-replicas", lib: "guardkit", isLock: true,
+			config: fmt.Sprintf("as guardkit, plus guard.SyncReplicas(%d, %s): an acquisition counts once WAIT confirms that %d replica has it; the acquire script and WAIT go in one pipeline to the lock's primary", syncReplicas.n, syncReplicas.timeout, syncReplicas.n),
+			new: func(cfg libConfig) (Lib, error) {
+				return newGuardWith(cfg, guard.SyncReplicas(syncReplicas.n, syncReplicas.timeout))
+			}},
 		{name: "redsync", lib: "redsync", isLock: true,
 			config: "best: WithExpiry(ttl), WithTries(2^30), WithRetryDelay(1ms); goredis v9 pool; renewal: one goroutine per lease (Extend)",
 			new:    newRedsync(true)},
@@ -137,13 +145,31 @@ func (c *rtCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // goRedis is a go-redis client with its shipped defaults and a round-trip counter.
 type goRedis struct {
-	c  *redis.Client
+	c  redis.UniversalClient
 	rt rtCounter
 }
 
-func newGoRedis(addr string) *goRedis {
-	g := &goRedis{c: redis.NewClient(&redis.Options{Addr: addr})}
-	g.c.AddHook(&g.rt)
+// newGoRedis returns a client for cfg's server or cluster; contextTimeout sets
+// ContextTimeoutEnabled. On a cluster the counter hooks every node's client, so that it
+// counts what reaches the servers, including the commands a library sends to one node
+// directly (guardkit's WAIT) and the client's own slot-map reloads.
+func newGoRedis(cfg libConfig, contextTimeout bool) *goRedis {
+	g := &goRedis{}
+	if cfg.cluster != nil {
+		g.c = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 cfg.cluster,
+			ContextTimeoutEnabled: contextTimeout,
+			NewClient: func(o *redis.Options) *redis.Client {
+				c := redis.NewClient(o)
+				c.AddHook(&g.rt)
+				return c
+			},
+		})
+		return g
+	}
+	c := redis.NewClient(&redis.Options{Addr: cfg.addr, ContextTimeoutEnabled: contextTimeout})
+	c.AddHook(&g.rt)
+	g.c = c
 	return g
 }
 
@@ -222,7 +248,7 @@ func newRaw(cfg libConfig) (Lib, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, err
 	}
-	return &rawLib{goRedis: newGoRedis(cfg.addr), cfg: cfg, prefix: base64.RawURLEncoding.EncodeToString(b[:]) + ":"}, nil
+	return &rawLib{goRedis: newGoRedis(cfg, false), cfg: cfg, prefix: base64.RawURLEncoding.EncodeToString(b[:]) + ":"}, nil
 }
 
 type rawLease struct {
@@ -284,12 +310,14 @@ type guardLib struct {
 	l *guard.Locker
 }
 
-func newGuard(cfg libConfig) (Lib, error) {
+func newGuard(cfg libConfig) (Lib, error) { return newGuardWith(cfg) }
+
+// newGuardWith builds the guardkit adapter with extra options for guard.New.
+func newGuardWith(cfg libConfig, opts ...guard.Option) (Lib, error) {
 	// ContextTimeoutEnabled is guardkit's recommended client setting: the client then
 	// enforces context deadlines itself and guard makes its calls inline.
-	g := &goRedis{c: redis.NewClient(&redis.Options{Addr: cfg.addr, ContextTimeoutEnabled: true})}
-	g.c.AddHook(&g.rt)
-	l, err := guard.New(g.c, guard.TTL(cfg.ttl))
+	g := newGoRedis(cfg, true)
+	l, err := guard.New(g.c, append([]guard.Option{guard.TTL(cfg.ttl)}, opts...)...)
 	if err != nil {
 		g.Close()
 		return nil, err
@@ -348,7 +376,7 @@ type redsyncLib struct {
 
 func newRedsync(best bool) func(libConfig) (Lib, error) {
 	return func(cfg libConfig) (Lib, error) {
-		g := newGoRedis(cfg.addr)
+		g := newGoRedis(cfg, false)
 		l := &redsyncLib{goRedis: g, rs: redsync.New(redsyncgoredis.NewPool(g.c)), cfg: cfg}
 		if best {
 			l.opts = []redsync.Option{redsync.WithExpiry(cfg.ttl), redsync.WithTries(1 << 30), redsync.WithRetryDelay(time.Millisecond)}
@@ -428,7 +456,7 @@ type redislockLib struct {
 
 func newRedislock(strategy func() redislock.RetryStrategy) func(libConfig) (Lib, error) {
 	return func(cfg libConfig) (Lib, error) {
-		g := newGoRedis(cfg.addr)
+		g := newGoRedis(cfg, false)
 		return &redislockLib{goRedis: g, rl: redislock.New(g.c), cfg: cfg, strategy: strategy}, nil
 	}
 }
@@ -492,7 +520,11 @@ type rueidisLib struct {
 
 func newRueidis(best bool) func(libConfig) (Lib, error) {
 	return func(cfg libConfig) (Lib, error) {
-		opt := rueidislock.LockerOption{ClientOption: rueidis.ClientOption{InitAddress: []string{cfg.addr}}}
+		addrs := []string{cfg.addr}
+		if cfg.cluster != nil {
+			addrs = cfg.cluster // rueidis finds a cluster by itself
+		}
+		opt := rueidislock.LockerOption{ClientOption: rueidis.ClientOption{InitAddress: addrs}}
 		if best {
 			opt.KeyMajority = 1
 			opt.NoLoopTracking = true
@@ -553,9 +585,9 @@ var trivial = redis.NewScript(`return 1`)
 
 type ceilingLib struct{ *goRedis }
 
-func newCeiling(cfg libConfig) (Lib, error) { return ceilingLib{newGoRedis(cfg.addr)}, nil }
+func newCeiling(cfg libConfig) (Lib, error) { return ceilingLib{newGoRedis(cfg, false)}, nil }
 
-type ceilingLease struct{ c *redis.Client }
+type ceilingLease struct{ c redis.UniversalClient }
 
 func (l ceilingLib) TryLock(ctx context.Context, key string) (Lease, error) {
 	if err := trivial.Run(ctx, l.c, []string{key}).Err(); err != nil {

@@ -25,9 +25,27 @@ var scenarioVariants = map[string][]string{
 		"redislock", "redislock/defaults", "rueidislock", "rueidislock/defaults"},
 	"reentrant": {"guardkit"},
 	"many":      {"raw", "guardkit", "redsync", "redislock", "rueidislock"},
+	// On a Redis Cluster (cluster.go). redsync is left out: Redlock wants independent
+	// servers, and one cluster client behind it would make it a single-instance lock,
+	// which the raw row already is.
+	"cluster-uncontended": {"raw", "guardkit", "guardkit/sync-replicas", "redislock", "rueidislock"},
+	"cluster-contended":   {"raw", "guardkit", "guardkit/locker-per-worker", "redislock", "rueidislock"},
+	// One server with one replica: the price of SyncReplicas without a cluster.
+	"replicated-uncontended": {"raw", "guardkit", "guardkit/sync-replicas"},
 }
 
-var scenarioOrder = []string{"uncontended", "contended", "reentrant", "many"}
+var scenarioOrder = []string{"uncontended", "contended", "reentrant", "many",
+	"cluster-uncontended", "cluster-contended", "replicated-uncontended"}
+
+// uncontendedG are the cells of every uncontended scenario: goroutines.
+var uncontendedG = []int{1, 16, 64}
+
+// clusterContended are the cells of the cluster-contended scenario: workers and hold
+// time, the two ends of the single-server scenario's cells.
+var clusterContended = []struct {
+	w int
+	h time.Duration
+}{{8, 0}, {64, time.Millisecond}}
 
 type options struct {
 	out, jsonOut, analysis, cpuprofile string
@@ -155,14 +173,17 @@ func run(o options) error {
 	}
 	want := func(s string) bool { return slices.Contains(o.scenarios, s) }
 
-	if want("uncontended") {
+	uncontendedCells := func(e *env) []cell {
 		var cells []cell
-		for _, g := range []int{1, 16, 64} {
+		for _, g := range uncontendedG {
 			cells = append(cells, cell{fmt.Sprintf("G=%d", g), func(v variant) (map[string]float64, serverDelta, error) {
 				return e.uncontended(v, g)
 			}})
 		}
-		runCells("uncontended", cells)
+		return cells
+	}
+	if want("uncontended") {
+		runCells("uncontended", uncontendedCells(e))
 	}
 	if want("contended") {
 		var cells []cell
@@ -201,6 +222,48 @@ func run(o options) error {
 		}
 		runCells("many", cells)
 	}
+	deployErrs := map[string]error{}
+	// deployed runs the scenarios of a deployment that start wants, between its start and
+	// its stop; a deployment that does not start fails its scenarios, not the run.
+	deployed := func(scenarios []string, start func(*env) (*env, func(), error), body func(*env)) {
+		var wanted []string
+		for _, s := range scenarios {
+			if want(s) {
+				wanted = append(wanted, s)
+			}
+		}
+		if len(wanted) == 0 {
+			return
+		}
+		de, stop, err := start(e)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s not run: %v\n", strings.Join(wanted, ", "), err)
+			for _, s := range wanted {
+				deployErrs[s] = err
+			}
+			return
+		}
+		defer stop()
+		body(de)
+	}
+	deployed([]string{"cluster-uncontended", "cluster-contended"}, startClusterEnv, func(ce *env) {
+		if want("cluster-uncontended") {
+			runCells("cluster-uncontended", uncontendedCells(ce))
+		}
+		if want("cluster-contended") {
+			var cells []cell
+			for _, c := range clusterContended {
+				w, h := c.w, c.h
+				cells = append(cells, cell{fmt.Sprintf("W=%d H=%s", w, h), func(v variant) (map[string]float64, serverDelta, error) {
+					return ce.contended(v, w, h)
+				}})
+			}
+			runCells("cluster-contended", cells)
+		}
+	})
+	deployed([]string{"replicated-uncontended"}, startReplicatedEnv, func(re *env) {
+		runCells("replicated-uncontended", uncontendedCells(re))
+	})
 
 	if o.memprofile != "" {
 		f, err := os.Create(o.memprofile)
@@ -217,7 +280,7 @@ func run(o options) error {
 	for _, s := range sums {
 		writeJSON(jw, "median", s)
 	}
-	rep := report{o: o, d: d, e: e, started: started, commit: commit, elapsed: time.Since(started), sums: sums, variants: all, manyN: manyN}
+	rep := report{o: o, d: d, e: e, started: started, commit: commit, elapsed: time.Since(started), sums: sums, variants: all, manyN: manyN, deployErrs: deployErrs}
 	md := rep.markdown()
 	fmt.Print(md)
 	if o.out != "" {
@@ -337,9 +400,9 @@ func summarize(ms []measurement) []measurement {
 
 func rateMetric(scenario string) string {
 	switch scenario {
-	case "uncontended":
+	case "uncontended", "cluster-uncontended", "replicated-uncontended":
 		return "pairs_per_s"
-	case "contended":
+	case "contended", "cluster-contended":
 		return "acq_per_s"
 	}
 	return ""

@@ -27,6 +27,8 @@ type report struct {
 	sums     []measurement
 	variants []variant
 	manyN    []int
+	// deployErrs are the scenarios whose deployment did not start, and why.
+	deployErrs map[string]error
 }
 
 func (r *report) get(scenario, cell, variant string) (measurement, bool) {
@@ -180,6 +182,8 @@ func (r *report) markdown() string {
 		{"server CPU %", "server_cpu_pct", 1}, {"heap B/lease", "heap_per_lease_B", -1}, {"stack B/lease", "stack_per_lease_B", -1},
 		{"goroutines/lease", "goroutines_per_lease", 2}, {"lost", "lost", 0}, {"setup s", "setup_s", 2}, {"setup errors", "setup_errors", 0},
 	})
+
+	r.replicatedSections(&b)
 
 	b.WriteString("## Configurations\n\n")
 	for _, v := range r.variants {
@@ -477,6 +481,7 @@ func (r *report) summary() string {
 			cell("many", "N=10000", "rt_per_s_hook", -1), cell("many", "N=10000", "client_cpu_pct", 0))
 	}
 	b.WriteString("\nRT = client round trips (go-redis hook; — for rueidis). The peers' rows use their best blocking settings; their shipped defaults, a Locker per worker, and the reentrant scenario are in RESULTS.md.\n")
+	b.WriteString(r.clusterSummary())
 	return b.String()
 }
 

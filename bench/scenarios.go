@@ -21,6 +21,15 @@ type env struct {
 	dur  durations
 	ttl  time.Duration // lease time of the uncontended, contended and reentrant runs
 	seq  atomic.Int64  // makes every run's keys new
+
+	// A deployment with replicas (cluster.go) sets these instead of info: cluster holds
+	// the seed addresses of a Redis Cluster (addr is then empty), place puts keys on its
+	// primaries, and the server counters are summed over primaries, with the replicas'
+	// share read apart.
+	cluster   []string
+	place     *placement
+	primaries []*redis.Client
+	replicas  []*redis.Client
 }
 
 // durations are the time budgets of one run of each scenario cell.
@@ -48,7 +57,15 @@ type measurement struct {
 func (e *env) key(kind string) string { return fmt.Sprintf("bench:%s:%d", kind, e.seq.Add(1)) }
 
 func (e *env) snap() serverStats {
-	s, err := snapshot(context.Background(), e.info)
+	servers := e.primaries
+	if servers == nil {
+		servers = []*redis.Client{e.info}
+	}
+	return mustSnapshot(servers)
+}
+
+func mustSnapshot(servers []*redis.Client) serverStats {
+	s, err := snapshotAll(context.Background(), servers)
 	if err != nil {
 		panic(fmt.Sprintf("bench: INFO: %v", err))
 	}
@@ -64,6 +81,7 @@ func memStats() runtime.MemStats {
 // counts is the before/after of every counter a run reads.
 type counts struct {
 	srv serverStats
+	rep serverStats // the replicas', when the env has some
 	rts rtStats
 	rt  int64
 	mem runtime.MemStats
@@ -77,6 +95,9 @@ func (e *env) counts(libs []Lib, mem bool) counts {
 		c.mem = memStats()
 	}
 	c.srv = e.snap()
+	if e.replicas != nil {
+		c.rep = mustSnapshot(e.replicas)
+	}
 	c.at = time.Now()
 	return c
 }
@@ -106,6 +127,7 @@ func perOp(m map[string]float64, a, b counts, ops int64, suffix string) serverDe
 	m["reads_"+suffix] = float64(d.reads) / n
 	m["cmds_"+suffix] = float64(d.cmds) / n
 	m["scripts_"+suffix] = float64(d.scripts) / n
+	replicaPerOp(m, a, b, ops, suffix)
 	return d
 }
 
@@ -132,7 +154,7 @@ func newLibs(v variant, cfg libConfig, n int) ([]Lib, error) {
 
 // uncontended runs g goroutines, each on its own key, doing try-acquire → release.
 func (e *env) uncontended(v variant, g int) (map[string]float64, serverDelta, error) {
-	libs, err := newLibs(v, libConfig{addr: e.addr, ttl: e.ttl}, 1)
+	libs, err := newLibs(v, libConfig{addr: e.addr, cluster: e.cluster, ttl: e.ttl}, 1)
 	if err != nil {
 		return nil, serverDelta{}, err
 	}
@@ -140,7 +162,7 @@ func (e *env) uncontended(v variant, g int) (map[string]float64, serverDelta, er
 	lib := libs[0]
 	keys := make([]string, g)
 	for i := range keys {
-		keys[i] = e.key("u")
+		keys[i] = e.keyFor(lib, "u", i)
 	}
 	hists := make([]hist, g)
 	run := func(d time.Duration, record bool) (int64, int64) {
@@ -240,12 +262,12 @@ func (e *env) contended(v variant, w int, hold time.Duration) (map[string]float6
 	if v.perWorker {
 		n = w
 	}
-	libs, err := newLibs(v, libConfig{addr: e.addr, ttl: e.ttl}, n)
+	libs, err := newLibs(v, libConfig{addr: e.addr, cluster: e.cluster, ttl: e.ttl}, n)
 	if err != nil {
 		return nil, serverDelta{}, err
 	}
 	defer closeAll(libs)
-	key := e.key("c")
+	key := e.keyFor(libs[0], "c", 0)
 	type result struct {
 		acqs, violations, gaveUp, errs int64
 		perWorker                      []int64

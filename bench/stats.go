@@ -107,6 +107,7 @@ func jain(xs []int64) float64 {
 // serverStats is one INFO snapshot of the counters the scenarios read.
 type serverStats struct {
 	reads int64            // total_reads_processed
+	infos int64            // servers read: each counts the read of its own INFO
 	calls map[string]int64 // commandstats calls by command
 	usec  map[string]int64 // commandstats time in microseconds by command
 	cpu   float64          // used_cpu_user + used_cpu_sys, seconds
@@ -118,7 +119,7 @@ func snapshot(ctx context.Context, c *redis.Client) (serverStats, error) {
 	if err != nil {
 		return serverStats{}, err
 	}
-	s := serverStats{calls: make(map[string]int64), usec: make(map[string]int64)}
+	s := serverStats{infos: 1, calls: make(map[string]int64), usec: make(map[string]int64)}
 	sc := bufio.NewScanner(strings.NewReader(txt))
 	for sc.Scan() {
 		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
@@ -159,7 +160,7 @@ type serverDelta struct {
 }
 
 func (a serverStats) to(b serverStats) serverDelta {
-	d := serverDelta{reads: b.reads - a.reads - 1, byCmd: make(map[string]int64), usecBy: make(map[string]int64),
+	d := serverDelta{reads: b.reads - a.reads - b.infos, byCmd: make(map[string]int64), usecBy: make(map[string]int64),
 		cpu: time.Duration((b.cpu - a.cpu) * float64(time.Second))}
 	for k, v := range b.calls {
 		if k == "info" {
