@@ -1,9 +1,9 @@
 // Package shoppb holds the messages and service stubs of the grpc example, generated
-// from shop.proto. To regenerate them, with protoc on PATH:
+// from shop.proto, whose methods declare their locks with the (guardkit.v1.lock)
+// option. To regenerate them after editing shop.proto, from the repository's root:
 //
-//	go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.11
-//	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
-//	go generate ./examples/grpc/shoppb
+//	make proto
+//
+// which installs protoc and the pinned protoc-gen-go and protoc-gen-go-grpc when they
+// are missing; make test checks that the committed code is current.
 package shoppb
-
-//go:generate protoc --go_out=paths=source_relative:. --go-grpc_out=paths=source_relative:. shop.proto
