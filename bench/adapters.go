@@ -60,8 +60,8 @@ var (
 // libConfig is what a scenario asks of a Lib.
 type libConfig struct {
 	addr string
-	// cluster, when set, holds the seed addresses of a Redis Cluster: the adapter then
-	// runs on a *redis.ClusterClient (or rueidis's cluster client) instead of addr.
+	// cluster, when set, holds the seed addresses of a Redis Cluster: a go-redis adapter
+	// then runs on a *redis.ClusterClient instead of addr.
 	cluster []string
 	// ttl is the lease time of the "best" configurations; "defaults" configurations
 	// keep the library's own where it has one.
@@ -77,6 +77,9 @@ type variant struct {
 	lib    string // library, for grouping
 	config string // how it is configured, for the notes
 	isLock bool   // false for the ceiling, which excludes nothing
+	// replicated marks a variant that needs a primary with replicas: it fails on a
+	// server without them.
+	replicated bool
 	// perWorker gives every contended worker its own instance (its own clients), the way
 	// separate processes would run.
 	perWorker bool
@@ -94,7 +97,7 @@ func variants() []variant {
 		{name: "guardkit/locker-per-worker", lib: "guardkit", isLock: true, perWorker: true,
 			config: "as guardkit, but every contended worker has its own client and Locker, as separate processes would",
 			new:    newGuard},
-		{name: "guardkit/sync-replicas", lib: "guardkit", isLock: true,
+		{name: "guardkit/sync-replicas", lib: "guardkit", isLock: true, replicated: true,
 			config: fmt.Sprintf("as guardkit, plus guard.SyncReplicas(%d, %s): an acquisition counts once WAIT confirms that %d replica has it; the acquire script and WAIT go in one pipeline to the lock's primary", syncReplicas.n, syncReplicas.timeout, syncReplicas.n),
 			new: func(cfg libConfig) (Lib, error) {
 				return newGuardWith(cfg, guard.SyncReplicas(syncReplicas.n, syncReplicas.timeout))
@@ -520,11 +523,7 @@ type rueidisLib struct {
 
 func newRueidis(best bool) func(libConfig) (Lib, error) {
 	return func(cfg libConfig) (Lib, error) {
-		addrs := []string{cfg.addr}
-		if cfg.cluster != nil {
-			addrs = cfg.cluster // rueidis finds a cluster by itself
-		}
-		opt := rueidislock.LockerOption{ClientOption: rueidis.ClientOption{InitAddress: addrs}}
+		opt := rueidislock.LockerOption{ClientOption: rueidis.ClientOption{InitAddress: []string{cfg.addr}}}
 		if best {
 			opt.KeyMajority = 1
 			opt.NoLoopTracking = true

@@ -45,77 +45,84 @@ func newTestLib(t *testing.T, v variant, cfg libConfig) Lib {
 
 // TestConformance checks that every lock adapter acquires, excludes and releases, that
 // a blocked Lock gets the lock when it is released, and that reentrant adapters reenter.
+// The variants that need replicas are checked by TestReplicated.
 func TestConformance(t *testing.T) {
 	for _, v := range variants() {
-		if !v.isLock {
+		if !v.isLock || v.replicated {
 			continue
 		}
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			a := newTestLib(t, v, libConfig{ttl: 10 * time.Second})
 			b := newTestLib(t, v, libConfig{ttl: 10 * time.Second})
-			key := "conformance:" + v.name
-
-			held, err := a.TryLock(ctx, key)
-			if err != nil {
-				t.Fatalf("TryLock on a free key: %v", err)
-			}
-			if _, err := b.TryLock(ctx, key); !errors.Is(err, errBusy) {
-				t.Fatalf("TryLock on a held key: got %v, want errBusy", err)
-			}
-			if _, err := a.TryLock(ctx, key); !errors.Is(err, errBusy) {
-				t.Fatalf("TryLock by another owner through the same client: got %v, want errBusy", err)
-			}
-			short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
-			le, err := b.Lock(short, key)
-			cancel()
-			if err == nil {
-				_ = le.Unlock(ctx)
-				t.Fatal("Lock on a held key succeeded before the holder released it")
-			}
-
-			if re, ok := a.(Reenterer); ok {
-				inner, err := re.Reenter(held, key)
-				if err != nil {
-					t.Fatalf("Reenter: %v", err)
-				}
-				if err := inner.Unlock(ctx); err != nil {
-					t.Fatalf("Unlock of the reentrant hold: %v", err)
-				}
-				if _, err := b.TryLock(ctx, key); !errors.Is(err, errBusy) {
-					t.Fatalf("TryLock after releasing the inner hold only: got %v, want errBusy", err)
-				}
-			}
-
-			got := make(chan error, 1)
-			go func() {
-				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				le, err := b.Lock(wctx, key)
-				if err == nil {
-					err = le.Unlock(ctx)
-				}
-				got <- err
-			}()
-			time.Sleep(20 * time.Millisecond) // let the waiter start waiting
-			if held.Lost() {
-				t.Fatal("lease reported lost while held")
-			}
-			if err := held.Unlock(ctx); err != nil {
-				t.Fatalf("Unlock: %v", err)
-			}
-			if err := <-got; err != nil {
-				t.Fatalf("blocked Lock after release: %v", err)
-			}
-			again, err := a.TryLock(ctx, key)
-			if err != nil {
-				t.Fatalf("TryLock after every release: %v", err)
-			}
-			if err := again.Unlock(ctx); err != nil {
-				t.Fatalf("Unlock: %v", err)
-			}
+			checkLock(t, a, b, "conformance:"+v.name)
 		})
+	}
+}
+
+// checkLock checks that a and b, two instances of one adapter, exclude each other on
+// key, that a blocked Lock gets the lock when it is released, and that a reentrant
+// adapter reenters.
+func checkLock(t *testing.T, a, b Lib, key string) {
+	t.Helper()
+	ctx := context.Background()
+	held, err := a.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock on a free key: %v", err)
+	}
+	if _, err := b.TryLock(ctx, key); !errors.Is(err, errBusy) {
+		t.Fatalf("TryLock on a held key: got %v, want errBusy", err)
+	}
+	if _, err := a.TryLock(ctx, key); !errors.Is(err, errBusy) {
+		t.Fatalf("TryLock by another owner through the same client: got %v, want errBusy", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	le, err := b.Lock(short, key)
+	cancel()
+	if err == nil {
+		_ = le.Unlock(ctx)
+		t.Fatal("Lock on a held key succeeded before the holder released it")
+	}
+
+	if re, ok := a.(Reenterer); ok {
+		inner, err := re.Reenter(held, key)
+		if err != nil {
+			t.Fatalf("Reenter: %v", err)
+		}
+		if err := inner.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock of the reentrant hold: %v", err)
+		}
+		if _, err := b.TryLock(ctx, key); !errors.Is(err, errBusy) {
+			t.Fatalf("TryLock after releasing the inner hold only: got %v, want errBusy", err)
+		}
+	}
+
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		le, err := b.Lock(wctx, key)
+		if err == nil {
+			err = le.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let the waiter start waiting
+	if held.Lost() {
+		t.Fatal("lease reported lost while held")
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("blocked Lock after release: %v", err)
+	}
+	again, err := a.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock after every release: %v", err)
+	}
+	if err := again.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
 	}
 }
 

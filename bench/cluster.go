@@ -29,18 +29,6 @@ var syncReplicas = struct {
 	timeout time.Duration
 }{1, 100 * time.Millisecond}
 
-// keyNamer is a Lib whose Redis key for a lock is not the lock's name. Keys are placed
-// on a cluster's primaries by the name Redis hashes. guardkit hashes the lock's name
-// itself (its hash tag is the name, escaped only for %, { and }, which bench keys never
-// hold); raw and redislock store the name as it is.
-type keyNamer interface {
-	redisKey(key string) string
-}
-
-// redisKey is the first of rueidislock's keys for key: "<prefix>:<i>:<name>", without a
-// hash tag.
-func (l *rueidisLib) redisKey(key string) string { return "rueidislock:0:" + key }
-
 // placement maps a key to the index of the primary that serves it.
 type placement struct {
 	owner     []int // slot → index of its primary in Primaries order
@@ -64,21 +52,18 @@ func newPlacement(c *redistest.Cluster) placement {
 func (p placement) primaryOf(key string) int { return p.owner[redistest.Slot(key)] }
 
 // keyFor returns a new key of kind for the i-th goroutine of a run. On a cluster the key
-// is chosen so that lib's Redis key for it is served by primary i mod the number of
-// primaries: the goroutines of a run spread evenly over all primaries, and a run with
-// one goroutine (or one contended key) always uses the first primary, whatever the
-// library, so that the rows of a cell are measured on the same server.
-func (e *env) keyFor(lib Lib, kind string, i int) string {
+// is chosen so that its slot is served by primary i mod the number of primaries: the
+// goroutines of a run spread evenly over all primaries, and a run with one goroutine (or
+// one contended key) always uses the first primary, so that the rows of a cell are
+// measured on the same server. The cluster variants store a lock under its name (raw,
+// redislock) or under a hash tag of it (guardkit: the name escaped only for %, { and },
+// which bench keys never hold), so the name's slot is the lock's.
+func (e *env) keyFor(kind string, i int) string {
 	if e.place == nil {
 		return e.key(kind)
 	}
 	for {
-		k := e.key(kind)
-		rk := k
-		if n, ok := lib.(keyNamer); ok {
-			rk = n.redisKey(k)
-		}
-		if e.place.primaryOf(rk) == i%e.place.primaries {
+		if k := e.key(kind); e.place.primaryOf(k) == i%e.place.primaries {
 			return k
 		}
 	}

@@ -162,7 +162,7 @@ func (e *env) uncontended(v variant, g int) (map[string]float64, serverDelta, er
 	lib := libs[0]
 	keys := make([]string, g)
 	for i := range keys {
-		keys[i] = e.keyFor(lib, "u", i)
+		keys[i] = e.keyFor("u", i)
 	}
 	hists := make([]hist, g)
 	run := func(d time.Duration, record bool) (int64, int64) {
@@ -267,7 +267,7 @@ func (e *env) contended(v variant, w int, hold time.Duration) (map[string]float6
 		return nil, serverDelta{}, err
 	}
 	defer closeAll(libs)
-	key := e.keyFor(libs[0], "c", 0)
+	key := e.keyFor("c", 0)
 	type result struct {
 		acqs, violations, gaveUp, errs int64
 		perWorker                      []int64
