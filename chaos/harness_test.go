@@ -34,14 +34,22 @@ type config struct {
 	// NoCtxTimeout builds clients without ContextTimeoutEnabled, so that a context
 	// deadline does not cut a Redis call short.
 	NoCtxTimeout bool `json:"no_ctx_timeout"`
+	// SyncReplicas, when above 0, makes every grant and renewal count only once that many
+	// replicas acknowledged it within SyncTimeout (guard.SyncReplicas).
+	SyncReplicas int           `json:"sync_replicas"`
+	SyncTimeout  time.Duration `json:"sync_timeout"`
 }
 
 func (c config) lockerOpts() []guard.Option {
-	return []guard.Option{
+	opts := []guard.Option{
 		guard.TTL(c.TTL),
 		guard.ReleaseTimeout(c.ReleaseTimeout),
 		guard.Retry(guard.UntilCanceled(guard.Fixed(c.RetryDelay, c.RetryJitter))),
 	}
+	if c.SyncReplicas > 0 {
+		opts = append(opts, guard.SyncReplicas(c.SyncReplicas, c.SyncTimeout))
+	}
+	return opts
 }
 
 func (c config) clientOpts(o *redis.Options) {
@@ -90,12 +98,22 @@ type load struct {
 	// Unfenced also keeps a plain read-modify-write counter, to show what the fenced
 	// register prevents.
 	Unfenced bool `json:"unfenced"`
+	// LongShare of the sections (0 to 1) hold for a time drawn from [HoldMax, LongHold]
+	// instead: holds that outlast a failover.
+	LongShare float64       `json:"long_share"`
+	LongHold  time.Duration `json:"long_hold"`
 }
 
 func (l load) acquireTimeout(r *rand.Rand) time.Duration {
 	return between(r, l.AcquireMin, l.AcquireMax)
 }
-func (l load) hold(r *rand.Rand) time.Duration { return between(r, l.HoldMin, l.HoldMax) }
+
+func (l load) hold(r *rand.Rand) time.Duration {
+	if l.LongShare > 0 && r.Float64() < l.LongShare {
+		return between(r, l.HoldMax, l.LongHold)
+	}
+	return between(r, l.HoldMin, l.HoldMax)
+}
 
 func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
 	if hi <= lo {
@@ -123,9 +141,9 @@ type sink interface {
 type worker struct {
 	id     string
 	locker *guard.Locker
-	nested *guard.Locker // another Locker for reentry with the same owner; nil for none
-	store  *redis.Client // the storage Redis (fenced registers, plain counters)
-	probe  *redis.Client // the lock Redis, directly, for I2 probes
+	nested *guard.Locker         // another Locker for reentry with the same owner; nil for none
+	store  *redis.Client         // the storage Redis (fenced registers, plain counters)
+	probe  redis.UniversalClient // the lock deployment, directly, for I2 probes
 	sink   sink
 	epoch  func() int64 // bumped whenever the lock Redis loses its data
 	calm   func() bool  // reports whether no fault is being injected
@@ -164,6 +182,9 @@ func (w *worker) section(ctx context.Context) bool {
 		if !typed(err) {
 			w.sink.Untyped("acquire", key, err)
 		}
+		if re := (*guard.ReplicaError)(nil); errors.As(err, &re) {
+			w.sink.Mark("grant unacknowledged")
+		}
 		return errors.Is(err, guard.ErrLocked) || ctx.Err() != nil
 	}
 	if chaos.MonoOf(le.ValidUntil()) <= enter {
@@ -173,6 +194,9 @@ func (w *worker) section(ctx context.Context) bool {
 		noticed := chaos.Now()
 		if cause := context.Cause(le.Context()); errors.Is(cause, guard.ErrLeaseLost) {
 			w.sink.AddLoss(chaos.Loss{Key: key, Worker: w.id, Token: le.Token(), Valid: chaos.MonoOf(le.ValidUntil()), Noticed: noticed, Reason: cause.Error()})
+			if re := (*guard.ReplicaError)(nil); errors.As(cause, &re) && re.Renewal {
+				w.sink.Mark("renewal unacknowledged")
+			}
 		}
 	})
 	defer stop()
@@ -375,23 +399,28 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // node is one Locker with its own Redis client: a process, as far as Redis can tell.
 type node struct {
 	name   string
-	client *redis.Client
+	client redis.UniversalClient
 	proxy  *redistest.Proxy // between client and Redis; nil when direct
 	locker *guard.Locker
+	idle   bool // runs no workers: the scenario uses its Locker itself
 }
 
-// world is one scenario's setup: a lock Redis, a storage Redis that is never faulted,
-// Lockers, and the history of what happened.
+// world is one scenario's setup: a lock deployment, a storage Redis that is never
+// faulted, Lockers, and the history of what happened. The lock deployment is a single
+// Redis (lock), a Redis Cluster (cluster) or a Sentinel group (sentinel); the other two
+// are nil.
 type world struct {
-	t     *testing.T
-	tb    testing.TB // t, for the Redis test harness: its failures come with a report
-	cfg   config
-	lock  *redistest.Server
-	store *redistest.Server
-	sc    *redis.Client // storage client
-	probe *redis.Client // lock Redis, directly: probes and fault injection
-	hist  *chaos.History
-	epoch atomic.Int64
+	t        *testing.T
+	tb       testing.TB // t, for the Redis test harness: its failures come with a report
+	cfg      config
+	lock     *redistest.Server
+	cluster  *redistest.Cluster
+	sentinel *redistest.Sentinel
+	store    *redistest.Server
+	sc       *redis.Client         // storage client
+	probe    redis.UniversalClient // lock deployment, directly: probes and fault injection
+	hist     *chaos.History
+	epoch    atomic.Int64
 	// faulting counts faults being injected now; a fault's effects on the engine
 	// (queued commands, timeouts) may last a little longer.
 	faulting atomic.Int32
@@ -441,11 +470,18 @@ func (e explaining) Errorf(format string, args ...any) {
 	e.w.reportf(setup, "", 0, format, args...)
 }
 
+// newWorld builds a world whose lock deployment is one Redis started with lockArgs.
 func newWorld(t *testing.T, cfg config, lockArgs ...string) *world {
+	t.Helper()
+	return newWorldOn(t, cfg, func(w *world) { w.lock = redistest.Start(w.tb, redistest.Args(lockArgs...)) })
+}
+
+// newWorldOn builds a world whose lock deployment start sets up, with w.tb.
+func newWorldOn(t *testing.T, cfg config, start func(w *world)) *world {
 	t.Helper()
 	w := &world{t: t, cfg: cfg, hist: &chaos.History{}, marks: map[string]int{}}
 	w.tb = explaining{T: t, w: w}
-	w.lock = redistest.Start(w.tb, redistest.Args(lockArgs...))
+	start(w)
 	w.store = redistest.Start(w.tb)
 	w.leaks = goleak.IgnoreCurrent()
 	w.stalls = &chaos.Stalls{}
@@ -463,29 +499,69 @@ func newWorld(t *testing.T, cfg config, lockArgs ...string) *world {
 		}
 	})
 	w.sc = w.store.Client(w.tb, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	w.probe = w.lock.Client(w.tb, func(o *redis.Options) {
+	w.probe = w.client("", func(o *redis.Options) {
 		o.ContextTimeoutEnabled = true
 		o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, -1
 	})
 	return w
 }
 
-// addNode adds a Locker on a client of its own, through a fault proxy when proxied.
+// client returns a new client of the lock deployment, closed at cleanup, with the
+// options that set gives a single server's client: a *redis.Client on the single server
+// (at addr when not empty), a *redis.ClusterClient on a Cluster, a failover *redis.Client
+// on a Sentinel group. A Cluster or failover client takes set's timeouts, retries and
+// ContextTimeoutEnabled, and keeps the harness's options otherwise.
+func (w *world) client(addr string, set ...func(*redis.Options)) redis.UniversalClient {
+	var o redis.Options
+	for _, f := range set {
+		f(&o)
+	}
+	switch {
+	case w.cluster != nil:
+		return w.cluster.Client(w.tb, func(c *redis.ClusterOptions) {
+			c.ContextTimeoutEnabled, c.ReadTimeout, c.WriteTimeout = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+			c.MaxRetries, c.DialTimeout = o.MaxRetries, o.DialTimeout
+		})
+	case w.sentinel != nil:
+		return w.sentinel.Client(w.tb, func(c *redis.FailoverOptions) {
+			c.ContextTimeoutEnabled, c.ReadTimeout, c.WriteTimeout = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+			c.MaxRetries, c.DialTimeout = o.MaxRetries, o.DialTimeout
+		})
+	}
+	if addr != "" {
+		set = append(set, func(o *redis.Options) { o.Addr = addr })
+	}
+	return w.lock.Client(w.tb, set...)
+}
+
+// addNode adds a Locker on a client of its own, through a fault proxy when proxied
+// (single server only).
 func (w *world) addNode(name string, proxied bool) *node {
 	w.t.Helper()
 	n := &node{name: name}
-	addr := w.lock.Addr()
+	addr := ""
 	if proxied {
-		n.proxy = redistest.NewProxy(w.tb, addr)
+		if w.lock == nil {
+			w.fatalf(setup, "", 0, "node %s: fault proxies sit in front of a single server only", name)
+		}
+		n.proxy = redistest.NewProxy(w.tb, w.lock.Addr())
 		addr = n.proxy.Addr()
 	}
-	n.client = w.lock.Client(w.tb, w.cfg.clientOpts, func(o *redis.Options) { o.Addr = addr })
+	n.client = w.client(addr, w.cfg.clientOpts)
 	l, err := guard.New(n.client, w.cfg.lockerOpts()...)
 	if err != nil {
 		w.fatalf(setup, "", 0, "guard.New: %v", err)
 	}
 	n.locker = l
 	w.nodes = append(w.nodes, n)
+	return n
+}
+
+// addIdle adds a node that runs no workers: a Locker for the scenario's own calls.
+func (w *world) addIdle(name string) *node {
+	w.t.Helper()
+	n := w.addNode(name, false)
+	n.idle = true
 	return n
 }
 
@@ -594,12 +670,14 @@ func (w *world) mark(kind string) int {
 	return w.marks[kind]
 }
 
-// run starts ld's workers on every node (each worker reenters through the next node
-// when ld.Nested) and returns a function that stops them and waits.
+// run starts ld's workers on every node but the idle ones (each worker reenters
+// through the next such node when ld.Nested) and returns a function that stops them and
+// waits.
 func (w *world) run(ld load) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for i, n := range w.nodes {
+	busy := slices.DeleteFunc(slices.Clone(w.nodes), func(n *node) bool { return n.idle })
+	for i, n := range busy {
 		for g := range ld.Workers {
 			wk := &worker{
 				id: fmt.Sprintf("%s/%d", n.name, g), locker: n.locker, store: w.sc, probe: w.probe,
@@ -607,7 +685,7 @@ func (w *world) run(ld load) (stop func()) {
 				rng: rand.New(rand.NewPCG(uint64(i), uint64(g))),
 			}
 			if ld.Nested {
-				wk.nested = w.nodes[(i+1)%len(w.nodes)].locker
+				wk.nested = busy[(i+1)%len(busy)].locker
 			}
 			wg.Add(1)
 			go func() {
@@ -699,6 +777,12 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	if n := w.mark("expired at handout"); n > 0 {
 		w.note("%d leases were past their validity when Acquire returned them (a client retry across the outage)", n)
 	}
+	if n := w.mark("grant unacknowledged"); n > 0 {
+		w.note("%d grants undone with a typed *ReplicaError: fewer replicas than SyncReplicas asked for acknowledged them", n)
+	}
+	if n := w.mark("renewal unacknowledged"); n > 0 {
+		w.note("%d leases lost at their acknowledged validity: no replica acknowledged a renewal in time", n)
+	}
 	for _, n := range w.nodes {
 		_ = n.client.Close()
 		if n.proxy != nil {
@@ -756,15 +840,16 @@ func (w *world) stopProcs() {
 	}
 }
 
-// checkOrphans waits up to a TTL and a bit for every lock to leave the lock Redis: once
-// the Lockers are closed, a lock still there after its TTL was left behind (I3).
+// checkOrphans waits up to a TTL and a bit for every lock to leave the lock deployment's
+// primaries: once the Lockers are closed, a lock still there after its TTL was left
+// behind (I3).
 func (w *world) checkOrphans(ctx context.Context) {
-	if w.lock.PID() == 0 {
+	if w.lock != nil && w.lock.PID() == 0 {
 		return
 	}
 	deadline := time.Now().Add(w.cfg.TTL + time.Second)
 	for {
-		keys, err := w.probe.Keys(ctx, "guard:{*").Result()
+		keys, err := w.lockNames(ctx)
 		keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasSuffix(k, ":fence") })
 		if err == nil && len(keys) == 0 {
 			return
@@ -782,4 +867,25 @@ func (w *world) checkOrphans(ctx context.Context) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// lockNames lists the Redis names of the locks and fences on every primary of the lock
+// deployment.
+func (w *world) lockNames(ctx context.Context) ([]string, error) {
+	cc, ok := w.probe.(*redis.ClusterClient)
+	if !ok {
+		return w.probe.Keys(ctx, "guard:{*").Result()
+	}
+	var (
+		mu  sync.Mutex
+		all []string
+	)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, "guard:{*").Result()
+		mu.Lock()
+		all = append(all, keys...)
+		mu.Unlock()
+		return err
+	})
+	return all, err
 }

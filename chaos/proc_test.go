@@ -197,6 +197,9 @@ func (b *lockedBuffer) String() string {
 func (w *world) startProc(name string, lockers int, ld load) *proc {
 	t := w.t
 	t.Helper()
+	if w.lock == nil {
+		w.fatalf(setup, "", 0, "worker process %s: worker processes run against a single server only", name)
+	}
 	spec, err := json.Marshal(procSpec{Name: name, LockAddr: w.lock.Addr(), StoreAddr: w.store.Addr(),
 		Lockers: lockers, Seed: uint64(len(w.procs) + 1), Config: w.cfg, Load: ld})
 	if err != nil {

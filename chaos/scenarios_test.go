@@ -63,6 +63,13 @@ var scenarios = []scenario{
 	{name: "waiters on one key, half cancelled", smoke: true, run: waiters},
 	{name: "context-cancel storm", smoke: true, run: cancelStorm},
 	{name: "no ContextTimeoutEnabled, redis paused", run: noContextTimeout},
+	{name: "cluster: primary killed", run: clusterKilled(false), expected: []chaos.Invariant{chaos.I1}},
+	{name: "cluster: primary killed, SyncReplicas", smoke: true, run: clusterKilled(true)},
+	{name: "cluster: planned failover (CLUSTER FAILOVER)", run: clusterFailover},
+	{name: "sentinel: primary killed", run: sentinelKilled(false), expected: []chaos.Invariant{chaos.I1}},
+	{name: "sentinel: primary killed, SyncReplicas", run: sentinelKilled(true)},
+	{name: "sentinel: replica lag, then primary killed", run: sentinelLag(false), expected: []chaos.Invariant{chaos.I1}},
+	{name: "sentinel: replica lag, then primary killed, SyncReplicas", run: sentinelLag(true)},
 }
 
 // runScenarios runs the scenarios that pick selects, each as a subtest, and returns
