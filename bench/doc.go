@@ -3,7 +3,12 @@
 //
 // Every library is driven through the same small adapter interface (Lib) in the same
 // scenarios: uncontended try-acquire/release, a contended key, reentrant acquisition,
-// many concurrently held leases under renewal, and a go-redis EVALSHA ceiling. Each cell
+// many concurrently held leases under renewal, and a go-redis EVALSHA ceiling. The
+// uncontended and contended loops run again on a Redis Cluster of three primaries with
+// one replica each (cluster-uncontended, cluster-contended), and the uncontended loop on
+// one server with one replica (replicated-uncontended); both deployments are started by
+// internal/redistest for their scenarios only, and show what guard.SyncReplicas costs
+// per acquisition. Each cell
 // is repeated several times, interleaved, with the library order rotated; medians are
 // reported, and ratios against the "raw" baseline (SET NX PX + Lua compare-and-delete,
 // polling every millisecond) come from the same run.
@@ -27,5 +32,7 @@
 // Process or ProcessPipeline call; not available for rueidis) and by the server's
 // total_reads_processed delta, which counts every read the server made, including the
 // reads of Pub/Sub and client-side-caching connections. Server commands come from
-// INFO commandstats and include the commands that scripts run.
+// INFO commandstats and include the commands that scripts run. On a cluster the hook is
+// on every node's client, and the server counters are summed over the primaries, with
+// the replicas' share counted apart.
 package main

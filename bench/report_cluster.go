@@ -85,7 +85,7 @@ func (r *report) clusterSection(b *strings.Builder) {
 			{"acq/s", "acq_per_s", -1}, {"× raw", "ratio_raw", 2}, {"× single", "ratio_single", 2},
 			{"gap mean µs", "gap_mean_us", 0}, {"gap p99 µs", "gap_p99_us", 0}, {"wait p99 ms", "wait_p99_ms", 1},
 			{"RT/acq", "rt_per_acq_hook", 2}, {"reads/acq", "reads_per_acq", 2}, {"cmds/acq", "cmds_per_acq", 1},
-			{"self %", "self_handoff_pct", 0}, {"Jain", "jain", 3}, {"max/min", "max_min", 1},
+			{"SPUBLISH/acq", "cmd:spublish", 2}, {"self %", "self_handoff_pct", 0}, {"Jain", "jain", 3}, {"max/min", "max_min", 1},
 			{"starved", "starved", 0}, {"viol", "violations", 0}, {"gave up", "gave_up", 0}, {"errors", "errors", 0},
 		})
 	}
