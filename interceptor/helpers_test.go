@@ -76,7 +76,8 @@ func registerFile(t testing.TB) {
 	})
 }
 
-func buildFile(pkg string) protoreflect.FileDescriptor {
+// buildFile builds the test file in package pkg, changed by edits before it is checked.
+func buildFile(pkg string, edits ...func(*descriptorpb.FileDescriptorProto)) protoreflect.FileDescriptor {
 	// Importing these packages registers the well-known files the test file depends on.
 	_ = wrapperspb.String("")
 	_ = timestamppb.Now()
@@ -126,6 +127,9 @@ func buildFile(pkg string) protoreflect.FileDescriptor {
 		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Accounts"), Method: []*descriptorpb.MethodDescriptorProto{
 			method("Hold", false), method("Debit", false), method("Audit", false), method("Plain", false), method("Watch", true),
 		}}},
+	}
+	for _, edit := range edits {
+		edit(fdp)
 	}
 	fd, err := protodesc.NewFile(fdp, protoregistry.GlobalFiles)
 	if err != nil {

@@ -44,7 +44,7 @@ func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServ
 	s := mustServer(locker, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx, tok, rej := s.accept(ctx)
-		r := s.rules.match(info.FullMethod)
+		r := s.match(info.FullMethod)
 		if r == nil {
 			return handler(ctx, req)
 		}
@@ -74,7 +74,7 @@ func StreamServerInterceptor(locker *guard.Locker, opts ...Option) grpc.StreamSe
 	s := mustServer(locker, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx, tok, rej := s.accept(ss.Context())
-		r := s.rules.match(info.FullMethod)
+		r := s.match(info.FullMethod)
 		if r == nil {
 			if ctx != ss.Context() {
 				ss = &serverStream{ServerStream: ss, ctx: ctx}
@@ -98,8 +98,17 @@ func (s *serverStream) Context() context.Context { return s.ctx }
 
 // server is the shared state of the server interceptors.
 type server struct {
-	o     options
-	rules *ruleSet
+	o         options
+	rules     *ruleSet
+	annotated map[string]*rule // by full method name; empty without WithProtoOptions
+}
+
+// match returns the rule that locks method: a Rule's first, then the method's option.
+func (s *server) match(method string) *rule {
+	if r := s.rules.match(method); r != nil {
+		return r
+	}
+	return s.annotated[method]
 }
 
 func mustServer(locker *guard.Locker, opts []Option) *server {
@@ -118,11 +127,17 @@ func newServer(locker *guard.Locker, opts []Option) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs, err := compileRules(locker, o.rules)
+	rs, err := compileRules(locker, o.rules, o.files)
 	if err != nil {
 		return nil, err
 	}
-	return &server{o: o, rules: rs}, nil
+	s := &server{o: o, rules: rs}
+	if o.protoOptions {
+		if s.annotated, err = compileAnnotations(locker, o.files); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // invocation is one guarded RPC as it passes through a rule's guard.Wrap.
@@ -173,7 +188,7 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 	_, err = r.run(ctx, inv)
 	switch {
 	case !inv.entered:
-		if s.o.failOpen && errors.Is(err, guard.ErrUnavailable) {
+		if (s.o.failOpen || r.failOpen) && errors.Is(err, guard.ErrUnavailable) {
 			return run(ctx)
 		}
 		return acquireStatus(c.method, err, rej)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/protobuf/reflect/protoregistry"
+
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 )
@@ -21,15 +23,17 @@ type Option func(*options)
 // options is the resolved configuration. Each constructor starts from defaultOptions, so
 // interceptors never share mutable state.
 type options struct {
-	rules       []Rule
-	signer      *ctxid.Signer
-	mdKey       string
-	failOpen    bool
-	trustedPeer func(ctx context.Context) bool
+	rules        []Rule
+	signer       *ctxid.Signer
+	mdKey        string
+	failOpen     bool
+	trustedPeer  func(ctx context.Context) bool
+	protoOptions bool
+	files        *protoregistry.Files
 }
 
 func defaultOptions() options {
-	return options{mdKey: MetadataKey}
+	return options{mdKey: MetadataKey, files: protoregistry.GlobalFiles}
 }
 
 // evaluate applies opts over the defaults and checks what every interceptor reads.
@@ -73,6 +77,11 @@ type Rule struct {
 	// says, else the one given to guard.New, else at most guard.DefaultMaxWait (5s), and
 	// never past the RPC's deadline; then the RPC fails with codes.Aborted.
 	Options []guard.Option
+
+	// FailOpen makes the methods of this rule run without their lock when Redis cannot
+	// be reached, as WithFailOpen does for every rule. Default false: fail closed,
+	// unless WithFailOpen(true) is given.
+	FailOpen bool
 }
 
 // WithRules adds rules to the server interceptors. Methods that no rule matches pass
@@ -80,6 +89,44 @@ type Rule struct {
 // Read by UnaryServerInterceptor and StreamServerInterceptor. Default: no rules.
 func WithRules(rules ...Rule) Option {
 	return func(o *options) { o.rules = append(o.rules, rules...) }
+}
+
+// WithProtoOptions makes the server interceptors lock the methods whose descriptors
+// carry the (guardkit.v1.lock) option of guardkit/v1/lock.proto (see package lockpb),
+// as a Rule with the same settings would: the lock is declared in the .proto file,
+// next to the method, instead of in a rule table.
+//
+//	rpc Transfer(TransferRequest) returns (TransferReply) {
+//	  option (guardkit.v1.lock) = { key: "account:{from_account}" max_wait: { seconds: 2 } };
+//	}
+//
+// The interceptor's constructor reads every service of the registry (WithProtoRegistry)
+// once and checks each annotated method's option as it checks a Rule, so a mistake
+// fails at start-up, naming the method and the option's field; the rules it makes are
+// kept by full method name. A Rule that matches a method, by its full name or a
+// pattern, takes precedence over the method's option, so an operator can change or
+// lift a lock without editing the .proto file.
+//
+// It is off by default because a .proto file is often shared: an option added to it
+// by the team that owns it must not start locking, on Redis, a service that links its
+// generated code but never planned for a lock. Each server opts in.
+// Read by UnaryServerInterceptor and StreamServerInterceptor. Default: off; only rules
+// lock.
+func WithProtoOptions() Option {
+	return func(o *options) { o.protoOptions = true }
+}
+
+// WithProtoRegistry sets where the server interceptors find method descriptors: the
+// annotated methods that WithProtoOptions reads, and the request types that rules'
+// {req...} paths are checked against at construction. A nil files is ignored.
+// Read by UnaryServerInterceptor and StreamServerInterceptor. Default
+// protoregistry.GlobalFiles, where generated code registers its files.
+func WithProtoRegistry(files *protoregistry.Files) Option {
+	return func(o *options) {
+		if files != nil {
+			o.files = files
+		}
+	}
 }
 
 // WithSigner sets the keys that owner tokens are signed and verified with. The server
@@ -111,7 +158,9 @@ func WithMetadataKey(key string) Option {
 
 // WithFailOpen makes a guarded RPC run without its lock when Redis cannot be reached,
 // instead of failing with codes.Unavailable: availability over exclusion. The handler can
-// tell from guard.LeaseFromContext, which then reports no lease.
+// tell from guard.LeaseFromContext, which then reports no lease. It applies to every
+// rule and annotated method; Rule.FailOpen and the option's fail_open choose it for
+// some only.
 // Read by UnaryServerInterceptor and StreamServerInterceptor. Default false: fail
 // closed.
 func WithFailOpen(open bool) Option {

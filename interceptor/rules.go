@@ -15,11 +15,22 @@ import (
 
 // rule is a Rule compiled for one Locker.
 type rule struct {
-	method string // as given: a full method name or a pattern
-	prefix string // for patterns, the text before "*"
-	key    *keyfunc.Template[*call]
-	paths  []*protoPath // the {req...} placeholders of key
-	run    func(context.Context, *invocation) (struct{}, error)
+	method   string // as given: a full method name or a pattern
+	prefix   string // for patterns, the text before "*"
+	key      *keyfunc.Template[*call]
+	paths    []*protoPath // the {req...} placeholders of key
+	failOpen bool
+	run      func(context.Context, *invocation) (struct{}, error)
+}
+
+// build makes r's guarded runner on locker with opts, which name the lock and set its
+// TTL and waiting; the key and the Locker are set last, so that opts cannot override
+// them.
+func (r *rule) build(locker *guard.Locker, opts []guard.Option) error {
+	opts = append(opts, guard.Use(locker), guard.KeyFunc(invocationKey))
+	var err error
+	r.run, err = guard.WrapE(runHandler, opts...)
+	return err
 }
 
 // ruleSet finds the rule of a method: a full method name first, then the longest pattern.
@@ -40,15 +51,17 @@ func (rs *ruleSet) match(method string) *rule {
 	return nil
 }
 
-// compileRules checks rules and builds their guarded runners on locker.
-func compileRules(locker *guard.Locker, rules []Rule) (*ruleSet, error) {
+// compileRules checks rules and builds their guarded runners on locker. The {req...}
+// paths of rules for methods that files describes are checked against their request
+// types.
+func compileRules(locker *guard.Locker, rules []Rule, files *protoregistry.Files) (*ruleSet, error) {
 	rs := &ruleSet{exact: make(map[string]*rule)}
 	seen := make(map[string]bool)
 	for i, rl := range rules {
 		fail := func(field, reason string, err error) error {
 			return fmt.Errorf("interceptor: rule %d (%q): %w", i, rl.Method, &guard.ConfigError{Field: "Rule." + field, Reason: reason, Err: err})
 		}
-		r := &rule{method: rl.Method}
+		r := &rule{method: rl.Method, failOpen: rl.FailOpen}
 		pattern, problem := checkMethod(rl.Method)
 		if problem != "" {
 			return nil, fail("Method", problem, nil)
@@ -64,13 +77,9 @@ func compileRules(locker *guard.Locker, rules []Rule) (*ruleSet, error) {
 		if r.key, err = keyfunc.Parse(rl.Key, sources(&r.paths)); err != nil {
 			return nil, fail("Key", strings.TrimPrefix(err.Error(), "keyfunc: "), err)
 		}
-		// The rule's own options come first so that the key and the Locker cannot be
-		// overridden by them.
 		// The lock is named after the rule's method (or pattern) in telemetry, unless the
 		// rule's options name it otherwise.
-		opts := append([]guard.Option{guard.Name(rl.Method)}, rl.Options...)
-		opts = append(opts, guard.Use(locker), guard.KeyFunc(invocationKey))
-		if r.run, err = guard.WrapE(runHandler, opts...); err != nil {
+		if err := r.build(locker, append([]guard.Option{guard.Name(rl.Method)}, rl.Options...)); err != nil {
 			return nil, fmt.Errorf("interceptor: rule %d (%q): %w", i, rl.Method, err)
 		}
 		if pattern {
@@ -81,7 +90,7 @@ func compileRules(locker *guard.Locker, rules []Rule) (*ruleSet, error) {
 		}
 	}
 	slices.SortStableFunc(rs.patterns, func(a, b *rule) int { return len(b.prefix) - len(a.prefix) })
-	if err := rs.checkRegistered(protoregistry.GlobalFiles); err != nil {
+	if err := rs.checkRegistered(files); err != nil {
 		return nil, err
 	}
 	return rs, nil
