@@ -4,8 +4,9 @@
 //
 // # Usage
 //
-// The server interceptors take their locks from a guard.Locker and a rule table that
-// maps methods to key templates:
+// The server interceptors take their locks from a guard.Locker, and the keys from a
+// rule table that maps methods to key templates or from locks declared on the methods
+// in their .proto files (see "Locks declared in the .proto file"):
 //
 //	rules := []interceptor.Rule{
 //		{Method: "/bank.v1.Bank/Transfer", Key: "account:{req.from_account}",
@@ -22,7 +23,7 @@
 //
 // Put the lock after authentication, logging and panic recovery in the chain, so that
 // unauthenticated calls take no lock and the others see the status it returns. A method
-// that no rule matches runs without a lock.
+// that no rule matches and that declares no lock runs without one.
 //
 // A busy lock is waited for as the rule's guard.Retry option says, else the one given
 // to guard.New, else at most guard.DefaultMaxWait (5s); waiting never outlasts the RPC's
@@ -39,6 +40,53 @@
 // zero value — is missing, so that requests without it do not all share one lock.
 // {md.key} reads the single value of an incoming metadata key, {method} the full method
 // name.
+//
+// # Locks declared in the .proto file
+//
+// A method's lock can be declared where the method is, with the (guardkit.v1.lock)
+// option of guardkit/v1/lock.proto (package lockpb; give protoc this module's
+// interceptor/proto directory as an import path):
+//
+//	import "guardkit/v1/lock.proto";
+//
+//	service Bank {
+//	  rpc Transfer(TransferRequest) returns (TransferReply) {
+//	    option (guardkit.v1.lock) = { key: "account:{from_account}" max_wait: { seconds: 2 } };
+//	  }
+//	  rpc Close(CloseRequest) returns (CloseReply) {
+//	    option (guardkit.v1.lock) = { key: "account:{account.id}" fail_fast: true ttl: { seconds: 10 } };
+//	  }
+//	}
+//
+// and the server reads it with WithProtoOptions, with no rule table:
+//
+//	opts := []interceptor.Option{interceptor.WithProtoOptions(), interceptor.WithSigner(signer)}
+//
+// The option's fields are a Rule's: key is a template with the three sources above, in
+// which a bare {from_account} or {account.id} means {req.from_account} or
+// {req.account.id} (so a field named req, md or method needs the req. prefix, and the
+// shorthand is for field names in lower case, as the protobuf style guide writes
+// them); ttl is guard.TTL, max_wait guard.Retry(guard.MaxWait(d, nil)) (0 means try
+// once), fail_fast guard.Retry(guard.NoRetry()), fail_open Rule.FailOpen, and name
+// guard.Name. An annotated method is locked exactly as the equivalent Rule would lock
+// it: same Redis key, statuses, waiting and reentrancy.
+//
+// The constructor reads every service of protoregistry.GlobalFiles, where generated
+// code registers its files (or of the registry given to WithProtoRegistry), and checks
+// each annotated method as it checks a rule: the template, the request fields it names,
+// that a streaming method keys by {md...} or {method}, that ttl is > 0 and max_wait
+// ≥ 0, and the settings against the Locker's. A mistake panics at start-up, with an
+// error naming the method and the option's field:
+//
+//	interceptor: /bank.v1.Bank/Transfer: option (guardkit.v1.lock).key: {req.from}: message bank.v1.TransferRequest has no field "from" ...
+//
+// The rules are built once and looked up by full method name. A Rule that matches a
+// method, by name or pattern, takes precedence over its option, so an operator can
+// change or lift a declared lock without editing the .proto file.
+//
+// The option is read only when the server opts in with WithProtoOptions: a .proto file
+// is often shared, and an option added to it by the team that owns it must not start
+// locking, on Redis, a service that never planned for one.
 //
 // # Reentrancy across services
 //

@@ -12,11 +12,17 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/interceptor"
+	"github.com/guardkit/guardkit/interceptor/lockpb"
 )
 
 // A rule table, and the interceptors registered on a server with
@@ -156,4 +162,49 @@ func ExampleWithFailOpen() {
 	// fail closed: Unavailable LOCK_UNAVAILABLE
 	// handler ran, locked: false
 	// fail open: OK
+}
+
+// Locks declared in the .proto file, read with WithProtoOptions. Generated code
+// registers its files in protoregistry.GlobalFiles, where the interceptors look by
+// default; here the file is built by hand, in a registry of its own, with a typo in
+// the option's key, and the constructor reports it before any RPC arrives.
+func ExampleWithProtoOptions() {
+	// In bank.proto:
+	//
+	//	rpc Transfer(TransferRequest) returns (TransferReply) {
+	//	  option (guardkit.v1.lock) = { key: "account:{from_acount}" max_wait: { seconds: 2 } };
+	//	}
+	lock := &descriptorpb.MethodOptions{}
+	proto.SetExtension(lock, lockpb.E_Lock, &lockpb.Lock{Key: "account:{from_acount}",
+		Wait: &lockpb.Lock_MaxWait{MaxWait: durationpb.New(2 * time.Second)}})
+	str := descriptorpb.FieldDescriptorProto_TYPE_STRING
+	fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
+		Name: proto.String("bank.proto"), Package: proto.String("bank.v1"), Syntax: proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{
+			{Name: proto.String("TransferRequest"), Field: []*descriptorpb.FieldDescriptorProto{
+				{Name: proto.String("from_account"), Number: proto.Int32(1), Type: str.Enum()}}},
+			{Name: proto.String("TransferReply")},
+		},
+		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Bank"), Method: []*descriptorpb.MethodDescriptorProto{
+			{Name: proto.String("Transfer"), InputType: proto.String(".bank.v1.TransferRequest"),
+				OutputType: proto.String(".bank.v1.TransferReply"), Options: lock}}}},
+	}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	files := new(protoregistry.Files)
+	if err := files.RegisterFile(fd); err != nil {
+		log.Fatal(err)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	locker, err := guard.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	defer func() { fmt.Println(recover()) }()
+	interceptor.UnaryServerInterceptor(locker, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
+	// Output: interceptor: /bank.v1.Bank/Transfer: option (guardkit.v1.lock).key: {req.from_acount}: message bank.v1.TransferRequest has no field "from_acount" (fields are named as in the .proto file)
 }

@@ -12,7 +12,8 @@ import (
 )
 
 // UnaryServerInterceptor returns a server interceptor that runs each unary RPC whose
-// method a rule matches (WithRules) under that rule's lock, taken from locker:
+// method a rule matches (WithRules), or whose method declares a lock with the
+// (guardkit.v1.lock) option (WithProtoOptions), under that lock, taken from locker:
 //
 //   - the owner is the caller's, when it sent a token that verifies (WithSigner,
 //     WithTrustedPeer), so that a call chain that comes back on the same key reenters
@@ -31,15 +32,17 @@ import (
 //     while the handler ran, the RPC fails with codes.Aborted even if the handler
 //     succeeded, because exclusivity was not guaranteed.
 //
-// Methods that no rule matches run unchanged, except that a trusted owner token is
+// Methods that no rule matches and that declare no lock run unchanged, except that a
+// trusted owner token is
 // accepted into their context, so that an unguarded service in the middle of a chain
 // passes the owner on. Errors are described in the package documentation.
 //
 // It panics, as regexp.MustCompile does, when the configuration is invalid: a nil
 // locker, a rule without a method or key, a malformed template or method pattern, two
-// rules for the same method, invalid guard options, a bad metadata key, or a {req...}
-// path that a registered request type does not have. The panic value is an error
-// matching guard.ErrInvalidConfig.
+// rules for the same method, invalid guard options, a bad metadata key, a {req...}
+// path that a registered request type does not have, or, with WithProtoOptions, any
+// such mistake in a method's option. The panic value is an error matching
+// guard.ErrInvalidConfig.
 func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServerInterceptor {
 	s := mustServer(locker, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -58,16 +61,17 @@ func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServ
 }
 
 // StreamServerInterceptor returns a server interceptor that runs each streaming RPC whose
-// method a rule matches under that rule's lock, as UnaryServerInterceptor does for unary
-// RPCs. The lock covers the whole stream: it is acquired before the handler starts,
+// method a rule matches, or whose method declares a lock (WithProtoOptions), under that
+// lock, as UnaryServerInterceptor does for unary RPCs. The lock covers the whole stream: it is acquired before the handler starts,
 // renewed while the stream lasts, and released when the handler returns, which it
 // should do when the client cancels the stream (its context is then done). The handler
 // sees a ServerStream whose Context carries the owner and the lease.
 //
 // A stream has not delivered any message when the lock is taken, so a streaming
-// method's rule must key on {md...} or {method}: a {req...} placeholder fails the
-// stream with codes.Internal (and the interceptor's construction, when the method is
-// registered with protoregistry.GlobalFiles).
+// method's rule or option must key on {md...} or {method}: a {req...} placeholder
+// fails the interceptor's construction when the method is in the registry
+// (protoregistry.GlobalFiles, or WithProtoRegistry), and the stream with
+// codes.Internal otherwise.
 //
 // It panics, like UnaryServerInterceptor, when the configuration is invalid.
 func StreamServerInterceptor(locker *guard.Locker, opts ...Option) grpc.StreamServerInterceptor {
