@@ -23,6 +23,7 @@ var update = flag.Bool("update", false, "rewrite the README's example blocks fro
 //	```
 //
 // and the example marks the region with "// readme:begin echo" and "// readme:end".
+// Regions of .proto files are shown the same way, in ```proto blocks.
 var (
 	readmeMarker = regexp.MustCompile(`^<!-- example: (\S+)#(\S+) -->$`)
 	regionBegin  = regexp.MustCompile(`^\s*// readme:begin (\S+)$`)
@@ -56,8 +57,9 @@ func TestREADMEQuickStarts(t *testing.T) {
 			continue
 		}
 		shown[id] = true
-		if i+1 >= len(lines) || lines[i+1] != "```go" {
-			t.Errorf("README line %d: the marker of %s must be followed by a ```go fence", i+1, id)
+		fence := fenceOf(m[1])
+		if i+1 >= len(lines) || lines[i+1] != fence {
+			t.Errorf("README line %d: the marker of %s must be followed by a %s fence", i+1, id, fence)
 			continue
 		}
 		end := i + 2
@@ -72,12 +74,13 @@ func TestREADMEQuickStarts(t *testing.T) {
 			t.Errorf("README block of %s (line %d) differs from the example; run go test ./examples -run README -update\n--- README\n%s\n--- %s\n%s",
 				id, i+2, block, id, code)
 		}
-		out = append(out, "```go", code, "```")
+		out = append(out, fence, code, "```")
 		i = end
 	}
 	for id := range regions {
 		if !shown[id] {
-			t.Errorf("region %s is not shown in the README: add <!-- example: %s --> and a ```go block", id, id)
+			file, _, _ := strings.Cut(id, "#")
+			t.Errorf("region %s is not shown in the README: add <!-- example: %s --> and a %s block", id, id, fenceOf(file))
 		}
 	}
 	if *update && !t.Failed() {
@@ -87,13 +90,22 @@ func TestREADMEQuickStarts(t *testing.T) {
 	}
 }
 
-// allRegions reads the readme regions of every Go file under examples, by
+// fenceOf returns the opening fence of a README block copied from file.
+func fenceOf(file string) string {
+	if strings.HasSuffix(file, ".proto") {
+		return "```proto"
+	}
+	return "```go"
+}
+
+// allRegions reads the readme regions of every Go and .proto file under examples, by
 // "examples/<path>#<name>", dedented.
 func allRegions(t *testing.T) map[string]string {
 	t.Helper()
 	regions := map[string]string{}
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, "_test.go") ||
+			!strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, ".proto") {
 			return err
 		}
 		found, err := fileRegions(path)

@@ -1,5 +1,7 @@
 // Command grpc runs two gRPC services that lock the same order: Orders.Cancel holds
-// "order:<id>" and calls Payments.Refund, which locks "order:<id>" too. The client
+// "order:<id>" and calls Payments.Refund, which locks "order:<id>" too. The locks are
+// declared on the methods in shoppb/shop.proto, with the (guardkit.v1.lock) option,
+// and the servers read them with interceptor.WithProtoOptions(). The client
 // interceptor on Orders' connection sends the lock owner, signed; Payments' server
 // interceptor verifies it, so Refund reenters the lock its caller holds — across the
 // service boundary, with the same fencing token — instead of waiting for it forever.

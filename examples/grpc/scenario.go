@@ -69,7 +69,8 @@ func scenario(ctx context.Context, rdb *redis.Client, orderLocker *guard.Locker,
 	}
 
 	// 3. While another request holds the second order's lock, a Refund that does not own
-	// it waits for it, up to its rule's MaxWait, and is then refused with a retry hint.
+	// it waits for it, up to the max_wait that shop.proto declares, and is then refused
+	// with a retry hint.
 	other, err := orderLocker.Acquire(ctx, "order:"+second)
 	if err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -35,25 +34,23 @@ func serve(srv *grpc.Server) (string, error) {
 
 // readme:begin grpc
 
-// startPayments runs the Payments service, whose Refund locks the order, waiting up to
-// half a second for it. It accepts the lock owner of a caller whose token signer
-// verifies, so a call made while the caller holds the order's lock reenters it instead
-// of waiting for it.
+// startPayments runs the Payments service. Refund declares its lock in shop.proto —
+// the order's, waited for up to half a second — and WithProtoOptions makes the
+// interceptor read it. The interceptor accepts the lock owner of a caller whose token
+// signer verifies, so a call made while the caller holds the order's lock reenters it
+// instead of waiting for it.
 func startPayments(rdb *redis.Client, locker *guard.Locker, signer *ctxid.Signer) *grpc.Server {
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker,
-		interceptor.WithRules(interceptor.Rule{
-			Method:  shoppb.Payments_Refund_FullMethodName,
-			Key:     "order:{req.order_id}",
-			Options: []guard.Option{guard.Retry(guard.MaxWait(500*time.Millisecond, nil))},
-		}),
+		interceptor.WithProtoOptions(),
 		interceptor.WithSigner(signer),
 	)))
 	shoppb.RegisterPaymentsServer(srv, &payments{rdb: rdb})
 	return srv
 }
 
-// startOrders runs the Orders service, whose Cancel locks the order and calls Refund:
-// its client connection to Payments sends the lock owner of each call, signed.
+// startOrders runs the Orders service, whose Cancel locks the order, as shop.proto
+// declares, and calls Refund: its client connection to Payments sends the lock owner
+// of each call, signed.
 func startOrders(rdb *redis.Client, locker *guard.Locker, signer *ctxid.Signer, paymentsAddr string) (*grpc.Server, *grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(paymentsAddr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -62,10 +59,7 @@ func startOrders(rdb *redis.Client, locker *guard.Locker, signer *ctxid.Signer, 
 		return nil, nil, err
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker,
-		interceptor.WithRules(interceptor.Rule{
-			Method: shoppb.Orders_Cancel_FullMethodName,
-			Key:    "order:{req.order_id}",
-		}),
+		interceptor.WithProtoOptions(),
 		interceptor.WithSigner(signer),
 	)))
 	shoppb.RegisterOrdersServer(srv, &orders{rdb: rdb, payments: shoppb.NewPaymentsClient(conn)})
