@@ -141,7 +141,7 @@ func run(o options) error {
 	record := func(m measurement) {
 		ms = append(ms, m)
 		writeJSON(jw, "run", m)
-		fmt.Fprintf(os.Stderr, "%-11s %-14s rep %d %-28s %s\n", m.Scenario, m.Cell, m.Rep, m.Variant, brief(m))
+		fmt.Fprintf(os.Stderr, "%-22s %-12s rep %d %-26s %s\n", m.Scenario, m.Cell, m.Rep, m.Variant, brief(m))
 	}
 	type cell struct {
 		name string
