@@ -33,9 +33,9 @@ import (
 //     succeeded, because exclusivity was not guaranteed.
 //
 // Methods that no rule matches and that declare no lock run unchanged, except that a
-// trusted owner token is
-// accepted into their context, so that an unguarded service in the middle of a chain
-// passes the owner on. Errors are described in the package documentation.
+// trusted owner token is accepted into their context, so that an unguarded service in
+// the middle of a chain passes the owner on. Errors are described in the package
+// documentation.
 //
 // It panics, as regexp.MustCompile does, when the configuration is invalid: a nil
 // locker, a rule without a method or key, a malformed template or method pattern, two
@@ -62,10 +62,11 @@ func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServ
 
 // StreamServerInterceptor returns a server interceptor that runs each streaming RPC whose
 // method a rule matches, or whose method declares a lock (WithProtoOptions), under that
-// lock, as UnaryServerInterceptor does for unary RPCs. The lock covers the whole stream: it is acquired before the handler starts,
-// renewed while the stream lasts, and released when the handler returns, which it
-// should do when the client cancels the stream (its context is then done). The handler
-// sees a ServerStream whose Context carries the owner and the lease.
+// lock, as UnaryServerInterceptor does for unary RPCs. The lock covers the whole
+// stream: it is acquired before the handler starts, renewed while the stream lasts,
+// and released when the handler returns, which it should do when the client cancels
+// the stream (its context is then done). The handler sees a ServerStream whose Context
+// carries the owner and the lease.
 //
 // A stream has not delivered any message when the lock is taken, so a streaming
 // method's rule or option must key on {md...} or {method}: a {req...} placeholder
