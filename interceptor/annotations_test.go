@@ -474,3 +474,17 @@ func TestProtoRegistry(t *testing.T) {
 		t.Fatalf("key %q, %v; want ann:1", got, err)
 	}
 }
+
+// TestLockOptionIdentity: the option's name, number and import path are what .proto
+// files and the documentation use; changing one breaks every annotated file.
+func TestLockOptionIdentity(t *testing.T) {
+	xd := lockpb.E_Lock.TypeDescriptor()
+	if xd.FullName() != "guardkit.v1.lock" || xd.Number() != 71301 ||
+		xd.ContainingMessage().FullName() != "google.protobuf.MethodOptions" ||
+		xd.ParentFile().Path() != "guardkit/v1/lock.proto" {
+		t.Fatalf("option %s = %d on %s in %s", xd.FullName(), xd.Number(), xd.ContainingMessage().FullName(), xd.ParentFile().Path())
+	}
+	if _, err := protoregistry.GlobalFiles.FindFileByPath("guardkit/v1/lock.proto"); err != nil {
+		t.Fatalf("lock.proto is not registered: %v", err)
+	}
+}

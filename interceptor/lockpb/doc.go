@@ -10,8 +10,12 @@
 //	  }
 //	}
 //
-// Give protoc the directory interceptor/proto of this module as an import path
-// (-I), so that the import resolves; the Go code generated for such a file imports
+// Give protoc the directory interceptor/proto of this module as an import path, so
+// that the import resolves, for example
+//
+//	protoc -I "$(go list -m -f '{{.Dir}}' github.com/guardkit/guardkit)/interceptor/proto" -I . ...
+//
+// from a module that requires guardkit; the Go code generated for such a file imports
 // this package. The server interceptors of package interceptor read the option when
 // built with interceptor.WithProtoOptions(); see that package for what each field
 // means there.
