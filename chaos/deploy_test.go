@@ -213,7 +213,7 @@ func i1Note(row *chaos.Row, cfg config, window string) {
 	case cfg.SyncReplicas > 0:
 		// I1 is not expected: a breach fails the scenario with its report.
 	case i1 > 0:
-		addNote(row, fmt.Sprintf("I1 breaks by design (%d overlaps): locks granted %s never reached the replica that was promoted, which granted them again; the fenced register rejected the stale writes (M4 = %d)",
+		addNote(row, fmt.Sprintf("I1 breaks by design (%d overlaps): locks granted %s never reached the replica that was promoted, which granted them again; the fenced register applied no stale write (M4 = %d)",
 			i1, window, row.Violations[chaos.M4]))
 	default:
 		addNote(row, "no double grant seen: none of the kills landed between a grant and its replication (I1 would count one; SyncReplicas closes that window)")

@@ -1,6 +1,7 @@
 // Package chaos is guardkit's fault and abuse suite: it runs the lock engine against
-// real redis-server processes while it stalls, dies, loses replies, runs out of memory
-// or refuses writes, and checks after every run that the engine kept its promises.
+// real redis-server processes (a single server, a Redis Cluster, a Sentinel group) while
+// Redis stalls, dies, fails over, loses replies, runs out of memory or refuses writes,
+// and checks after every run that the engine kept its promises.
 //
 // The scenarios live in the package's tests. `make test` runs a smoke subset at small
 // sizes; `make chaos` runs all of them at full size (build tag chaos) and prints the
