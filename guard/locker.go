@@ -300,18 +300,18 @@ type granted struct {
 // attempt makes one acquire round trip. On a client that does not honour context
 // deadlines it returns when ctx ends even if the Redis call does not: the call then goes
 // on aside and undoes itself if it turns out to have taken the lock.
-func (l *Locker) attempt(ctx context.Context, h *held, manner string) (granted, error) {
+func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited bool) (granted, error) {
 	nonce := l.newNonce()
 	sent := time.Now()
 	if ctx.Done() == nil || l.honoursDeadlines {
 		// Nothing to return early for, or the client itself gives up at ctx's deadline
 		// (a cancellation without deadline is then noticed when the call returns).
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner))
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner, waited))
 	}
 	var state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
 	replies := make(chan acquireReply, 1)
 	started := l.background(func() {
-		r := l.runAcquire(context.WithoutCancel(ctx), h, nonce, manner)
+		r := l.runAcquire(context.WithoutCancel(ctx), h, nonce, manner, waited)
 		if state.CompareAndSwap(0, 1) {
 			replies <- r
 			return
@@ -323,7 +323,7 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string) (granted, 
 		}
 	})
 	if !started {
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner))
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner, waited))
 	}
 	select {
 	case r := <-replies:
@@ -338,7 +338,7 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string) (granted, 
 
 // acquireReply is the raw outcome of an acquire call.
 type acquireReply struct {
-	v   []any
+	v   any // the script's reply: a token, or a list (see acquire.lua)
 	err error
 
 	synced bool  // a WAIT followed the script (SyncReplicas)
@@ -353,12 +353,20 @@ const (
 	mannerTry    = "2" // the caller will not wait
 )
 
-func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner string) acquireReply {
+// waitedFlag is acquire.lua's ARGV[7].
+func waitedFlag(waited bool) string {
+	if waited {
+		return "1"
+	}
+	return "0"
+}
+
+func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner string, waited bool) acquireReply {
 	if h.s.syncReplicas > 0 {
-		return l.runAcquireSynced(ctx, h, nonce, manner)
+		return l.runAcquireSynced(ctx, h, nonce, manner, waited)
 	}
 	v, err := acquireScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id).Slice()
+		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id, waitedFlag(waited)).Result()
 	return acquireReply{v: v, err: err}
 }
 
@@ -387,7 +395,11 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	return g, nil
 }
 
-func parseGranted(v []any) (granted, error) {
+func parseGranted(reply any) (granted, error) {
+	if token, ok := reply.(int64); ok && token > 0 {
+		return granted{acquired: true, token: token, holds: 1}, nil
+	}
+	v, _ := reply.([]any)
 	if len(v) >= 2 {
 		if ok, _ := v[0].(int64); ok == 1 && len(v) == 3 {
 			s, _ := v[1].(string)
@@ -401,7 +413,7 @@ func parseGranted(v []any) (granted, error) {
 			return granted{pttl: time.Duration(pttl) * time.Millisecond}, nil
 		}
 	}
-	return granted{}, fmt.Errorf("unexpected acquire reply %v", v)
+	return granted{}, fmt.Errorf("unexpected acquire reply %v", reply)
 }
 
 // compensate undoes, in the background, the acquire attempt with nonce if it took effect.

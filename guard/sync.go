@@ -11,7 +11,7 @@ var errSyncRing = errors.New("SyncReplicas cannot be used with a *redis.Ring: WA
 
 // runAcquireSynced runs the acquire script and WAIT in one pipeline on one connection to
 // the lock's primary, so that WAIT counts the replicas that received this grant.
-func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, manner string) acquireReply {
+func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, manner string, waited bool) acquireReply {
 	var node redis.Cmdable = l.client
 	switch c := l.client.(type) {
 	case *redis.ClusterClient:
@@ -24,7 +24,7 @@ func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, ma
 		return acquireReply{err: errSyncRing}
 	}
 	keys := []string{h.rk.lock, h.rk.fence, h.rk.queue()}
-	args := []any{string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id}
+	args := []any{string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id, waitedFlag(waited)}
 	run := func(load bool) (*redis.Cmd, *redis.Cmd) {
 		pipe := node.Pipeline()
 		var c *redis.Cmd
@@ -41,7 +41,7 @@ func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, ma
 	if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		c, w = run(true)
 	}
-	v, err := c.Slice()
+	v, err := c.Result()
 	if err != nil {
 		return acquireReply{err: err}
 	}
