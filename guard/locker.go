@@ -30,8 +30,8 @@ var (
 	//go:embed scripts/version.lua
 	versionSrc string
 
-	acquireScript = redis.NewScript(acquireSrc)
-	releaseScript = redis.NewScript(releaseSrc)
+	acquireScript = newScript(acquireSrc)
+	releaseScript = newScript(releaseSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	wakeScript    = redis.NewScript(wakeSrc)
 	versionScript = redis.NewScript(versionSrc)
@@ -49,6 +49,7 @@ type Locker struct {
 	honoursDeadlines bool // client gives up on calls at their context's deadline
 	cfg              settings
 	id               string        // random ID of this Locker in the Redis wait queues
+	idArg            any           // id, boxed once for the scripts
 	nonce            string        // prefix of attempt and release nonces: id + "."
 	seq              atomic.Uint64 // suffix of nonces
 	refreshed        atomic.Int64  // when refresh last reloaded a Cluster client's map, in Unix ns
@@ -102,6 +103,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		held:             make(map[holdKey]*held),
 	}
 	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
+	l.idArg = l.id
 	l.waits.l = l
 	l.renew.l = l
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
@@ -191,8 +193,9 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	if owner == "" || len(owner) > maxOwnerLen || strings.IndexByte(string(owner), '#') >= 0 {
 		return nil, fmt.Errorf("guard: acquire %s: owner %q: %w", quoteKey(key), owner, ctxid.ErrInvalid)
 	}
-	rctx, a := l.tel.startAcquire(ctx, s, key, string(owner))
-	le, err := l.acquireAs(ctx, rctx, a, key, rk, owner, s, p)
+	var a acquisition
+	rctx := l.tel.startAcquire(ctx, &a, s, key, string(owner))
+	le, err := l.acquireAs(ctx, rctx, &a, key, rk, owner, s, p)
 	a.end(rctx, le, err, p)
 	return le, err
 }
@@ -213,7 +216,8 @@ func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string
 		}
 		h := l.held[hk]
 		if h == nil {
-			h = &held{l: l, hk: hk, rk: rk, s: s, ready: make(chan struct{})}
+			h = &held{l: l, hk: hk, rk: rk, s: s}
+			h.boxArgs()
 			l.held[hk] = h
 			l.mu.Unlock()
 			return l.acquireRemote(ctx, rctx, a, h, p, deadline)
@@ -222,6 +226,9 @@ func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string
 			le := h.newLease(ctx, true)
 			l.mu.Unlock()
 			return le, nil
+		}
+		if h.ready == nil {
+			h.ready = make(chan struct{})
 		}
 		ready := h.ready
 		l.mu.Unlock()
@@ -251,7 +258,7 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 		if g.acquired {
 			h.state = stateReleased
 		}
-		close(h.ready)
+		h.acquireEnded()
 		l.mu.Unlock()
 		if g.acquired { // closed while acquiring: give it back
 			rctx, cancel := l.releaseCtx(ctx)
@@ -263,9 +270,16 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 	h.hold(g)
 	h.tel = l.tel.held(ctx, a.name)
 	le := h.newLease(ctx, g.holds > 1)
-	close(h.ready)
+	h.acquireEnded()
 	l.mu.Unlock()
 	return le, nil
+}
+
+// acquireEnded wakes the goroutines of h's owner waiting for its acquisition. l.mu is held.
+func (h *held) acquireEnded() {
+	if h.ready != nil {
+		close(h.ready)
+	}
 }
 
 func waitReady(ctx context.Context, ready <-chan struct{}, deadline time.Time, done <-chan struct{}) error {
@@ -353,20 +367,11 @@ const (
 	mannerTry    = "2" // the caller will not wait
 )
 
-// waitedFlag is acquire.lua's ARGV[7].
-func waitedFlag(waited bool) string {
-	if waited {
-		return "1"
-	}
-	return "0"
-}
-
 func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner string, waited bool) acquireReply {
 	if h.s.syncReplicas > 0 {
 		return l.runAcquireSynced(ctx, h, nonce, manner, waited)
 	}
-	v, err := acquireScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id, waitedFlag(waited)).Result()
+	v, err := l.runScript(ctx, acquireScript, h.acquireArgs(nonce, manner, waited)).Result()
 	return acquireReply{v: v, err: err}
 }
 
@@ -427,8 +432,7 @@ func (l *Locker) compensate(h *held, nonce string) {
 func (l *Locker) undo(h *held, nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 	defer cancel()
-	err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-		string(h.hk.owner), l.newNonce(), nonce, h.s.fenceRetention.Milliseconds(), l.id, l.shardedFlag()).Err()
+	err := l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), nonce)).Err()
 	l.refresh(err)
 }
 
@@ -450,7 +454,10 @@ func (l *Locker) background(fn func()) bool {
 
 // releaseCtx bounds a release: ctx's values, not its cancellation, for ReleaseTimeout.
 func (l *Locker) releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
+	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return context.WithTimeout(ctx, l.cfg.releaseTimeout)
 }
 
 // releaseRemote drops one Redis-side hold of h. ctx comes from releaseCtx; the call
@@ -461,15 +468,14 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		code int64
 		err  error
 	}
-	call := func() reply {
-		code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-			string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds(), l.id, l.shardedFlag()).Int64()
-		return reply{code, err}
-	}
 	var r reply
 	if l.honoursDeadlines {
-		r = call()
+		r.code, r.err = l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), "")).Int64()
 	} else {
+		call := func() reply {
+			code, err := l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), "")).Int64()
+			return reply{code, err}
+		}
 		replies := make(chan reply, 1)
 		if !l.background(func() { replies <- call() }) {
 			replies <- call()
@@ -528,8 +534,23 @@ func honoursDeadlines(c redis.UniversalClient) bool {
 }
 
 func (l *Locker) newNonce() string {
-	return l.nonce + strconv.FormatUint(l.seq.Add(1), 36)
+	// The Locker's prefix and the sequence number in base 36, built in one allocation.
+	var b [64]byte // the prefix has 13 bytes; 2^64 in base 36, 13 digits
+	var digits [13]byte
+	i := len(digits)
+	for n := l.seq.Add(1); ; n /= 36 {
+		i--
+		digits[i] = base36[n%36]
+		if n < 36 {
+			break
+		}
+	}
+	n := copy(b[:], l.nonce)
+	n += copy(b[n:], digits[i:])
+	return string(b[:n])
 }
+
+const base36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 // isServerError reports whether err is an error reply from Redis, after which the
 // command is known not to have taken effect (scripts check memory before their first

@@ -23,16 +23,14 @@ func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, ma
 	case *redis.Ring:
 		return acquireReply{err: errSyncRing}
 	}
-	keys := []string{h.rk.lock, h.rk.fence, h.rk.queue()}
-	args := []any{string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id, waitedFlag(waited)}
+	args := h.acquireArgs(nonce, manner, waited)
 	run := func(load bool) (*redis.Cmd, *redis.Cmd) {
 		pipe := node.Pipeline()
-		var c *redis.Cmd
+		args[0], args[1] = "evalsha", acquireScript.sha
 		if load {
-			c = acquireScript.Eval(ctx, pipe, keys, args...)
-		} else {
-			c = acquireScript.EvalSha(ctx, pipe, keys, args...)
+			args[0], args[1] = "eval", acquireScript.src
 		}
+		c := pipe.Do(ctx, args...)
 		w := pipe.Do(ctx, "wait", h.s.syncReplicas, h.s.syncTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)
 		return c, w
