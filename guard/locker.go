@@ -47,6 +47,7 @@ var (
 type Locker struct {
 	client           redis.UniversalClient
 	honoursDeadlines bool // client gives up on calls at their context's deadline
+	batching         bool // client is an auto-pipeliner: calls may wait for a batch
 	cfg              settings
 	id               string        // random ID of this Locker in the Redis wait queues
 	idArg            any           // id, boxed once for the scripts
@@ -81,7 +82,9 @@ type holdKey struct {
 //
 // Redis 6.2 or newer is required. A client with ContextTimeoutEnabled lets context
 // deadlines cut Redis calls short; without it a call on a stalled server lasts up to the
-// client's read timeout.
+// client's read timeout. client may also be go-redis's auto-pipelining client (a
+// *redis.AutoPipeliner): see "Waiting" in the package documentation for which calls
+// join its batches.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, &ConfigError{Field: "client", Reason: "must not be nil"}
@@ -97,6 +100,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	l := &Locker{
 		client:           client,
 		honoursDeadlines: honoursDeadlines(client),
+		batching:         isAutoPipeliner(client),
 		cfg:              cfg,
 		id:               base64.RawURLEncoding.EncodeToString(b[:]),
 		done:             make(chan struct{}),
@@ -371,7 +375,7 @@ func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner s
 	if h.s.syncReplicas > 0 {
 		return l.runAcquireSynced(ctx, h, nonce, manner, waited)
 	}
-	v, err := l.runScript(ctx, acquireScript, h.acquireArgs(nonce, manner, waited)).Result()
+	v, err := l.runScript(ctx, acquireScript, h.acquireArgs(nonce, manner, waited), waited).Result()
 	return acquireReply{v: v, err: err}
 }
 
@@ -432,7 +436,7 @@ func (l *Locker) compensate(h *held, nonce string) {
 func (l *Locker) undo(h *held, nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 	defer cancel()
-	err := l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), nonce)).Err()
+	err := l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), nonce), true).Err()
 	l.refresh(err)
 }
 
@@ -469,11 +473,15 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		err  error
 	}
 	var r reply
+	urgent := false
+	if l.batching {
+		_, urgent, _ = l.waits.state(h.rk) // this process's waiters are next
+	}
 	if l.honoursDeadlines {
-		r.code, r.err = l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), "")).Int64()
+		r.code, r.err = l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), ""), urgent).Int64()
 	} else {
 		call := func() reply {
-			code, err := l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), "")).Int64()
+			code, err := l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), ""), urgent).Int64()
 			return reply{code, err}
 		}
 		replies := make(chan reply, 1)
@@ -517,6 +525,13 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		r.code = 1
 	}
 	return r.code, nil
+}
+
+// isAutoPipeliner reports whether c batches concurrent calls (go-redis's auto-pipelining
+// client): a call may then wait for the batch in flight before it is sent.
+func isAutoPipeliner(c redis.UniversalClient) bool {
+	_, ok := c.(*redis.AutoPipeliner)
+	return ok
 }
 
 // honoursDeadlines reports whether c gives up on a call when its context's deadline

@@ -19,13 +19,28 @@ func newScript(src string) *script {
 // runScript runs s with args, whose first two slots it fills with the command and the
 // script (EVALSHA and the SHA1, then EVAL and the source after a NOSCRIPT reply). The
 // caller builds args in one slice: the client sends it as it is.
-func (l *Locker) runScript(ctx context.Context, s *script, args []any) *redis.Cmd {
+//
+// On a go-redis auto-pipelining client (*redis.AutoPipeliner) a call that is not urgent
+// joins the client's batches, and an urgent one (an attempt after a wait, a release that
+// hands the lock to a waiter of this process) goes on a connection of its own at once:
+// a handoff that waited for a batch at each step would take several batches' time.
+// Other clients send every call at once.
+func (l *Locker) runScript(ctx context.Context, s *script, args []any, urgent bool) *redis.Cmd {
 	args[0], args[1] = "evalsha", s.sha
-	cmd := l.client.Do(ctx, args...)
+	cmd := l.send(ctx, args, urgent)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		args[0], args[1] = "eval", s.src
-		cmd = l.client.Do(ctx, args...)
+		cmd = l.send(ctx, args, urgent)
 	}
+	return cmd
+}
+
+func (l *Locker) send(ctx context.Context, args []any, urgent bool) *redis.Cmd {
+	if !l.batching || urgent {
+		return l.client.Do(ctx, args...) // an AutoPipeliner runs Do outside its batches
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	_ = l.client.Process(ctx, cmd)
 	return cmd
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,4 +197,129 @@ func TestRetriedReentryCountsOnce(t *testing.T) {
 	if n, _ := c.Exists(ctx, lockName("re")).Result(); n != 0 {
 		t.Fatal("lock left after both releases")
 	}
+}
+
+// laneCounter counts the script calls a client sends on their own and in the
+// auto-pipeliner's batches. A batch runs under a context of its own, without the caller's
+// values, and a batch of one command goes through ProcessHook: a call seen there with the
+// callerMark value (every call in the test carries it) was sent on its own.
+type laneCounter struct {
+	mu              sync.Mutex
+	direct, batched int
+}
+
+func (c *laneCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *laneCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			alone := ctx.Value(callerMark{}) != nil
+			c.mu.Lock()
+			if alone {
+				c.direct++
+			} else {
+				c.batched++
+			}
+			c.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *laneCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.mu.Lock()
+		for _, cmd := range cmds {
+			if cmd.Name() == "evalsha" {
+				c.batched++
+			}
+		}
+		c.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+type callerMark struct{}
+
+func (c *laneCounter) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.direct + c.batched
+}
+
+func (c *laneCounter) take() (direct, batched int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	direct, batched, c.direct, c.batched = c.direct, c.batched, 0, 0
+	return direct, batched
+}
+
+// TestAutoPipelinedClientLanes: on go-redis's auto-pipelining client, first attempts and
+// releases that nobody in the process waits for join the client's batches, while the
+// steps of a handoff — the release that a waiter of this process is queued behind and the
+// waiter's next attempt — are sent at once, outside the batches.
+func TestAutoPipelinedClientLanes(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	lanes := &laneCounter{}
+	c.AddHook(lanes)
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lockerOn(t, ap, guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))
+	ctx := context.WithValue(ctxTimeout(t, 20*time.Second), callerMark{}, true)
+	mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
+	lanes.take()
+
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				le, err := l.TryAcquire(ctx, "own:"+strconv.Itoa(g))
+				if err != nil {
+					t.Errorf("TryAcquire: %v", err)
+					return
+				}
+				if err := le.Release(ctx); err != nil {
+					t.Errorf("Release: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if direct, batched := lanes.take(); direct != 0 || batched != 8*20*2 {
+		t.Fatalf("uncontended pairs: %d script calls sent alone, %d batched; want 0 and %d", direct, batched, 8*20*2)
+	}
+
+	holder := mustAcquire(t, l, ctx, "handoff")
+	got := make(chan *guard.Lease, 1)
+	go func() {
+		le, err := l.Acquire(ctx, "handoff") // another owner: waits
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- le
+	}()
+	// The waiter's first attempt finds the lock busy and queues it; it tries once more
+	// when its subscription is up (a release may have come before), then sleeps.
+	waitUntil(t, 5*time.Second, "the waiter's two attempts", func() bool { return lanes.total() == 3 })
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiter := <-got
+	if waiter == nil {
+		return
+	}
+	// The holder's first attempt and the waiter's first one were batched; the waiter's
+	// second attempt, the release with the waiter behind it and the waiter's winning
+	// attempt were not. With a minute of retry delay and TTL, only the release's wake-up
+	// can have ended the wait.
+	if direct, batched := lanes.take(); direct != 3 || batched != 2 {
+		t.Fatalf("handoff: %d script calls sent alone, %d batched; want 3 and 2", direct, batched)
+	}
+	mustRelease(t, waiter)
 }
