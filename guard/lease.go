@@ -35,6 +35,9 @@ type held struct {
 	s    *settings
 	args scriptArgs // the scripts' fixed arguments
 
+	// Written by the acquiring goroutine before the hold is published under l.mu.
+	releaseNonce string // nonce of the release that ends the hold, made with the first attempt's
+
 	// Written under l.mu before ready is closed, read-only after.
 	token    int64
 	acquired time.Time // when the winning attempt was sent
@@ -220,6 +223,14 @@ func (h *held) newLease(parent context.Context, reentrant bool) *Lease {
 	return le
 }
 
+// finalNonce is the nonce of the release that gives h back to Redis.
+func (h *held) finalNonce() string {
+	if h.releaseNonce == "" {
+		return h.l.newNonce()
+	}
+	return h.releaseNonce
+}
+
 // end ends the lease with cause, once: its Context, if made, is cancelled with it.
 func (le *Lease) end(cause error) {
 	le.mu.Lock()
@@ -279,7 +290,11 @@ func (le *Lease) Context() context.Context {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	if le.ctx == nil {
-		ctx := context.WithValue(context.WithoutCancel(le.parent), leaseKey{}, le)
+		parent := le.parent
+		if id, ok := ctxid.FromContext(parent); !ok || id != le.h.hk.owner {
+			parent = ctxid.NewContext(parent, le.h.hk.owner) // an owner made by Acquire
+		}
+		ctx := context.WithValue(context.WithoutCancel(parent), leaseKey{}, le)
 		le.ctx, le.cancel = context.WithCancelCause(ctx)
 		if le.cause != nil {
 			le.cancel(le.cause)

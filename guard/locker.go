@@ -193,7 +193,12 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
 	}
-	ctx, owner := ctxid.Ensure(ctx)
+	// A fresh owner is put in a context only when the lease's Context is asked for: a
+	// caller that just holds and releases the lock never needs one.
+	owner, ok := ctxid.FromContext(ctx)
+	if !ok {
+		owner = ctxid.New()
+	}
 	if owner == "" || len(owner) > maxOwnerLen || strings.IndexByte(string(owner), '#') >= 0 {
 		return nil, fmt.Errorf("guard: acquire %s: owner %q: %w", quoteKey(key), owner, ctxid.ErrInvalid)
 	}
@@ -319,7 +324,12 @@ type granted struct {
 // deadlines it returns when ctx ends even if the Redis call does not: the call then goes
 // on aside and undoes itself if it turns out to have taken the lock.
 func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited bool) (granted, error) {
-	nonce := l.newNonce()
+	var nonce string
+	if h.releaseNonce == "" {
+		nonce, h.releaseNonce = l.newNonces()
+	} else {
+		nonce = l.newNonce()
+	}
 	sent := time.Now()
 	if ctx.Done() == nil || l.honoursDeadlines {
 		// Nothing to return early for, or the client itself gives up at ctx's deadline
@@ -478,10 +488,10 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		_, urgent, _ = l.waits.state(h.rk) // this process's waiters are next
 	}
 	if l.honoursDeadlines {
-		r.code, r.err = l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), ""), urgent).Int64()
+		r.code, r.err = l.runScript(ctx, releaseScript, h.releaseArgs(h.finalNonce(), ""), urgent).Int64()
 	} else {
 		call := func() reply {
-			code, err := l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), ""), urgent).Int64()
+			code, err := l.runScript(ctx, releaseScript, h.releaseArgs(h.finalNonce(), ""), urgent).Int64()
 			return reply{code, err}
 		}
 		replies := make(chan reply, 1)
@@ -548,10 +558,18 @@ func honoursDeadlines(c redis.UniversalClient) bool {
 	return false
 }
 
-func (l *Locker) newNonce() string {
-	// The Locker's prefix and the sequence number in base 36, built in one allocation.
-	var b [64]byte // the prefix has 13 bytes; 2^64 in base 36, 13 digits
-	var digits [13]byte
+// newNonces returns two nonces, made in one allocation: an acquire attempt's, and the
+// one its hold will be released with.
+func (l *Locker) newNonces() (string, string) {
+	var b [128]byte
+	n := l.appendNonce(b[:0])
+	m := l.appendNonce(n)
+	s := string(m)
+	return s[:len(n)], s[len(n):]
+}
+
+func (l *Locker) appendNonce(b []byte) []byte {
+	var digits [13]byte // 2^64 in base 36 has 13 digits
 	i := len(digits)
 	for n := l.seq.Add(1); ; n /= 36 {
 		i--
@@ -560,9 +578,12 @@ func (l *Locker) newNonce() string {
 			break
 		}
 	}
-	n := copy(b[:], l.nonce)
-	n += copy(b[n:], digits[i:])
-	return string(b[:n])
+	return append(append(b, l.nonce...), digits[i:]...)
+}
+
+func (l *Locker) newNonce() string {
+	var b [64]byte
+	return string(l.appendNonce(b[:0]))
 }
 
 const base36 = "0123456789abcdefghijklmnopqrstuvwxyz"

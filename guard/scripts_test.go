@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -322,4 +323,39 @@ func TestAutoPipelinedClientLanes(t *testing.T) {
 		t.Fatalf("handoff: %d script calls sent alone, %d batched; want 3 and 2", direct, batched)
 	}
 	mustRelease(t, waiter)
+}
+
+// TestLeaseContextMadeLate: a Lease acquired without an owner in the context makes its
+// context on the first call of Context, which then carries the owner Acquire made and the
+// lease, and a lease that ended before that call hands out a context already cancelled
+// with the lease's cause.
+func TestLeaseContextMadeLate(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	le, err := l.Acquire(context.Background(), "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := ctxid.FromContext(le.Context()); !ok || id != le.Owner() {
+		t.Fatalf("lease context owner = %q, %v; want %q", id, ok, le.Owner())
+	}
+	inner, err := l.Acquire(le.Context(), "late")
+	if err != nil || !inner.Reentrant() {
+		t.Fatalf("nested Acquire with the lease's context = %v, reentrant %v; want a reentrant lease", err, inner != nil && inner.Reentrant())
+	}
+	mustRelease(t, inner)
+	mustRelease(t, le)
+
+	ended, err := l.Acquire(context.Background(), "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, ended)
+	ctx := ended.Context()
+	if !errors.Is(context.Cause(ctx), guard.ErrReleased) || ctx.Err() == nil || !errors.Is(ended.Err(), guard.ErrReleased) {
+		t.Fatalf("context of a released lease: err %v, cause %v, lease err %v; want it cancelled with ErrReleased", ctx.Err(), context.Cause(ctx), ended.Err())
+	}
+	if got, ok := guard.LeaseFromContext(ctx); !ok || got != ended {
+		t.Fatal("the context made after the release does not carry the lease")
+	}
 }
