@@ -108,7 +108,9 @@
 // release a local waiter is queued behind, compensating releases) are sent at once, on a
 // connection of their own, so that a contended lock never waits for batches. That client
 // does not stop a call at its context's deadline, so calls with a deadline run on a helper
-// goroutine as above.
+// goroutine as above. It also hides what it wraps: on a Cluster, give New the
+// *redis.ClusterClient itself, or guard falls back to classic Pub/Sub and cannot reload
+// the client's slot map after a failover.
 //
 // # Fencing
 //
