@@ -102,6 +102,9 @@ func variants() []variant {
 			new: func(cfg libConfig) (Lib, error) {
 				return newGuardWith(cfg, guard.SyncReplicas(syncReplicas.n, syncReplicas.timeout))
 			}},
+		{name: "guardkit/autopipeline", lib: "guardkit", isLock: true,
+			config: "as guardkit, on go-redis's auto-pipelining client (client.AutoPipeline()): first attempts and releases nobody in the process waits for join its batches, the calls of a handoff go out at once",
+			new:    newGuardAutoPipelined},
 		{name: "redsync", lib: "redsync", isLock: true,
 			config: "best: WithExpiry(ttl), WithTries(2^30), WithRetryDelay(1ms); goredis v9 pool; renewal: one goroutine per lease (Extend)",
 			new:    newRedsync(true)},
@@ -334,6 +337,21 @@ func newGuardWith(cfg libConfig, opts ...guard.Option) (Lib, error) {
 		return nil, err
 	}
 	return &guardLib{goRedis: g, l: l}, nil
+}
+
+// newGuardAutoPipelined is newGuard on go-redis's auto-pipelining face of the client.
+func newGuardAutoPipelined(cfg libConfig) (Lib, error) {
+	g := &goRedis{c: redis.NewClient(&redis.Options{Addr: cfg.addr, ContextTimeoutEnabled: true})}
+	g.c.AddHook(&g.rt)
+	ap, err := g.c.AutoPipeline()
+	if err == nil {
+		var l *guard.Locker
+		if l, err = guard.New(ap, guard.TTL(cfg.ttl)); err == nil {
+			return &guardLib{goRedis: g, l: l}, nil
+		}
+	}
+	g.Close() // closes the auto-pipeliner too
+	return nil, err
 }
 
 type guardLease struct{ le *guard.Lease }

@@ -20,8 +20,8 @@ import (
 // does not depend on their retry settings, so their defaults rows appear only where
 // waiting happens.
 var scenarioVariants = map[string][]string{
-	"uncontended": {"raw", "guardkit", "redsync", "redislock", "rueidislock", "rueidislock/defaults", "ceiling"},
-	"contended": {"raw", "guardkit", "guardkit/locker-per-worker", "redsync", "redsync/defaults",
+	"uncontended": {"raw", "guardkit", "guardkit/autopipeline", "redsync", "redislock", "rueidislock", "rueidislock/defaults", "ceiling"},
+	"contended": {"raw", "guardkit", "guardkit/autopipeline", "guardkit/locker-per-worker", "redsync", "redsync/defaults",
 		"redislock", "redislock/defaults", "rueidislock", "rueidislock/defaults"},
 	"reentrant": {"guardkit"},
 	"many":      {"raw", "guardkit", "redsync", "redislock", "rueidislock"},

@@ -101,6 +101,17 @@
 // goroutine, so that guard can return at the deadline while the call finishes aside (an
 // attempt that turns out to have taken the lock undoes itself).
 //
+// go-redis's auto-pipelining client (client.AutoPipeline()) may be passed to New: the
+// calls nobody waits for — a first attempt, a release that no goroutine of this process is
+// queued behind — join its batches, which saves the server and the client a system call
+// per command under concurrency; the steps of a handoff (an attempt after a wait, the
+// release a local waiter is queued behind, compensating releases) are sent at once, on a
+// connection of their own, so that a contended lock never waits for batches. That client
+// does not stop a call at its context's deadline, so calls with a deadline run on a helper
+// goroutine as above. It also hides what it wraps: on a Cluster, give New the
+// *redis.ClusterClient itself, or guard falls back to classic Pub/Sub and cannot reload
+// the client's slot map after a failover.
+//
 // # Fencing
 //
 // Each first acquisition of a key gets a fencing token greater than every token issued for
@@ -118,8 +129,9 @@
 // are written %25, %7B and %7D, so every name of a lock shares one Redis Cluster hash tag
 // whatever bytes the key holds. Each acquire, release and renewal is one script call;
 // scripts carry a nonce so that a call the client retries after a timeout takes effect
-// once. An acquire whose outcome is unknown (a network error) is undone in the background
-// if it took effect.
+// once (a final release appends its nonce to the fencing counter's key, which keeps the
+// newest ones). An acquire whose outcome is unknown (a network error) is undone in the
+// background if it took effect.
 //
 // # Telemetry
 //
@@ -128,7 +140,9 @@
 // else "unnamed"), the key (unless RedactKeys), the owner, the attempts made, the outcome
 // (acquired, busy, timeout, canceled, error), reentrancy and the fencing token. A lease
 // held under a span adds events to it: guard.renewal_failed, guard.lease_lost and
-// guard.released_late. No span covers the held section: the caller's own span does.
+// guard.released_late. No span covers the held section: the caller's own span does. While
+// the tracer provider is a no-op (OpenTelemetry's default global one, until the
+// application installs a real one), no span is started at all.
 //
 // Metrics, with the lock name and outcome as their only attributes: the histograms
 // guard.lock.wait.duration and guard.lock.hold.duration (seconds), the counters

@@ -252,7 +252,7 @@ func (w *waiters) leave(kw *keyWait, acquired bool) {
 	w.mu.Unlock()
 	if last && !acquired {
 		w.background(kw.channel, func(ctx context.Context, k redisKeys) error {
-			return w.l.client.LRem(ctx, k.queue(), 0, w.l.id).Err()
+			return w.l.client.LRem(ctx, k.queue, 0, w.l.id).Err()
 		})
 	}
 }
@@ -453,7 +453,7 @@ func (w *waiters) keepTurn(ch string) {
 // the lock of channel ch.
 func (w *waiters) passOn(ch string) {
 	w.background(ch, func(ctx context.Context, k redisKeys) error {
-		return wakeScript.Run(ctx, w.l.client, []string{k.queue()}, ch, w.l.shardedFlag()).Err()
+		return wakeScript.Run(ctx, w.l.client, []string{k.queue}, ch, w.l.shardedFlag()).Err()
 	})
 }
 

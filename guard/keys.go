@@ -8,21 +8,19 @@ import (
 // redisKeys are the Redis names of one lock. All of them share the hash tag {<encoded
 // key>}, so a script can touch them together on Redis Cluster.
 type redisKeys struct {
-	lock  string // hash: owner → hold count, fencing token, waiter flag
-	fence string // fencing counter and the nonce of the last final release
+	lock  string // hash: owner → hold count, fencing token, waiter flags
+	fence string // fencing counter and the nonces of the last final releases
+	queue string // list of the Lockers waiting for the lock, in the order they found it busy
 }
 
 // channel is the Pub/Sub channel on which the lock's release is announced; release.lua
 // derives the same name.
 func (k redisKeys) channel() string { return k.lock + ":release" }
 
-// queue is the list of Lockers waiting for the lock, in the order they found it busy.
-func (k redisKeys) queue() string { return k.lock + ":queue" }
-
 // keysOfChannel returns the names of the lock whose release channel is ch.
 func keysOfChannel(ch string) redisKeys {
 	lock := strings.TrimSuffix(ch, ":release")
-	return redisKeys{lock: lock, fence: lock + ":fence"}
+	return redisKeys{lock: lock, fence: lock + ":fence", queue: lock + ":queue"}
 }
 
 // redisKeys validates key and builds the Redis names for it.
@@ -33,16 +31,19 @@ func (l *Locker) redisKeys(key string) (redisKeys, error) {
 	if len(key) > l.cfg.maxKeyLen {
 		return redisKeys{}, keyError(key, "longer than MaxKeyLen ("+strconv.Itoa(l.cfg.maxKeyLen)+" bytes)")
 	}
+	// One allocation for the three names: "<lock>:fence<lock>:queue".
 	var b strings.Builder
-	b.Grow(len(l.cfg.prefix) + len(key) + len("{}:fence") + 8)
+	b.Grow(2*(len(l.cfg.prefix)+len(key)+len("{}:fence")) + 8)
 	b.WriteString(l.cfg.prefix)
 	b.WriteByte('{')
 	writeEscaped(&b, key)
 	b.WriteByte('}')
 	n := b.Len()
 	b.WriteString(":fence")
+	b.WriteString(b.String()[:n])
+	b.WriteString(":queue")
 	s := b.String()
-	return redisKeys{lock: s[:n], fence: s}, nil
+	return redisKeys{lock: s[:n], fence: s[:n+len(":fence")], queue: s[n+len(":fence"):]}, nil
 }
 
 // writeEscaped writes key so that it cannot end the hash tag early and so that distinct

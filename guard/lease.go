@@ -29,11 +29,14 @@ const (
 // creation; the second group is written once, under l.mu, before ready is closed, and is
 // read-only after.
 type held struct {
-	l     *Locker
-	hk    holdKey
-	rk    redisKeys
-	s     *settings
-	ready chan struct{} // closed when the acquisition ended, either way
+	l    *Locker
+	hk   holdKey
+	rk   redisKeys
+	s    *settings
+	args scriptArgs // the scripts' fixed arguments
+
+	// Written by the acquiring goroutine before the hold is published under l.mu.
+	releaseNonce string // nonce of the release that ends the hold, made with the first attempt's
 
 	// Written under l.mu before ready is closed, read-only after.
 	token    int64
@@ -41,9 +44,11 @@ type held struct {
 	tel      heldTelemetry
 
 	// Guarded by l.mu.
+	ready      chan struct{} // closed when the acquisition ended, either way; made by the first goroutine to wait on it
 	state      heldState
 	cause      error       // why the lease ended, once lost or released
 	handles    []*Lease    // handles not yet released
+	handle0    [1]*Lease   // handles' first backing array
 	validUntil time.Time   // local validity deadline
 	timer      *time.Timer // fires at validUntil
 	renewErr   error       // last renewal error, cleared by a successful renewal
@@ -139,7 +144,7 @@ func (h *held) lose(reason string, err error) {
 	l.mu.Unlock()
 	l.renew.remove(context.Background(), h, false)
 	for _, le := range handles {
-		le.cancel(lost)
+		le.end(lost)
 	}
 	l.tel.ended(h, lost)
 }
@@ -167,7 +172,7 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	if len(h.handles) > 0 {
 		cause := h.cause
 		l.mu.Unlock()
-		le.cancel(ErrReleased)
+		le.end(ErrReleased)
 		return cause
 	}
 	prev := h.state
@@ -184,7 +189,7 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 
 	// The work is over: end its context before the Redis call, which may stall, so that
 	// nothing started under it runs past the validity deadline.
-	le.cancel(ErrReleased)
+	le.end(ErrReleased)
 	rctx, cancel := l.releaseCtx(ctx)
 	defer cancel()
 	l.renew.remove(rctx, h, true)
@@ -210,11 +215,33 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 
 // newLease makes a Lease handle on h. l.mu is held and h is held.
 func (h *held) newLease(parent context.Context, reentrant bool) *Lease {
-	le := &Lease{h: h, reentrant: reentrant}
-	ctx := context.WithValue(context.WithoutCancel(parent), leaseKey{}, le)
-	le.ctx, le.cancel = context.WithCancelCause(ctx)
+	le := &Lease{h: h, parent: parent, reentrant: reentrant}
+	if h.handles == nil {
+		h.handles = h.handle0[:0]
+	}
 	h.handles = append(h.handles, le)
 	return le
+}
+
+// finalNonce is the nonce of the release that gives h back to Redis.
+func (h *held) finalNonce() string {
+	if h.releaseNonce == "" {
+		return h.l.newNonce()
+	}
+	return h.releaseNonce
+}
+
+// end ends the lease with cause, once: its Context, if made, is cancelled with it.
+func (le *Lease) end(cause error) {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if le.cause != nil {
+		return
+	}
+	le.cause = cause
+	if le.cancel != nil {
+		le.cancel(cause)
+	}
 }
 
 // Lease is one hold on a lock. It is safe for concurrent use.
@@ -224,9 +251,15 @@ func (h *held) newLease(parent context.Context, reentrant bool) *Lease {
 // be released, including reentrant ones; Release is idempotent.
 type Lease struct {
 	h         *held
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
+	parent    context.Context // the context acquired with: its values are the lease's
 	reentrant bool
+
+	// The lease's context is made on the first call of Context or Bind: a Lease used
+	// only to hold and release a lock never needs one.
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	cause  error // why the lease ended; nil while held
 
 	once sync.Once
 	err  error
@@ -253,14 +286,28 @@ func (le *Lease) Reentrant() bool { return le.reentrant }
 // and ends when the lease is lost (cause: a *LeaseLostError matching ErrLeaseLost) or
 // released (cause: ErrReleased). It carries the values of the context the lease was
 // acquired with, but not its cancellation.
-func (le *Lease) Context() context.Context { return le.ctx }
+func (le *Lease) Context() context.Context {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if le.ctx == nil {
+		parent := le.parent
+		if id, ok := ctxid.FromContext(parent); !ok || id != le.h.hk.owner {
+			parent = ctxid.NewContext(parent, le.h.hk.owner) // an owner made by Acquire
+		}
+		ctx := context.WithValue(context.WithoutCancel(parent), leaseKey{}, le)
+		le.ctx, le.cancel = context.WithCancelCause(ctx)
+		if le.cause != nil {
+			le.cancel(le.cause)
+		}
+	}
+	return le.ctx
+}
 
 // Err returns nil while the lease is held, and context.Cause of its Context after.
 func (le *Lease) Err() error {
-	if le.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(le.ctx)
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.cause
 }
 
 // ValidUntil returns the local validity deadline: the time, on this process's monotonic
@@ -280,7 +327,8 @@ func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc)
 	} // else keep ctx's owner as it is, with the hop count it arrived with
 	ctx = context.WithValue(ctx, leaseKey{}, le)
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(le.ctx, func() { cancel(context.Cause(le.ctx)) })
+	lctx := le.Context()
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	return ctx, func() {
 		stop()
 		cancel(context.Canceled)

@@ -30,8 +30,8 @@ var (
 	//go:embed scripts/version.lua
 	versionSrc string
 
-	acquireScript = redis.NewScript(acquireSrc)
-	releaseScript = redis.NewScript(releaseSrc)
+	acquireScript = newScript(acquireSrc)
+	releaseScript = newScript(releaseSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	wakeScript    = redis.NewScript(wakeSrc)
 	versionScript = redis.NewScript(versionSrc)
@@ -47,8 +47,10 @@ var (
 type Locker struct {
 	client           redis.UniversalClient
 	honoursDeadlines bool // client gives up on calls at their context's deadline
+	batching         bool // client is an auto-pipeliner: calls may wait for a batch
 	cfg              settings
 	id               string        // random ID of this Locker in the Redis wait queues
+	idArg            any           // id, boxed once for the scripts
 	nonce            string        // prefix of attempt and release nonces: id + "."
 	seq              atomic.Uint64 // suffix of nonces
 	refreshed        atomic.Int64  // when refresh last reloaded a Cluster client's map, in Unix ns
@@ -83,7 +85,9 @@ type holdKey struct {
 //
 // Redis 6.2 or newer is required. A client with ContextTimeoutEnabled lets context
 // deadlines cut Redis calls short; without it a call on a stalled server lasts up to the
-// client's read timeout.
+// client's read timeout. client may also be go-redis's auto-pipelining client (a
+// *redis.AutoPipeliner): see "Waiting" in the package documentation for which calls
+// join its batches.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, &ConfigError{Field: "client", Reason: "must not be nil"}
@@ -99,12 +103,14 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	l := &Locker{
 		client:           client,
 		honoursDeadlines: honoursDeadlines(client),
+		batching:         isAutoPipeliner(client),
 		cfg:              cfg,
 		id:               base64.RawURLEncoding.EncodeToString(b[:]),
 		done:             make(chan struct{}),
 		held:             make(map[holdKey]*held),
 	}
 	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
+	l.idArg = l.id
 	l.waits.l = l
 	l.renew.l = l
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
@@ -190,12 +196,18 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
 	}
-	ctx, owner := ctxid.Ensure(ctx)
+	// A fresh owner is put in a context only when the lease's Context is asked for: a
+	// caller that just holds and releases the lock never needs one.
+	owner, ok := ctxid.FromContext(ctx)
+	if !ok {
+		owner = ctxid.New()
+	}
 	if owner == "" || len(owner) > maxOwnerLen || strings.IndexByte(string(owner), '#') >= 0 {
 		return nil, fmt.Errorf("guard: acquire %s: owner %q: %w", quoteKey(key), owner, ctxid.ErrInvalid)
 	}
-	rctx, a := l.tel.startAcquire(ctx, s, key, string(owner))
-	le, err := l.acquireAs(ctx, rctx, a, key, rk, owner, s, p)
+	var a acquisition
+	rctx := l.tel.startAcquire(ctx, &a, s, key, string(owner))
+	le, err := l.acquireAs(ctx, rctx, &a, key, rk, owner, s, p)
 	a.end(rctx, le, err, p)
 	return le, err
 }
@@ -216,7 +228,8 @@ func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string
 		}
 		h := l.held[hk]
 		if h == nil {
-			h = &held{l: l, hk: hk, rk: rk, s: s, ready: make(chan struct{})}
+			h = &held{l: l, hk: hk, rk: rk, s: s}
+			h.boxArgs()
 			l.held[hk] = h
 			l.mu.Unlock()
 			return l.acquireRemote(ctx, rctx, a, h, p, deadline)
@@ -225,6 +238,9 @@ func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string
 			le := h.newLease(ctx, true)
 			l.mu.Unlock()
 			return le, nil
+		}
+		if h.ready == nil {
+			h.ready = make(chan struct{})
 		}
 		ready := h.ready
 		l.mu.Unlock()
@@ -254,7 +270,7 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 		if g.acquired {
 			h.state = stateReleased
 		}
-		close(h.ready)
+		h.acquireEnded()
 		l.mu.Unlock()
 		if g.acquired { // closed while acquiring: give it back
 			rctx, cancel := l.releaseCtx(ctx)
@@ -266,9 +282,16 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 	h.hold(g)
 	h.tel = l.tel.held(ctx, a.name)
 	le := h.newLease(ctx, g.holds > 1)
-	close(h.ready)
+	h.acquireEnded()
 	l.mu.Unlock()
 	return le, nil
+}
+
+// acquireEnded wakes the goroutines of h's owner waiting for its acquisition. l.mu is held.
+func (h *held) acquireEnded() {
+	if h.ready != nil {
+		close(h.ready)
+	}
 }
 
 func waitReady(ctx context.Context, ready <-chan struct{}, deadline time.Time, done <-chan struct{}) error {
@@ -303,18 +326,23 @@ type granted struct {
 // attempt makes one acquire round trip. On a client that does not honour context
 // deadlines it returns when ctx ends even if the Redis call does not: the call then goes
 // on aside and undoes itself if it turns out to have taken the lock.
-func (l *Locker) attempt(ctx context.Context, h *held, manner string) (granted, error) {
-	nonce := l.newNonce()
+func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited bool) (granted, error) {
+	var nonce string
+	if h.releaseNonce == "" {
+		nonce, h.releaseNonce = l.newNonces()
+	} else {
+		nonce = l.newNonce()
+	}
 	sent := time.Now()
 	if ctx.Done() == nil || l.honoursDeadlines {
 		// Nothing to return early for, or the client itself gives up at ctx's deadline
 		// (a cancellation without deadline is then noticed when the call returns).
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner))
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner, waited))
 	}
 	var state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
 	replies := make(chan acquireReply, 1)
 	started := l.background(func() {
-		r := l.runAcquire(context.WithoutCancel(ctx), h, nonce, manner)
+		r := l.runAcquire(context.WithoutCancel(ctx), h, nonce, manner, waited)
 		if state.CompareAndSwap(0, 1) {
 			replies <- r
 			return
@@ -326,7 +354,7 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string) (granted, 
 		}
 	})
 	if !started {
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner))
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner, waited))
 	}
 	select {
 	case r := <-replies:
@@ -341,7 +369,7 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string) (granted, 
 
 // acquireReply is the raw outcome of an acquire call.
 type acquireReply struct {
-	v   []any
+	v   any // the script's reply: a token, or a list (see acquire.lua)
 	err error
 
 	synced bool  // a WAIT followed the script (SyncReplicas)
@@ -356,12 +384,11 @@ const (
 	mannerTry    = "2" // the caller will not wait
 )
 
-func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner string) acquireReply {
+func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner string, waited bool) acquireReply {
 	if h.s.syncReplicas > 0 {
-		return l.runAcquireSynced(ctx, h, nonce, manner)
+		return l.runAcquireSynced(ctx, h, nonce, manner, waited)
 	}
-	v, err := acquireScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-		string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id).Slice()
+	v, err := l.runScript(ctx, acquireScript, h.acquireArgs(nonce, manner, waited), waited).Result()
 	return acquireReply{v: v, err: err}
 }
 
@@ -390,7 +417,11 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	return g, nil
 }
 
-func parseGranted(v []any) (granted, error) {
+func parseGranted(reply any) (granted, error) {
+	if token, ok := reply.(int64); ok && token > 0 {
+		return granted{acquired: true, token: token, holds: 1}, nil
+	}
+	v, _ := reply.([]any)
 	if len(v) >= 2 {
 		if ok, _ := v[0].(int64); ok == 1 && len(v) == 3 {
 			s, _ := v[1].(string)
@@ -404,7 +435,7 @@ func parseGranted(v []any) (granted, error) {
 			return granted{pttl: time.Duration(pttl) * time.Millisecond}, nil
 		}
 	}
-	return granted{}, fmt.Errorf("unexpected acquire reply %v", v)
+	return granted{}, fmt.Errorf("unexpected acquire reply %v", reply)
 }
 
 // compensate undoes, in the background, the acquire attempt with nonce if it took effect.
@@ -418,8 +449,7 @@ func (l *Locker) compensate(h *held, nonce string) {
 func (l *Locker) undo(h *held, nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 	defer cancel()
-	err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-		string(h.hk.owner), l.newNonce(), nonce, h.s.fenceRetention.Milliseconds(), l.id, l.shardedFlag()).Err()
+	err := l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), nonce), true).Err()
 	l.refresh(err)
 }
 
@@ -441,7 +471,10 @@ func (l *Locker) background(fn func()) bool {
 
 // releaseCtx bounds a release: ctx's values, not its cancellation, for ReleaseTimeout.
 func (l *Locker) releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
+	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return context.WithTimeout(ctx, l.cfg.releaseTimeout)
 }
 
 // releaseRemote drops one Redis-side hold of h. ctx comes from releaseCtx; the call
@@ -452,15 +485,18 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		code int64
 		err  error
 	}
-	call := func() reply {
-		code, err := releaseScript.Run(ctx, l.client, []string{h.rk.lock, h.rk.fence, h.rk.queue()},
-			string(h.hk.owner), l.newNonce(), "", h.s.fenceRetention.Milliseconds(), l.id, l.shardedFlag()).Int64()
-		return reply{code, err}
-	}
 	var r reply
+	urgent := false
+	if l.batching {
+		_, urgent, _ = l.waits.state(h.rk) // this process's waiters are next
+	}
 	if l.honoursDeadlines {
-		r = call()
+		r.code, r.err = l.runScript(ctx, releaseScript, h.releaseArgs(h.finalNonce(), ""), urgent).Int64()
 	} else {
+		call := func() reply {
+			code, err := l.runScript(ctx, releaseScript, h.releaseArgs(h.finalNonce(), ""), urgent).Int64()
+			return reply{code, err}
+		}
 		replies := make(chan reply, 1)
 		if !l.background(func() { replies <- call() }) {
 			replies <- call()
@@ -504,6 +540,13 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 	return r.code, nil
 }
 
+// isAutoPipeliner reports whether c batches concurrent calls (go-redis's auto-pipelining
+// client): a call may then wait for the batch in flight before it is sent.
+func isAutoPipeliner(c redis.UniversalClient) bool {
+	_, ok := c.(*redis.AutoPipeliner)
+	return ok
+}
+
 // honoursDeadlines reports whether c gives up on a call when its context's deadline
 // passes (go-redis does with ContextTimeoutEnabled).
 func honoursDeadlines(c redis.UniversalClient) bool {
@@ -518,9 +561,35 @@ func honoursDeadlines(c redis.UniversalClient) bool {
 	return false
 }
 
-func (l *Locker) newNonce() string {
-	return l.nonce + strconv.FormatUint(l.seq.Add(1), 36)
+// newNonces returns two nonces, made in one allocation: an acquire attempt's, and the
+// one its hold will be released with.
+func (l *Locker) newNonces() (string, string) {
+	var b [128]byte
+	n := l.appendNonce(b[:0])
+	m := l.appendNonce(n)
+	s := string(m)
+	return s[:len(n)], s[len(n):]
 }
+
+func (l *Locker) appendNonce(b []byte) []byte {
+	var digits [13]byte // 2^64 in base 36 has 13 digits
+	i := len(digits)
+	for n := l.seq.Add(1); ; n /= 36 {
+		i--
+		digits[i] = base36[n%36]
+		if n < 36 {
+			break
+		}
+	}
+	return append(append(b, l.nonce...), digits[i:]...)
+}
+
+func (l *Locker) newNonce() string {
+	var b [64]byte
+	return string(l.appendNonce(b[:0]))
+}
+
+const base36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 // isServerError reports whether err is an error reply from Redis, after which the
 // command is known not to have taken effect (scripts check memory before their first

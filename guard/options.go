@@ -51,6 +51,8 @@ type settings struct {
 	syncReplicas   int           // replicas that must acknowledge a grant; 0: none
 	syncTimeout    time.Duration // how long to wait for them
 
+	ttlArg, retentionArg any // ttl and fenceRetention in milliseconds, boxed for the scripts by validate
+
 	wrap wrapSettings // read by the decorators, ignored by the engine
 }
 
@@ -139,7 +141,11 @@ func (s *settings) validate() error {
 	case s.maxHold > 0 && s.wrap.minHold > s.maxHold:
 		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must not exceed MaxHold (%s), got %s", s.maxHold, s.wrap.minHold)}
 	}
-	return s.retry.validate("Retry")
+	if err := s.retry.validate("Retry"); err != nil {
+		return err
+	}
+	s.ttlArg, s.retentionArg = s.ttl.Milliseconds(), s.fenceRetention.Milliseconds()
+	return nil
 }
 
 // apply applies opts on top of s, refusing options outside allowed.

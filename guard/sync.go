@@ -23,21 +23,19 @@ func (l *Locker) syncNode(ctx context.Context, key string) (redis.Cmdable, error
 
 // runAcquireSynced runs the acquire script and WAIT in one pipeline on one connection to
 // the lock's primary, so that WAIT counts the replicas that received this grant.
-func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, manner string) acquireReply {
+func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, manner string, waited bool) acquireReply {
 	node, err := l.syncNode(ctx, h.rk.lock)
 	if err != nil {
 		return acquireReply{err: err}
 	}
-	keys := []string{h.rk.lock, h.rk.fence, h.rk.queue()}
-	args := []any{string(h.hk.owner), h.s.ttl.Milliseconds(), nonce, h.s.fenceRetention.Milliseconds(), manner, l.id}
+	args := h.acquireArgs(nonce, manner, waited)
 	run := func(load bool) (*redis.Cmd, *redis.Cmd) {
 		pipe := node.Pipeline()
-		var c *redis.Cmd
+		args[0], args[1] = "evalsha", acquireScript.sha
 		if load {
-			c = acquireScript.Eval(ctx, pipe, keys, args...)
-		} else {
-			c = acquireScript.EvalSha(ctx, pipe, keys, args...)
+			args[0], args[1] = "eval", acquireScript.src
 		}
+		c := pipe.Do(ctx, args...)
 		w := pipe.Do(ctx, "wait", h.s.syncReplicas, h.s.syncTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)
 		return c, w
@@ -46,7 +44,7 @@ func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, ma
 	if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		c, w = run(true)
 	}
-	v, err := c.Slice()
+	v, err := c.Result()
 	if err != nil {
 		return acquireReply{err: err}
 	}

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // ScopeName is the OpenTelemetry instrumentation scope of guard's spans and metrics.
@@ -51,6 +53,10 @@ const unnamed = "unnamed"
 type telemetry struct {
 	tracer     trace.Tracer
 	redactKeys bool
+	// untraced is the global tracer provider as it was in New when that was OpenTelemetry's
+	// default, which records nothing until a real one is installed; nil otherwise. While
+	// the global provider is still that one, acquisitions start no span at all.
+	untraced trace.TracerProvider
 
 	wait         metric.Float64Histogram
 	hold         metric.Float64Histogram
@@ -65,8 +71,15 @@ type telemetry struct {
 }
 
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, redactKeys bool) *telemetry {
-	if tp == nil {
+	var untraced trace.TracerProvider
+	switch tp.(type) {
+	case nil:
 		tp = otel.GetTracerProvider()
+		if isDefaultGlobal(tp) {
+			untraced = tp
+		}
+	case tracenoop.TracerProvider, *tracenoop.TracerProvider:
+		untraced = tp
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -74,6 +87,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, redactKeys b
 	t := &telemetry{
 		tracer:     tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
 		redactKeys: redactKeys,
+		untraced:   untraced,
 	}
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
 	fallback := noop.NewMeterProvider().Meter(ScopeName)
@@ -178,10 +192,33 @@ type acquisition struct {
 	waiting  bool
 }
 
+// isDefaultGlobal reports whether tp is OpenTelemetry's default global tracer provider,
+// which hands out non-recording spans until otel.SetTracerProvider installs a real one.
+func isDefaultGlobal(tp trace.TracerProvider) bool {
+	t := reflect.TypeOf(tp)
+	return t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
+}
+
+// tracing reports whether spans may record: false while the provider is a no-op.
+func (t *telemetry) tracing() bool {
+	switch t.untraced.(type) {
+	case nil:
+		return true
+	case tracenoop.TracerProvider, *tracenoop.TracerProvider:
+		return false
+	}
+	return otel.GetTracerProvider() != t.untraced
+}
+
 // startAcquire opens the guard.acquire span as a child of ctx's span and returns the
-// context to make Redis calls with.
-func (t *telemetry) startAcquire(ctx context.Context, s *settings, key string, owner string) (context.Context, *acquisition) {
-	a := &acquisition{t: t, name: lockName(s), start: time.Now()}
+// context to make Redis calls with. With a no-op tracer provider it starts nothing: the
+// span would record nothing, and ctx already carries the parent's span context.
+func (t *telemetry) startAcquire(ctx context.Context, a *acquisition, s *settings, key string, owner string) context.Context {
+	*a = acquisition{t: t, name: lockName(s), start: time.Now()}
+	if !t.tracing() {
+		a.span = noSpan
+		return ctx
+	}
 	ctx, a.span = t.tracer.Start(ctx, "guard.acquire", acquireSpanOptions...)
 	if a.span.IsRecording() {
 		attrs := []attribute.KeyValue{AttrLockName.String(a.name), AttrOwner.String(owner)}
@@ -190,7 +227,7 @@ func (t *telemetry) startAcquire(ctx context.Context, s *settings, key string, o
 		}
 		a.span.SetAttributes(attrs...)
 	}
-	return ctx, a
+	return ctx
 }
 
 // startWaiting counts the goroutine as a waiter until stopWaiting.
@@ -263,6 +300,9 @@ func (t *telemetry) held(ctx context.Context, name string) heldTelemetry {
 	t.active.Add(ctx, 1, t.set(name, "", -1).add...)
 	return heldTelemetry{name: name, span: trace.SpanFromContext(ctx)}
 }
+
+// noSpan is the span of acquisitions made without tracing: it records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // ended records the end of a held lease, lost or released.
 func (t *telemetry) ended(h *held, lost *LeaseLostError) {

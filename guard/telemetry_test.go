@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
@@ -249,5 +251,27 @@ func TestTelemetryLeaseLost(t *testing.T) {
 	}
 	if a := m["guard.lock.active"].(metricdata.Sum[int64]); a.DataPoints[0].Value != 0 {
 		t.Fatalf("active = %d after loss and release, want 0", a.DataPoints[0].Value)
+	}
+}
+
+// TestGlobalTracerInstalledAfterNew: a Locker made while OpenTelemetry's global tracer
+// provider is still its default starts no spans, but records them once the application
+// installs a real provider, even after New. (It leaves a no-op global provider behind.)
+func TestGlobalTracerInstalledAfterNew(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 5*time.Second)
+	mustRelease(t, mustAcquire(t, l, ctx, "before"))
+
+	r := newOtelRig(t)
+	otel.SetTracerProvider(r.tp)
+	t.Cleanup(func() { otel.SetTracerProvider(tracenoop.NewTracerProvider()) })
+	mustRelease(t, mustAcquire(t, l, ctx, "after"))
+	spans := r.acquireSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d guard.acquire spans after the global provider was installed, want 1", len(spans))
+	}
+	if v, _ := attrOf(spans[0], guard.AttrLockKey); v.AsString() != "after" {
+		t.Fatalf("span key = %q, want %q", v.AsString(), "after")
 	}
 }

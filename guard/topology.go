@@ -60,6 +60,12 @@ func (l *Locker) shardedFlag() string {
 	return "0"
 }
 
+// shardedArg is shardedFlag as a script argument.
+func (l *Locker) shardedArg() any {
+	_, ok := l.client.(*redis.ClusterClient)
+	return flagArg(ok)
+}
+
 // hashSlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag, the
 // text between the first '{' and the next '}' when that is not empty, else of the whole
 // key, modulo 16384.

@@ -84,7 +84,9 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 		case p.limit == limitAttempts && attempts >= p.attempts:
 			manner = mannerTry // the last one
 		}
-		g, err := l.attempt(ctx, h, manner)
+		// A caller that waited, or whose Locker queues for the key, marks the lock it takes,
+		// so that its release wakes the Lockers still queued in Redis.
+		g, err := l.attempt(ctx, h, manner, attempts > 1 || queued || yielding)
 		if err != nil && attempts > 1 && ctx.Err() != nil {
 			// The context ended the wait during an attempt: the lock was busy before.
 			return granted{}, busy(ctx.Err())

@@ -2,9 +2,10 @@
 --
 -- KEYS[1] lock hash:  <owner> = hold count; <owner>#a = nonces of the owner's last applied
 --                     acquires, newest first, space-separated (within 100 bytes); #t =
---                     fencing token; #w = present once someone had to wait
+--                     fencing token; #w = present once someone had to wait; #q = taken
+--                     by a caller that waited (see ARGV[7])
 -- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
---                     releases, newest first (within about 400 bytes)
+--                     releases, oldest first (see release.lua)
 -- KEYS[3] queue:      list of the IDs of the Lockers (processes) waiting for the lock, in
 --                     the order they found it busy; a release wakes the first
 -- ARGV[1] owner ID
@@ -15,36 +16,39 @@
 --         the owner's hold, but leave a free lock to the waiters queued ahead, and queue),
 --         "2" for a caller that will not wait (the others are queued when busy)
 -- ARGV[6] the ID of the calling Locker, queued when the lock is busy
+-- ARGV[7] "1" when the caller has waited for the lock or its Locker queues for it: a lock
+--         it takes is marked #q, so that its release wakes the Lockers still queued
 --
--- Returns {1, token, holds} when the owner holds the lock after the call,
+-- Returns token             (an integer) when the owner took the free lock: one hold,
+--         {1, token, holds} when the owner held it already (token as a string),
 --         {0, pttl}         when another owner holds it (pttl -1: free, left to others).
-local lock, fence = KEYS[1], KEYS[2]
-local owner, ttl, nonce = ARGV[1], ARGV[2], ARGV[3]
-local afield = owner .. '#a'
-local v = redis.call('HMGET', lock, owner, afield, '#t', '#w')
-
--- recent puts n in front of a space-separated list of nonces, keeping the newest within
--- 100 bytes, cut at a separator.
-local function recent(n, list)
-  local s = n .. ' ' .. (list or '')
-  if #s > 100 then
-    s = string.match(string.sub(s, 1, 101), '^(.*) ') or n
-  end
-  return s
-end
+--
+-- The common case, a free lock, is kept short: Lua's own work (every string that enters
+-- the interpreter is hashed, byte by byte) costs the server more than the commands do.
+local lock, owner = KEYS[1], ARGV[1]
+local v = redis.call('HMGET', lock, owner, '#t', '#w')
 
 if v[1] then
+  -- Reentry through Redis (the owner holds the lock through another Locker): count the
+  -- hold once per attempt, however often the client sends the attempt.
+  local nonce, afield = ARGV[3], owner .. '#a'
+  local applied = redis.call('HGET', lock, afield)
   local holds = tonumber(v[1])
-  if not string.find(' ' .. (v[2] or '') .. ' ', ' ' .. nonce .. ' ', 1, true) then
+  if not applied or not string.find(' ' .. applied .. ' ', ' ' .. nonce .. ' ', 1, true) then
     holds = redis.call('HINCRBY', lock, owner, 1)
-    redis.call('HSET', lock, afield, recent(nonce, v[2]))
+    -- Keep the newest nonces within 100 bytes, cut at a separator.
+    local s = nonce .. ' ' .. (applied or '')
+    if #s > 100 then
+      s = string.match(string.sub(s, 1, 101), '^(.*) ') or nonce
+    end
+    redis.call('HSET', lock, afield, s)
   end
-  redis.call('PEXPIRE', lock, ttl)
-  return {1, v[3], holds}
+  redis.call('PEXPIRE', lock, ARGV[2])
+  return {1, v[2], holds}
 end
 
-if v[3] then
-  if not v[4] then
+if v[2] then
+  if not v[3] then
     redis.call('HSET', lock, '#w', '1')
   end
   if ARGV[5] ~= '2' then
@@ -52,7 +56,7 @@ if v[3] then
     if not redis.call('LPOS', queue, ARGV[6]) then
       redis.call('RPUSH', queue, ARGV[6])
     end
-    redis.call('PEXPIRE', queue, 3 * tonumber(ttl))
+    redis.call('PEXPIRE', queue, 3 * tonumber(ARGV[2]))
   end
   return {0, redis.call('PTTL', lock)}
 end
@@ -62,25 +66,33 @@ if ARGV[5] == '1' then
   if not redis.call('LPOS', KEYS[3], ARGV[6]) then
     redis.call('RPUSH', KEYS[3], ARGV[6])
   end
-  redis.call('PEXPIRE', KEYS[3], 3 * tonumber(ttl))
+  redis.call('PEXPIRE', KEYS[3], 3 * tonumber(ARGV[2]))
   return {0, -1}
 end
 
 -- A new token is one more than the last one issued and never below the server clock in
 -- microseconds, so tokens keep rising after the fence key expired or Redis restarted empty.
-local prev, released = 0, ''
-local f = redis.call('GET', fence)
-if f then
-  local p, r = string.match(f, '^(%d+)(.*)$')
-  prev, released = tonumber(p) or 0, r or ''
-end
+-- (Integers up to 2^53 are exact in Lua's numbers; a token in microseconds has 16 digits.)
+local fence = KEYS[2]
 local now = redis.call('TIME')
-local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-if prev >= token then
-  token = prev + 1
+local token = now[1] * 1000000 + now[2]
+local last = string.match(redis.call('GETRANGE', fence, 0, 23), '^%d+')
+if last and tonumber(last) >= token then
+  token = tonumber(last) + 1
 end
-token = string.format('%.0f', token)
-redis.call('SET', fence, token .. released, 'PX', ARGV[4])
-redis.call('HSET', lock, owner, 1, afield, nonce, '#t', token)
-redis.call('PEXPIRE', lock, ttl)
-return {1, token, 1}
+local t = string.format('%.0f', token)
+if last and #last == #t then
+  -- Overwrite the token in place, leaving the release nonces after it untouched.
+  redis.call('SETRANGE', fence, 0, t)
+else
+  -- No fence (first acquisition, or it expired) or a token of another width: rewrite it.
+  local rest = string.match(redis.call('GET', fence) or '', '^%d*(.*)$')
+  redis.call('SET', fence, t .. rest, 'PX', ARGV[4])
+end
+if ARGV[7] == '1' then
+  redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t, '#q', '1')
+else
+  redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t)
+end
+redis.call('PEXPIRE', lock, ARGV[2])
+return token

@@ -2,7 +2,8 @@
 --
 -- KEYS[1] lock hash (see acquire.lua); also <owner>#r = nonces of the owner's last
 --         releases that left it holding, newest first, space-separated (within 100 bytes)
--- KEYS[2] fence (see acquire.lua)
+-- KEYS[2] fence (see acquire.lua): a final release appends ":<nonce>", so that a retry of
+--         the call, even after other owners took and freed the lock, reports it released
 -- KEYS[3] queue (see acquire.lua)
 -- ARGV[1] owner ID
 -- ARGV[2] release nonce (unique per release; makes a client-side retry of this call a no-op)
@@ -20,77 +21,86 @@
 --          0 nothing to undo (undo nonce given and that attempt did not take effect)
 --         -1 no lock: it expired
 --         -2 another owner holds the lock
-local lock, fence = KEYS[1], KEYS[2]
-local owner, nonce, undo = ARGV[1], ARGV[2], ARGV[3]
-local afield, rfield = owner .. '#a', owner .. '#r'
-local v = redis.call('HMGET', lock, owner, afield, rfield, '#t', '#w')
+local lock, owner, nonce = KEYS[1], ARGV[1], ARGV[2]
+local v = redis.call('HMGET', lock, owner, owner .. '#r', '#t', '#w', '#q')
 
--- recent puts n in front of a space-separated list of nonces, keeping the newest within
--- 100 bytes, cut at a separator.
-local function recent(n, list)
-  local s = n .. ' ' .. (list or '')
-  if #s > 100 then
-    s = string.match(string.sub(s, 1, 101), '^(.*) ') or n
-  end
-  return s
-end
-
-if undo ~= '' then
-  if not v[1] or not string.find(' ' .. (v[2] or '') .. ' ', ' ' .. undo .. ' ', 1, true) then
+if ARGV[3] ~= '' then
+  local undo, afield = ARGV[3], owner .. '#a'
+  local applied = v[1] and redis.call('HGET', lock, afield)
+  if not applied or not string.find(' ' .. applied .. ' ', ' ' .. undo .. ' ', 1, true) then
     return 0
   end
   -- Forget the undone attempt, so that a second undo (a client retry) does nothing.
   local rest = {}
-  for x in string.gmatch(v[2], '%S+') do
+  for x in string.gmatch(applied, '%S+') do
     if x ~= undo then rest[#rest + 1] = x end
   end
   redis.call('HSET', lock, afield, table.concat(rest, ' '))
 end
 
 if not v[1] then
-  local f = redis.call('GET', fence)
+  local f = redis.call('GET', KEYS[2])
   if f and string.find(f .. ':', ':' .. nonce .. ':', 1, true) then
     return 1 -- a retry of a release that freed the lock
   end
-  if v[4] then
+  if v[3] then
     return -2
   end
   return -1
 end
 
-if v[3] and string.find(' ' .. v[3] .. ' ', ' ' .. nonce .. ' ', 1, true) then
+if v[2] and string.find(' ' .. v[2] .. ' ', ' ' .. nonce .. ' ', 1, true) then
   return 2 -- a retry of a release that dropped one hold
 end
 
-if tonumber(v[1]) > 1 then
+if v[1] ~= '1' then
   redis.call('HINCRBY', lock, owner, -1)
-  -- Remember this nonce among the last few (about 4), newest first.
-  redis.call('HSET', lock, rfield, recent(nonce, v[3]))
+  -- Remember this nonce among the last few (about 4), newest first, within 100 bytes.
+  local s = nonce .. ' ' .. (v[2] or '')
+  if #s > 100 then
+    s = string.match(string.sub(s, 1, 101), '^(.*) ') or nonce
+  end
+  redis.call('HSET', lock, owner .. '#r', s)
   return 2
 end
 
--- Free the lock and remember this release's nonce beside the token, so that a retry of
--- this call, even after other owners took and freed the lock, reports it released. The
--- list keeps the newest nonces within 400 bytes (about 20), cut at a separator.
+-- Free the lock and append this release's nonce to the fence, after the token. APPEND
+-- leaves the list to Redis: Lua reads it back only to trim it, once in about 20
+-- releases, to the newest nonces within about 400 bytes.
 redis.call('DEL', lock)
-local kept = string.match(redis.call('GET', fence) or '', '^%d+(.*)$') or ''
-if #kept > 400 then
-  kept = string.match(string.sub(kept, 1, 401), '^(.*):') or ''
+local fence, entry = KEYS[2], ':' .. nonce
+local n = redis.call('APPEND', fence, entry)
+if n == #entry then
+  -- The fence expired during the hold: start it again from this lock's token.
+  redis.call('SET', fence, v[3] .. entry, 'PX', ARGV[4])
+elseif n > 800 then
+  local f = redis.call('GET', fence)
+  local token = string.match(f, '^%d*')
+  local kept = string.match(string.sub(f, -400), ':.*$') or entry
+  redis.call('SET', fence, token .. kept, 'PX', ARGV[4])
+else
+  redis.call('PEXPIRE', fence, ARGV[4])
 end
-redis.call('SET', fence, v[4] .. ':' .. nonce .. kept, 'PX', ARGV[4])
--- Wake the first Locker in the wait queue; with none queued but someone having waited,
--- every Locker ('*').
+-- Nobody waited for this lock and its holder did not wait for it (acquire.lua marks #w
+-- and #q): nobody can be queued, nobody to wake.
+if not v[4] and not v[5] then
+  return 1
+end
+-- Wake the first Locker in the wait queue; with none queued but someone having waited
+-- for this very hold, every Locker ('*').
+local next = redis.call('LPOP', KEYS[3])
+if next == ARGV[5] then
+  return 4 -- the caller's own Locker is next: it wakes its waiters itself
+elseif not next and not v[4] then
+  return 1
+end
 local publish = 'PUBLISH'
 if ARGV[6] == '1' and (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
   publish = 'SPUBLISH'
 end
-local next = redis.call('LPOP', KEYS[3])
-if next == ARGV[5] then
-  return 4 -- the caller's own Locker is next: it wakes its waiters itself
-elseif next then
+if next then
   redis.call(publish, lock .. ':release', next)
   return 3
-elseif v[5] then
-  redis.call(publish, lock .. ':release', '*')
 end
+redis.call(publish, lock .. ':release', '*')
 return 1

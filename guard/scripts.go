@@ -1,0 +1,89 @@
+package guard
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// script is a Lua script run with EVALSHA, and with EVAL when the server has not cached
+// it. Its SHA1 and source are kept as interface values so that a call boxes neither.
+type script struct {
+	sha, src any
+}
+
+func newScript(src string) *script {
+	return &script{sha: redis.NewScript(src).Hash(), src: src}
+}
+
+// runScript runs s with args, whose first two slots it fills with the command and the
+// script (EVALSHA and the SHA1, then EVAL and the source after a NOSCRIPT reply). The
+// caller builds args in one slice: the client sends it as it is.
+//
+// On a go-redis auto-pipelining client (*redis.AutoPipeliner) a call that is not urgent
+// joins the client's batches, and an urgent one (an attempt after a wait, a release that
+// hands the lock to a waiter of this process) goes on a connection of its own at once:
+// a handoff that waited for a batch at each step would take several batches' time.
+// Other clients send every call at once.
+func (l *Locker) runScript(ctx context.Context, s *script, args []any, urgent bool) *redis.Cmd {
+	args[0], args[1] = "evalsha", s.sha
+	cmd := l.send(ctx, args, urgent)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		args[0], args[1] = "eval", s.src
+		cmd = l.send(ctx, args, urgent)
+	}
+	return cmd
+}
+
+func (l *Locker) send(ctx context.Context, args []any, urgent bool) *redis.Cmd {
+	if !l.batching || urgent {
+		return l.client.Do(ctx, args...) // an AutoPipeliner runs Do outside its batches
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	_ = l.client.Process(ctx, cmd)
+	return cmd
+}
+
+// Arguments of acquire.lua and release.lua, boxed once.
+var (
+	argNumKeys any = 3
+	argFlag        = [2]any{"0", "1"}
+	argManner      = map[string]any{mannerWait: mannerWait, mannerPolite: mannerPolite, mannerTry: mannerTry}
+)
+
+func flagArg(on bool) any {
+	if on {
+		return argFlag[1]
+	}
+	return argFlag[0]
+}
+
+// scriptArgs are the arguments that stay the same for every call about one hold: the
+// keys, the owner and the settings, boxed once when the hold is made.
+type scriptArgs struct {
+	lock, fence, queue, owner, ttl, retention any
+}
+
+func (h *held) boxArgs() {
+	if h.s.ttlArg == nil { // settings that validate did not see
+		h.s.ttlArg, h.s.retentionArg = h.s.ttl.Milliseconds(), h.s.fenceRetention.Milliseconds()
+	}
+	h.args = scriptArgs{
+		lock: h.rk.lock, fence: h.rk.fence, queue: h.rk.queue,
+		owner: string(h.hk.owner), ttl: h.s.ttlArg, retention: h.s.retentionArg,
+	}
+}
+
+// acquireArgs returns the command line of acquire.lua for an attempt (see its header).
+func (h *held) acquireArgs(nonce, manner string, waited bool) []any {
+	a := &h.args
+	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
+		a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg, flagArg(waited)}
+}
+
+// releaseArgs returns the command line of release.lua (see its header).
+func (h *held) releaseArgs(nonce, undo string) []any {
+	a := &h.args
+	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
+		a.owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg()}
+}
