@@ -306,8 +306,10 @@ func TestAutoPipelinedClientLanes(t *testing.T) {
 		got <- le
 	}()
 	// The waiter's first attempt finds the lock busy and queues it; it tries once more
-	// when its subscription is up (a release may have come before), then sleeps.
-	waitUntil(t, 5*time.Second, "the waiter's two attempts", func() bool { return lanes.total() == 3 })
+	// when its subscription is up (a release may have come before), then sleeps. (On a
+	// loaded machine the feed may confirm its subscription late and the waiter try once
+	// more: every attempt after the first goes out alone all the same.)
+	waitUntil(t, 5*time.Second, "the waiter's two attempts", func() bool { return lanes.total() >= 3 })
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -319,8 +321,8 @@ func TestAutoPipelinedClientLanes(t *testing.T) {
 	// second attempt, the release with the waiter behind it and the waiter's winning
 	// attempt were not. With a minute of retry delay and TTL, only the release's wake-up
 	// can have ended the wait.
-	if direct, batched := lanes.take(); direct != 3 || batched != 2 {
-		t.Fatalf("handoff: %d script calls sent alone, %d batched; want 3 and 2", direct, batched)
+	if direct, batched := lanes.take(); direct < 3 || batched != 2 {
+		t.Fatalf("handoff: %d script calls sent alone, %d batched; want at least 3 and 2", direct, batched)
 	}
 	mustRelease(t, waiter)
 }
