@@ -847,21 +847,33 @@ func (w *world) checkOrphans(ctx context.Context) {
 	if w.lock != nil && w.lock.PID() == 0 {
 		return
 	}
-	deadline := time.Now().Add(w.cfg.TTL + time.Second)
+	// A lock must be gone a TTL after the Lockers closed. A wait queue is no lock: a
+	// release pops it only when someone waited, so after a failover lost a lock whose
+	// queue survived, the queue lives out its own expiry, 3 TTLs after its last waiter
+	// queued.
+	start := time.Now()
+	lockBound, queueBound := w.cfg.TTL+time.Second, 3*w.cfg.TTL+time.Second
 	for {
 		keys, err := w.lockNames(ctx)
-		keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasSuffix(k, ":fence") })
+		keys = slices.DeleteFunc(keys, func(k string) bool {
+			return strings.HasSuffix(k, ":fence") || strings.HasSuffix(k, ":queue") && time.Since(start) < queueBound
+		})
 		if err == nil && len(keys) == 0 {
 			return
 		}
-		if time.Now().After(deadline) {
+		// Until queueBound the list holds locks only (and fences never).
+		if time.Since(start) > lockBound {
 			if err != nil {
 				w.failf(chaos.I3, "", 0, "listing locks at the end: %v", err)
 				return
 			}
 			for _, k := range keys {
+				bound := lockBound
+				if strings.HasSuffix(k, ":queue") {
+					bound = queueBound
+				}
 				pttl, _ := w.probe.PTTL(ctx, k).Result()
-				w.failf(chaos.I3, lockKey(k), 0, "lock %q still in Redis %s after the Lockers closed (PTTL %s)", k, w.cfg.TTL+time.Second, pttl)
+				w.failf(chaos.I3, lockKey(k), 0, "%q still in Redis %s after the Lockers closed (PTTL %s)", k, bound, pttl)
 			}
 			return
 		}
