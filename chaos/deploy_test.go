@@ -215,6 +215,8 @@ func i1Note(row *chaos.Row, cfg config, window string) {
 	case i1 > 0:
 		addNote(row, fmt.Sprintf("I1 breaks by design (%d overlaps): locks granted %s never reached the replica that was promoted, which granted them again; the fenced register applied no stale write (M4 = %d)",
 			i1, window, row.Violations[chaos.M4]))
+	case strings.HasPrefix(window, "during"):
+		addNote(row, fmt.Sprintf("no double grant seen: every lease granted %s ended before the promoted replica granted its key again (I1 would count one; SyncReplicas closes that window)", window))
 	default:
 		addNote(row, "no double grant seen: none of the kills landed between a grant and its replication (I1 would count one; SyncReplicas closes that window)")
 	}
@@ -399,7 +401,7 @@ func sentinelLag(sync bool) func(t *testing.T, sc scale) (chaos.Row, []chaos.Rep
 			link.Blackhole(true)
 			lagging = chaos.Now()
 			if sync {
-				w.checkUnacknowledged(rec.locker)
+				w.checkUnacknowledged(rec.locker, "lag-unacknowledged")
 			}
 			time.Sleep(lagFor)
 			w.forget(func() {
@@ -446,10 +448,9 @@ func sentinelLag(sync bool) func(t *testing.T, sc scale) (chaos.Row, []chaos.Rep
 
 // checkUnacknowledged checks that, while the replica receives nothing, a grant with
 // SyncReplicas fails with a typed *ReplicaError (ErrUnavailable) and leaves the lock free.
-func (w *world) checkUnacknowledged(l *guard.Locker) {
+func (w *world) checkUnacknowledged(l *guard.Locker, key string) {
 	w.t.Helper()
 	ctx := context.Background()
-	const key = "lag-unacknowledged"
 	trying := chaos.Now()
 	_, err := l.TryAcquire(ctx, key)
 	var re *guard.ReplicaError
@@ -459,5 +460,164 @@ func (w *world) checkUnacknowledged(l *guard.Locker) {
 	}
 	if n, err := w.probe.Exists(ctx, lockName(key)).Result(); err != nil || n != 0 {
 		w.failf(noPartialState, key, trying, "an acquisition no replica acknowledged left its lock behind (EXISTS = %d, %v)", n, err)
+	}
+}
+
+// sentinelFailover runs SENTINEL FAILOVER over and over while two Lockers contend. Unlike
+// CLUSTER FAILOVER it is not coordinated with the primary: the old primary keeps taking
+// writes until its clients follow the sentinels' switch, and what it took meanwhile is
+// lost when it becomes the new primary's replica. Without SyncReplicas a grant made there
+// can be granted again (I1, expected); with it, the old primary has no replica left to
+// acknowledge such a grant, which is undone.
+func sentinelFailover(sync bool) func(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+	return func(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+		cfg := failoverConfig(sync)
+		w := newSentinelWorld(t, cfg, redistest.SentinelFailoverTimeout(sentinelFailoverTimeout))
+		keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
+		w.addNode("a", false)
+		w.addNode("b", false)
+		rec := w.addIdle("recovery")
+		stop := w.run(failoverLoad(sc, keys))
+		var r recovery
+		var last time.Time
+		n := w.faultLoop(sc.run, time.Second, func(i int) {
+			// The sentinels would not fail over again so soon after the last failover.
+			time.Sleep(time.Until(last.Add(2*sentinelFailoverTimeout + 2*time.Second)))
+			old := w.sentinel.Primary()
+			last = time.Now()
+			w.fault("SENTINEL FAILOVER", func() {
+				w.forget(func() {
+					start := time.Now()
+					p := w.sentinel.Failover(w.tb)
+					r.failover = append(r.failover, time.Since(start))
+					// The sentinels would make the old primary a replica some seconds
+					// later; do it now, so that the next failover has a replica.
+					w.replicate(old, p.Addr())
+				})
+			})
+			if d, ok := w.resume(rec.locker, keys[0], time.Now(), i); ok {
+				r.resumed = append(r.resumed, d)
+			}
+		})
+		stop()
+		row, vs := w.finish("", fmt.Sprintf("%d× SENTINEL FAILOVER, the old primary made a replica at once (3 sentinels, TTL %s); %s",
+			n, cfg.TTL, syncLabel(cfg)), sc.slack)
+		r.apply(&row, "new primary agreed by the sentinels", "SENTINEL FAILOVER")
+		i1Note(&row, cfg, "on the old primary after the switch")
+		return row, vs
+	}
+}
+
+// clusterLag is the replica-lag row on a Cluster: the primary that serves the workers'
+// keys announces a proxy's address, so that its replica (which follows the announced
+// address) replicates through the proxy while the Lockers' clients dial the primary
+// directly; the proxy black-holes for lagFor, then the primary is killed and its lagging
+// replica promoted. See the Sentinel row for why the holds and the TTL are long.
+func clusterLag(sync bool) func(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+	return func(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+		cfg := failoverConfig(sync)
+		var primary, replica *redistest.Server
+		var link *redistest.Proxy
+		w := newWorldOn(t, cfg, func(w *world) {
+			w.cluster = redistest.StartCluster(w.tb, redistest.ClusterNodeTimeout(clusterNodeTimeout))
+			primary = w.cluster.Primaries()[0]
+			replica = w.cluster.ReplicasOf(primary)[0]
+			link = redistest.NewProxy(w.tb, primary.Addr())
+			proxied, direct := link.Addr(), primary.Addr()
+			w.dialTo = func(addr string) string {
+				if addr == proxied {
+					return direct
+				}
+				return addr
+			}
+			w.announce(primary, replica, link)
+		})
+		keys := w.keysOn(primary, "lag", 4*lagWorkers*sc.workers)
+		w.addNode("a", false)
+		w.addNode("b", false)
+		rec := w.addIdle("recovery")
+		// A Cluster promotes a second later than the sentinels do: longer holds keep
+		// leases granted during the lag running past the promotion.
+		stop := w.run(load{Keys: keys, Workers: lagWorkers * sc.workers, AcquireMin: time.Second, AcquireMax: 3 * time.Second,
+			HoldMin: 3 * time.Second, HoldMax: 6 * time.Second, Nested: true})
+		time.Sleep(lagLead)
+		var r recovery
+		var lagging, killed chaos.Mono
+		w.fault("replication black hole, then kill -9 primary", func() {
+			link.Blackhole(true)
+			lagging = chaos.Now()
+			if sync {
+				w.checkUnacknowledged(rec.locker, w.keysOn(primary, "lag-unacknowledged", 1)[0])
+			}
+			time.Sleep(lagFor)
+			w.forget(func() {
+				killed = chaos.Now()
+				primary.Kill(w.tb)
+				r.failover = append(r.failover, w.cluster.WaitHealthy(w.tb, deployWait))
+			})
+			link.Blackhole(false)
+			w.probe.(*redis.ClusterClient).ReloadState(context.Background())
+			if sync {
+				primary.Restart(w.tb)
+				w.cluster.WaitHealthy(w.tb, deployWait)
+			}
+		})
+		if d, ok := w.resume(rec.locker, keys[0], time.Now(), 0); ok {
+			r.resumed = append(r.resumed, d)
+		}
+		if !sync {
+			primary.Restart(w.tb)
+			w.cluster.WaitHealthy(w.tb, deployWait)
+		}
+		time.Sleep(lagTail)
+		stop()
+		link.Close() // before finish looks for goroutines left behind
+		granted := 0
+		for _, s := range w.hist.Sections() {
+			if s.Enter >= lagging && s.Enter < killed {
+				granted++
+			}
+		}
+		if !sync && granted == 0 {
+			w.failf(liveness, "", lagging, "no lock was granted during the replication lag: the row proved nothing")
+		}
+		row, vs := w.finish("", fmt.Sprintf("replication black-holed for %s, then kill -9 of the primary, the lagging replica promoted (3 primaries + 3 replicas, node timeout %s, TTL %s, holds 3–6 s); %s",
+			lagFor, clusterNodeTimeout, cfg.TTL, syncLabel(cfg)), sc.slack)
+		what := "lagging replica promoted"
+		if sync {
+			what = "lagging replica promoted and the killed node back as its replica"
+		}
+		r.apply(&row, what, "the kill")
+		i1Note(&row, cfg, "during the lag")
+		addNote(&row, fmt.Sprintf("%d sections entered during the lag", granted))
+		return row, vs
+	}
+}
+
+// announce makes primary announce link's port as its own (its cluster bus keeps its
+// port), and waits until replica replicates through link: a replica follows its
+// primary's announced address.
+func (w *world) announce(primary, replica *redistest.Server, link *redistest.Proxy) {
+	w.t.Helper()
+	_, port, _ := net.SplitHostPort(link.Addr())
+	ctx := context.Background()
+	pc := primary.Client(w.tb)
+	defer pc.Close()
+	start := chaos.Now()
+	if err := pc.ConfigSet(ctx, "cluster-announce-port", port).Err(); err != nil {
+		w.fatalf(setup, "", start, "CONFIG SET cluster-announce-port on %s: %v", primary, err)
+	}
+	rc := replica.Client(w.tb)
+	defer rc.Close()
+	deadline := time.Now().Add(deployWait)
+	for {
+		info, _ := rc.Info(ctx, "replication").Result()
+		if strings.Contains(info, "master_port:"+port+"\r\n") && strings.Contains(info, "master_link_status:up") {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.fatalf(setup, "", start, "%s did not replicate through %s in %s:\n%s", replica, link.Addr(), deployWait, info)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

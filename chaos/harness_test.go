@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -206,8 +207,9 @@ func (w *worker) section(ctx context.Context) bool {
 	if w.load.Stubborn {
 		lctx = context.Background()
 	}
-	// Storage calls get a bound of their own: the storage Redis is never faulted.
-	sctx, scancel := context.WithTimeout(lctx, 5*time.Second)
+	// Storage calls get a bound of their own (the storage Redis is never faulted), beyond
+	// the section's reentry, pause and hold.
+	sctx, scancel := context.WithTimeout(lctx, 5*time.Second+w.load.AcquireMax+w.load.MarkWait+w.load.HoldMax)
 	defer scancel()
 	reg := chaos.NewRegister(w.store, key)
 	v, readOK, err := reg.Read(sctx, le.Token(), label)
@@ -416,11 +418,15 @@ type world struct {
 	lock     *redistest.Server
 	cluster  *redistest.Cluster
 	sentinel *redistest.Sentinel
-	store    *redistest.Server
-	sc       *redis.Client         // storage client
-	probe    redis.UniversalClient // lock deployment, directly: probes and fault injection
-	hist     *chaos.History
-	epoch    atomic.Int64
+	// dialTo, when set, rewrites the address a client of a Cluster dials: the lag row
+	// sends a primary's replication through a proxy by announcing the proxy's address,
+	// and its clients go to the primary directly.
+	dialTo func(addr string) string
+	store  *redistest.Server
+	sc     *redis.Client         // storage client
+	probe  redis.UniversalClient // lock deployment, directly: probes and fault injection
+	hist   *chaos.History
+	epoch  atomic.Int64
 	// faulting counts faults being injected now; a fault's effects on the engine
 	// (queued commands, timeouts) may last a little longer.
 	faulting atomic.Int32
@@ -521,6 +527,15 @@ func (w *world) client(addr string, set ...func(*redis.Options)) redis.Universal
 		return w.cluster.Client(w.tb, func(c *redis.ClusterOptions) {
 			c.ContextTimeoutEnabled, c.ReadTimeout, c.WriteTimeout = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
 			c.MaxRetries, c.DialTimeout = o.MaxRetries, o.DialTimeout
+			if to := w.dialTo; to != nil {
+				d := &net.Dialer{Timeout: o.DialTimeout}
+				if d.Timeout == 0 {
+					d.Timeout = 5 * time.Second
+				}
+				c.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+					return d.DialContext(ctx, network, to(addr))
+				}
+			}
 		})
 	case w.sentinel != nil:
 		return w.sentinel.Client(w.tb, func(c *redis.FailoverOptions) {

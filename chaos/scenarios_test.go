@@ -66,8 +66,12 @@ var scenarios = []scenario{
 	{name: "cluster: primary killed", run: clusterKilled(false), expected: []chaos.Invariant{chaos.I1}},
 	{name: "cluster: primary killed, SyncReplicas", smoke: true, run: clusterKilled(true)},
 	{name: "cluster: planned failover (CLUSTER FAILOVER)", run: clusterFailover},
+	{name: "cluster: replica lag, then primary killed", run: clusterLag(false), expected: []chaos.Invariant{chaos.I1}},
+	{name: "cluster: replica lag, then primary killed, SyncReplicas", run: clusterLag(true)},
 	{name: "sentinel: primary killed", run: sentinelKilled(false), expected: []chaos.Invariant{chaos.I1}},
 	{name: "sentinel: primary killed, SyncReplicas", run: sentinelKilled(true)},
+	{name: "sentinel: planned failover (SENTINEL FAILOVER)", run: sentinelFailover(false), expected: []chaos.Invariant{chaos.I1}},
+	{name: "sentinel: planned failover (SENTINEL FAILOVER), SyncReplicas", run: sentinelFailover(true)},
 	{name: "sentinel: replica lag, then primary killed", run: sentinelLag(false), expected: []chaos.Invariant{chaos.I1}},
 	{name: "sentinel: replica lag, then primary killed, SyncReplicas", run: sentinelLag(true)},
 }
