@@ -282,6 +282,7 @@ func (r *report) evaluate() (main, perWorker []target) {
 		}
 		main = append(main, target{"reentrant-rt", "nested reentrant acquire: 0 round trips", strings.Join(parts, "; "), met})
 	}
+	main = append(main, r.leanTargets()...)
 	const cc = "W=64 H=1ms"
 	contended := func(v, prefix string) []target {
 		if _, ok := r.get("contended", cc, v); !ok {
@@ -512,4 +513,58 @@ func (r *report) updateReadme(path string) (bool, error) {
 	}
 	s = s[:i+len(readmeStart)] + "\n" + r.summary() + s[j:]
 	return true, os.WriteFile(path, []byte(s), 0o644)
+}
+
+// leanTargets are the targets of the uncontended hot path: what an uncontended pair costs
+// the server and the client next to the bare lock, and what auto-pipelining buys
+// without giving up contended throughput.
+func (r *report) leanTargets() []target {
+	g := r.metric
+	cells := r.cells("uncontended")
+	if len(cells) == 0 {
+		return nil
+	}
+	var ts []target
+	cpuMet, scriptMet, allocMet := true, true, true
+	var cpu, script, allocs []string
+	for _, c := range cells {
+		gc, ok1 := g("uncontended", c, "guardkit", "server_cpu_us_per_pair")
+		rc, ok2 := g("uncontended", c, "raw", "server_cpu_us_per_pair")
+		cpuMet = cpuMet && ok1 && ok2 && gc <= 1.3*rc
+		cpu = append(cpu, fmt.Sprintf("%s %s vs %s µs (%s×)", c, num(gc, ok1, 1), num(rc, ok2, 1), num(gc/rc, ok1 && ok2, 2)))
+		gs, ok3 := g("uncontended", c, "guardkit", "script_us_per_pair")
+		rs, ok4 := g("uncontended", c, "raw", "script_us_per_pair")
+		rset, ok5 := g("uncontended", c, "raw", "set_us_per_pair")
+		bare := rs + rset
+		scriptMet = scriptMet && ok3 && ok4 && ok5 && gs <= 2*bare
+		script = append(script, fmt.Sprintf("%s %s vs %s µs (%s×)", c, num(gs, ok3, 1), num(bare, ok4 && ok5, 1), num(gs/bare, ok3 && ok4 && ok5, 2)))
+		a, ok6 := g("uncontended", c, "guardkit", "allocs_per_op")
+		allocMet = allocMet && ok6 && a <= 30
+		allocs = append(allocs, fmt.Sprintf("%s %s", c, num(a, ok6, 1)))
+	}
+	ts = append(ts,
+		target{"lean-server-cpu", "uncontended: server CPU per pair ≤ 1.3× raw's at every G", strings.Join(cpu, "; "), cpuMet},
+		target{"lean-script-time", "uncontended: script time per pair (INFO commandstats, inner commands included) ≤ 2× the bare lock's commands at every G", strings.Join(script, "; "), scriptMet},
+		target{"lean-allocs", "uncontended: ≤ 30 allocations per pair at every G", strings.Join(allocs, "; "), allocMet})
+	if _, ok := r.get("uncontended", "G=64", "guardkit/autopipeline"); ok {
+		ap, ok1 := g("uncontended", "G=64", "guardkit/autopipeline", "ratio_raw")
+		ru, ok2 := g("uncontended", "G=64", "rueidislock", "ratio_raw")
+		ts = append(ts, target{"lean-autopipeline", "auto-pipelined, uncontended G=64: ≥ 1.2× raw and ahead of rueidislock",
+			fmt.Sprintf("%s× (rueidislock %s×)", num(ap, ok1, 2), num(ru, ok2, 2)), ok1 && ap >= 1.2 && (!ok2 || ap > ru)})
+	}
+	const cc = "W=64 H=1ms"
+	for _, v := range []string{"guardkit", "guardkit/autopipeline"} {
+		if _, ok := r.get("contended", cc, v); !ok {
+			continue
+		}
+		ratio, ok1 := g("contended", cc, v, "ratio_raw")
+		j, ok2 := g("contended", cc, v, "jain")
+		id := "lean-contended"
+		if v != "guardkit" {
+			id = "lean-contended-autopipeline"
+		}
+		ts = append(ts, target{id, fmt.Sprintf("%s, contended W=64, 1 ms hold: ≥ 1.4× raw acquisitions/s, Jain ≥ 0.9", v),
+			fmt.Sprintf("%s×, Jain %s", num(ratio, ok1, 2), num(j, ok2, 3)), ok1 && ok2 && ratio >= 1.4 && j >= 0.9})
+	}
+	return ts
 }
