@@ -862,10 +862,9 @@ func (w *world) checkOrphans(ctx context.Context) {
 	if w.lock != nil && w.lock.PID() == 0 {
 		return
 	}
-	// A lock must be gone a TTL after the Lockers closed. A wait queue is no lock: a
-	// release pops it only when someone waited, so after a failover lost a lock whose
-	// queue survived, the queue lives out its own expiry, 3 TTLs after its last waiter
-	// queued.
+	// A lock must be gone a TTL after the Lockers closed. A wait queue is no lock: after
+	// a failover lost a lock whose queue survived, no release pops the queue, which
+	// lives out its own expiry, 3 TTLs after its last waiter queued.
 	start := time.Now()
 	lockBound, queueBound := w.cfg.TTL+time.Second, 3*w.cfg.TTL+time.Second
 	for {

@@ -388,7 +388,7 @@ func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner s
 	if h.s.syncReplicas > 0 {
 		return l.runAcquireSynced(ctx, h, nonce, manner, waited)
 	}
-	v, err := l.runScript(ctx, acquireScript, h.acquireArgs(nonce, manner, waited), waited).Result()
+	v, err := l.runScript(ctx, acquireScript, h.acquireArgs(nonce, manner), waited).Result()
 	return acquireReply{v: v, err: err}
 }
 

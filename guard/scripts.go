@@ -75,10 +75,10 @@ func (h *held) boxArgs() {
 }
 
 // acquireArgs returns the command line of acquire.lua for an attempt (see its header).
-func (h *held) acquireArgs(nonce, manner string, waited bool) []any {
+func (h *held) acquireArgs(nonce, manner string) []any {
 	a := &h.args
 	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
-		a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg, flagArg(waited)}
+		a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg}
 }
 
 // releaseArgs returns the command line of release.lua (see its header).

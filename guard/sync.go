@@ -28,7 +28,7 @@ func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, ma
 	if err != nil {
 		return acquireReply{err: err}
 	}
-	args := h.acquireArgs(nonce, manner, waited)
+	args := h.acquireArgs(nonce, manner)
 	run := func(load bool) (*redis.Cmd, *redis.Cmd) {
 		pipe := node.Pipeline()
 		args[0], args[1] = "evalsha", acquireScript.sha

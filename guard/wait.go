@@ -84,8 +84,8 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 		case p.limit == limitAttempts && attempts >= p.attempts:
 			manner = mannerTry // the last one
 		}
-		// A caller that waited, or whose Locker queues for the key, marks the lock it takes,
-		// so that its release wakes the Lockers still queued in Redis.
+		// The attempt of a caller that waited, or whose Locker queues for the key, is a
+		// step of a handoff: on an auto-pipelining client it is sent at once.
 		g, err := l.attempt(ctx, h, manner, attempts > 1 || queued || yielding)
 		if err != nil && attempts > 1 && ctx.Err() != nil {
 			// The context ended the wait during an attempt: the lock was busy before.

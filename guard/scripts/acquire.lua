@@ -2,8 +2,7 @@
 --
 -- KEYS[1] lock hash:  <owner> = hold count; <owner>#a = nonces of the owner's last applied
 --                     acquires, newest first, space-separated (within 100 bytes); #t =
---                     fencing token; #w = present once someone had to wait; #q = taken
---                     by a caller that waited (see ARGV[7])
+--                     fencing token; #w = present once someone had to wait
 -- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
 --                     releases, oldest first (see release.lua)
 -- KEYS[3] queue:      list of the IDs of the Lockers (processes) waiting for the lock, in
@@ -16,8 +15,6 @@
 --         the owner's hold, but leave a free lock to the waiters queued ahead, and queue),
 --         "2" for a caller that will not wait (the others are queued when busy)
 -- ARGV[6] the ID of the calling Locker, queued when the lock is busy
--- ARGV[7] "1" when the caller has waited for the lock or its Locker queues for it: a lock
---         it takes is marked #q, so that its release wakes the Lockers still queued
 --
 -- Returns token             (an integer) when the owner took the free lock: one hold,
 --         {1, token, holds} when the owner held it already (token as a string),
@@ -89,10 +86,6 @@ else
   local rest = string.match(redis.call('GET', fence) or '', '^%d*(.*)$')
   redis.call('SET', fence, t .. rest, 'PX', ARGV[4])
 end
-if ARGV[7] == '1' then
-  redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t, '#q', '1')
-else
-  redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t)
-end
+redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t)
 redis.call('PEXPIRE', lock, ARGV[2])
 return token

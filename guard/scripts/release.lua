@@ -22,7 +22,7 @@
 --         -1 no lock: it expired
 --         -2 another owner holds the lock
 local lock, owner, nonce = KEYS[1], ARGV[1], ARGV[2]
-local v = redis.call('HMGET', lock, owner, owner .. '#r', '#t', '#w', '#q')
+local v = redis.call('HMGET', lock, owner, owner .. '#r', '#t', '#w')
 
 if ARGV[3] ~= '' then
   local undo, afield = ARGV[3], owner .. '#a'
@@ -80,11 +80,6 @@ elseif n > 800 then
   redis.call('SET', fence, token .. kept, 'PX', ARGV[4])
 else
   redis.call('PEXPIRE', fence, ARGV[4])
-end
--- Nobody waited for this lock and its holder did not wait for it (acquire.lua marks #w
--- and #q): nobody can be queued, nobody to wake.
-if not v[4] and not v[5] then
-  return 1
 end
 -- Wake the first Locker in the wait queue; with none queued but someone having waited
 -- for this very hold, every Locker ('*').
