@@ -424,25 +424,7 @@ func sentinelLag(sync bool) func(t *testing.T, sc scale) (chaos.Row, []chaos.Rep
 		time.Sleep(lagTail)
 		stop()
 		link.Close() // before finish looks for goroutines left behind
-		granted := 0
-		for _, s := range w.hist.Sections() {
-			if s.Enter >= lagging && s.Enter < killed {
-				granted++
-			}
-		}
-		if !sync && granted == 0 {
-			w.failf(liveness, "", lagging, "no lock was granted during the replication lag: the row proved nothing")
-		}
-		row, vs := w.finish("", fmt.Sprintf("replication black-holed for %s, then kill -9 of the primary, the lagging replica promoted (3 sentinels, down-after %s, TTL %s, holds 2–4 s); %s",
-			lagFor, sentinelDownAfter, cfg.TTL, syncLabel(cfg)), sc.slack)
-		what := "lagging replica promoted"
-		if sync {
-			what = "lagging replica promoted and the killed server back as its replica"
-		}
-		r.apply(&row, what, "the kill")
-		i1Note(&row, cfg, "during the lag")
-		addNote(&row, fmt.Sprintf("%d sections entered during the lag", granted))
-		return row, vs
+		return w.finishLag(sc, r, lagging, killed, fmt.Sprintf("3 sentinels, down-after %s, TTL %s, holds 2–4 s", sentinelDownAfter, cfg.TTL), "server")
 	}
 }
 
@@ -572,25 +554,7 @@ func clusterLag(sync bool) func(t *testing.T, sc scale) (chaos.Row, []chaos.Repo
 		time.Sleep(lagTail)
 		stop()
 		link.Close() // before finish looks for goroutines left behind
-		granted := 0
-		for _, s := range w.hist.Sections() {
-			if s.Enter >= lagging && s.Enter < killed {
-				granted++
-			}
-		}
-		if !sync && granted == 0 {
-			w.failf(liveness, "", lagging, "no lock was granted during the replication lag: the row proved nothing")
-		}
-		row, vs := w.finish("", fmt.Sprintf("replication black-holed for %s, then kill -9 of the primary, the lagging replica promoted (3 primaries + 3 replicas, node timeout %s, TTL %s, holds 3–6 s); %s",
-			lagFor, clusterNodeTimeout, cfg.TTL, syncLabel(cfg)), sc.slack)
-		what := "lagging replica promoted"
-		if sync {
-			what = "lagging replica promoted and the killed node back as its replica"
-		}
-		r.apply(&row, what, "the kill")
-		i1Note(&row, cfg, "during the lag")
-		addNote(&row, fmt.Sprintf("%d sections entered during the lag", granted))
-		return row, vs
+		return w.finishLag(sc, r, lagging, killed, fmt.Sprintf("3 primaries + 3 replicas, node timeout %s, TTL %s, holds 3–6 s", clusterNodeTimeout, cfg.TTL), "node")
 	}
 }
 
@@ -620,4 +584,31 @@ func (w *world) announce(primary, replica *redistest.Server, link *redistest.Pro
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// finishLag ends a replica-lag row: it counts the sections entered between lagging and
+// killed (without SyncReplicas a row in which none was has proved nothing), and returns
+// the row with setup described in its faults column and its notes. server names the
+// killed process in the notes ("server", "node").
+func (w *world) finishLag(sc scale, r recovery, lagging, killed chaos.Mono, setup, server string) (chaos.Row, []chaos.Report) {
+	sync := w.cfg.SyncReplicas > 0
+	granted := 0
+	for _, s := range w.hist.Sections() {
+		if s.Enter >= lagging && s.Enter < killed {
+			granted++
+		}
+	}
+	if !sync && granted == 0 {
+		w.failf(liveness, "", lagging, "no lock was granted during the replication lag: the row proved nothing")
+	}
+	row, vs := w.finish("", fmt.Sprintf("replication black-holed for %s, then kill -9 of the primary, the lagging replica promoted (%s); %s",
+		lagFor, setup, syncLabel(w.cfg)), sc.slack)
+	what := "lagging replica promoted"
+	if sync {
+		what = "lagging replica promoted and the killed " + server + " back as its replica"
+	}
+	r.apply(&row, what, "the kill")
+	i1Note(&row, w.cfg, "during the lag")
+	addNote(&row, fmt.Sprintf("%d sections entered during the lag", granted))
+	return row, vs
 }
