@@ -8,8 +8,8 @@ import (
 )
 
 // Sentinel errors, for errors.Is. Every error the package returns matches at most one of
-// ErrLocked, ErrLeaseLost, ErrNotHeld, ErrExpired, ErrInvalidConfig, ErrInvalidKey,
-// ErrUnavailable and ErrClosed; a context error that ended a call stays in the chain.
+// ErrLocked, ErrLeaseLost, ErrNotHeld, ErrExpired, ErrUpgrade, ErrInvalidConfig,
+// ErrInvalidKey, ErrUnavailable and ErrClosed; a context error that ended a call stays in the chain.
 var (
 	// ErrLocked reports that another owner holds the lock. The error is a *LockedError
 	// carrying the key and when to retry.
@@ -28,6 +28,12 @@ var (
 
 	// ErrExpired reports a release of a lock that had already expired in Redis.
 	ErrExpired = errors.New("guard: lock had expired before release")
+
+	// ErrUpgrade reports an acquisition for writing (Write) by an owner that holds the
+	// same read-write lock for reading. Upgrading in place would deadlock two readers that
+	// both try it; release the read lock, then acquire for writing (the data read may
+	// have changed in between). The opposite, a writer taking the read lock, is allowed.
+	ErrUpgrade = errors.New("guard: the owner holds this lock for reading and cannot upgrade to writing")
 
 	// ErrInvalidConfig reports a bad option: a TTL, Retry, RenewEvery or other setting out
 	// of range, a key template that does not parse or names a field the request does not

@@ -11,6 +11,7 @@ type redisKeys struct {
 	lock  string // hash: owner → hold count, fencing token, waiter flags
 	fence string // fencing counter and the nonces of the last final releases
 	queue string // list of the Lockers waiting for the lock, in the order they found it busy
+	aux   string // a kind's fourth key (see kindSpec), "" for kinds with three
 }
 
 // channel is the Pub/Sub channel on which the lock's release is announced; release.lua
@@ -23,8 +24,8 @@ func keysOfChannel(ch string) redisKeys {
 	return redisKeys{lock: lock, fence: lock + ":fence", queue: lock + ":queue"}
 }
 
-// redisKeys validates key and builds the Redis names for it.
-func (l *Locker) redisKeys(key string) (redisKeys, error) {
+// redisKeys validates key and builds the Redis names of its lock of kind k.
+func (l *Locker) redisKeys(key string, k *kindSpec) (redisKeys, error) {
 	if key == "" {
 		return redisKeys{}, keyError(key, "empty")
 	}
@@ -33,17 +34,22 @@ func (l *Locker) redisKeys(key string) (redisKeys, error) {
 	}
 	// One allocation for the three names: "<lock>:fence<lock>:queue".
 	var b strings.Builder
-	b.Grow(2*(len(l.cfg.prefix)+len(key)+len("{}:fence")) + 8)
+	b.Grow(2*(len(l.cfg.prefix)+len(key)+len(k.suffix)+len("{}:fence")) + 8)
 	b.WriteString(l.cfg.prefix)
 	b.WriteByte('{')
 	writeEscaped(&b, key)
 	b.WriteByte('}')
+	b.WriteString(k.suffix)
 	n := b.Len()
 	b.WriteString(":fence")
 	b.WriteString(b.String()[:n])
 	b.WriteString(":queue")
 	s := b.String()
-	return redisKeys{lock: s[:n], fence: s[:n+len(":fence")], queue: s[n+len(":fence"):]}, nil
+	rk := redisKeys{lock: s[:n], fence: s[:n+len(":fence")], queue: s[n+len(":fence"):]}
+	if k.aux != "" {
+		rk.aux = rk.lock + k.aux
+	}
+	return rk, nil
 }
 
 // writeEscaped writes key so that it cannot end the hash tag early and so that distinct

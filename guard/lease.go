@@ -268,6 +268,10 @@ type Lease struct {
 // Key returns the lock key.
 func (le *Lease) Key() string { return le.h.hk.key }
 
+// Kind returns the lock's kind: KindExclusive unless the lease was acquired with Read,
+// Write, Permits or Fair.
+func (le *Lease) Kind() Kind { return le.h.hk.kind }
+
 // Owner returns the owner ID the lock is held for.
 func (le *Lease) Owner() ctxid.ID { return le.h.hk.owner }
 

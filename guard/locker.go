@@ -77,6 +77,7 @@ const maxOwnerLen = 128
 type holdKey struct {
 	key   string
 	owner ctxid.ID
+	kind  Kind
 }
 
 // New returns a Locker that keeps its locks in client, which may be a *redis.Client, a
@@ -189,7 +190,7 @@ func (l *Locker) callSettings(opts []Option, where string) (*settings, error) {
 }
 
 func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPolicy) (*Lease, error) {
-	rk, err := l.redisKeys(key)
+	rk, err := l.redisKeys(key, s.spec)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +220,7 @@ func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string
 	if p.limit == limitMaxWait {
 		deadline = time.Now().Add(p.maxWait)
 	}
-	hk := holdKey{key: key, owner: owner}
+	hk := holdKey{key: key, owner: owner, kind: s.kind}
 	for {
 		l.mu.Lock()
 		if l.closed {
@@ -321,6 +322,7 @@ type granted struct {
 	pttl     time.Duration // the holder's remaining TTL when busy, <0 if unknown
 	sent     time.Time     // when the attempt was sent: validity is measured from here
 	nonce    string        // the attempt's nonce, to undo it
+	upgrade  bool          // refused: the owner holds the read lock and asked to write
 }
 
 // attempt makes one acquire round trip. On a client that does not honour context
@@ -388,7 +390,7 @@ func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner s
 	if h.s.syncReplicas > 0 {
 		return l.runAcquireSynced(ctx, h, nonce, manner, waited)
 	}
-	v, err := l.runScript(ctx, acquireScript, h.acquireArgs(nonce, manner), waited).Result()
+	v, err := l.runScript(ctx, h.s.spec.acquire, h.acquireArgs(nonce, manner), waited).Result()
 	return acquireReply{v: v, err: err}
 }
 
@@ -408,6 +410,9 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	g, err := parseGranted(r.v)
 	if err != nil {
 		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
+	}
+	if g.upgrade {
+		return granted{}, fmt.Errorf("guard: acquire %s for writing: %w", quoteKey(h.hk.key), ErrUpgrade)
 	}
 	if r.synced && g.acquired && g.holds == 1 && (r.ackErr != nil || r.acked < int64(h.s.syncReplicas)) {
 		l.undo(h, nonce)
@@ -435,6 +440,11 @@ func parseGranted(reply any) (granted, error) {
 			return granted{pttl: time.Duration(pttl) * time.Millisecond}, nil
 		}
 	}
+	if len(v) == 1 {
+		if code, _ := v[0].(int64); code == 2 {
+			return granted{upgrade: true}, nil
+		}
+	}
 	return granted{}, fmt.Errorf("unexpected acquire reply %v", reply)
 }
 
@@ -449,7 +459,7 @@ func (l *Locker) compensate(h *held, nonce string) {
 func (l *Locker) undo(h *held, nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 	defer cancel()
-	err := l.runScript(ctx, releaseScript, h.releaseArgs(l.newNonce(), nonce), true).Err()
+	err := l.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
 	l.refresh(err)
 }
 
@@ -491,10 +501,10 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		_, urgent, _ = l.waits.state(h.rk) // this process's waiters are next
 	}
 	if l.honoursDeadlines {
-		r.code, r.err = l.runScript(ctx, releaseScript, h.releaseArgs(h.finalNonce(), ""), urgent).Int64()
+		r.code, r.err = l.runScript(ctx, h.s.spec.release, h.releaseArgs(h.finalNonce(), ""), urgent).Int64()
 	} else {
 		call := func() reply {
-			code, err := l.runScript(ctx, releaseScript, h.releaseArgs(h.finalNonce(), ""), urgent).Int64()
+			code, err := l.runScript(ctx, h.s.spec.release, h.releaseArgs(h.finalNonce(), ""), urgent).Int64()
 			return reply{code, err}
 		}
 		replies := make(chan reply, 1)

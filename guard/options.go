@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +51,11 @@ type settings struct {
 	redactKeys     bool
 	syncReplicas   int           // replicas that must acknowledge a grant; 0: none
 	syncTimeout    time.Duration // how long to wait for them
+	kind           Kind          // the lock's kind (Read, Write, Permits, Fair)
+	permits        int           // holders a semaphore admits (Permits)
+
+	spec     *kindSpec // kind's spec, set by validate
+	limitArg any       // acquire.lua's ARGV[7] for kinds with an aux key, boxed by validate
 
 	ttlArg, retentionArg any // ttl and fenceRetention in milliseconds, boxed for the scripts by validate
 
@@ -144,6 +150,10 @@ func (s *settings) validate() error {
 	if err := s.retry.validate("Retry"); err != nil {
 		return err
 	}
+	if s.spec = specOf(s.kind); s.spec == nil {
+		return &ConfigError{Field: "Kind", Reason: fmt.Sprintf("unknown lock kind %s", s.kind)}
+	}
+	s.limitArg = strconv.Itoa(s.permits)
 	s.ttlArg, s.retentionArg = s.ttl.Milliseconds(), s.fenceRetention.Milliseconds()
 	return nil
 }

@@ -313,7 +313,7 @@ func (g *renewGroup) run(ctx context.Context, batch []*held, ttls []time.Duratio
 		pipe := g.node.Pipeline()
 		for _, k := range pos {
 			h := batch[g.idx[k]]
-			g.cmds[k] = renewScript.EvalSha(ctx, pipe, []string{h.rk.lock}, string(h.hk.owner), ttls[g.idx[k]].Milliseconds())
+			g.cmds[k] = h.s.spec.renew.EvalSha(ctx, pipe, h.renewKeys(), string(h.hk.owner), ttls[g.idx[k]].Milliseconds())
 		}
 		var w *redis.Cmd
 		if g.want > 0 {
@@ -339,9 +339,13 @@ func (g *renewGroup) run(ctx context.Context, batch []*held, ttls []time.Duratio
 		}
 	}
 	if len(missing) > 0 {
-		if err := renewScript.Load(ctx, g.node).Err(); err == nil {
-			exec(missing)
+		loaded := map[*redis.Script]bool{}
+		for _, k := range missing {
+			if sc := batch[g.idx[k]].s.spec.renew; !loaded[sc] {
+				loaded[sc] = sc.Load(ctx, g.node).Err() == nil
+			}
 		}
+		exec(missing)
 	}
 }
 

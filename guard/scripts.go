@@ -46,9 +46,10 @@ func (l *Locker) send(ctx context.Context, args []any, urgent bool) *redis.Cmd {
 
 // Arguments of acquire.lua and release.lua, boxed once.
 var (
-	argNumKeys any = 3
-	argFlag        = [2]any{"0", "1"}
-	argManner      = map[string]any{mannerWait: mannerWait, mannerPolite: mannerPolite, mannerTry: mannerTry}
+	argNumKeys  any = 3
+	argNumKeys4 any = 4
+	argFlag         = [2]any{"0", "1"}
+	argManner       = map[string]any{mannerWait: mannerWait, mannerPolite: mannerPolite, mannerTry: mannerTry}
 )
 
 func flagArg(on bool) any {
@@ -61,7 +62,7 @@ func flagArg(on bool) any {
 // scriptArgs are the arguments that stay the same for every call about one hold: the
 // keys, the owner and the settings, boxed once when the hold is made.
 type scriptArgs struct {
-	lock, fence, queue, owner, ttl, retention any
+	lock, fence, queue, aux, owner, ttl, retention, limit any
 }
 
 func (h *held) boxArgs() {
@@ -72,11 +73,26 @@ func (h *held) boxArgs() {
 		lock: h.rk.lock, fence: h.rk.fence, queue: h.rk.queue,
 		owner: string(h.hk.owner), ttl: h.s.ttlArg, retention: h.s.retentionArg,
 	}
+	if h.rk.aux != "" {
+		h.args.aux, h.args.limit = h.rk.aux, h.s.limitArg
+	}
+}
+
+// renewKeys returns the KEYS of renew.lua for h.
+func (h *held) renewKeys() []string {
+	if h.rk.aux != "" {
+		return []string{h.rk.lock, h.rk.aux}
+	}
+	return []string{h.rk.lock}
 }
 
 // acquireArgs returns the command line of acquire.lua for an attempt (see its header).
 func (h *held) acquireArgs(nonce, manner string) []any {
 	a := &h.args
+	if a.aux != nil {
+		return []any{nil, nil, argNumKeys4, a.lock, a.fence, a.queue, a.aux,
+			a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg, a.limit}
+	}
 	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
 		a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg}
 }
@@ -84,6 +100,10 @@ func (h *held) acquireArgs(nonce, manner string) []any {
 // releaseArgs returns the command line of release.lua (see its header).
 func (h *held) releaseArgs(nonce, undo string) []any {
 	a := &h.args
+	if a.aux != nil {
+		return []any{nil, nil, argNumKeys4, a.lock, a.fence, a.queue, a.aux,
+			a.owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg()}
+	}
 	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
 		a.owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg()}
 }

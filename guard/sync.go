@@ -31,9 +31,9 @@ func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, ma
 	args := h.acquireArgs(nonce, manner)
 	run := func(load bool) (*redis.Cmd, *redis.Cmd) {
 		pipe := node.Pipeline()
-		args[0], args[1] = "evalsha", acquireScript.sha
+		args[0], args[1] = "evalsha", h.s.spec.acquire.sha
 		if load {
-			args[0], args[1] = "eval", acquireScript.src
+			args[0], args[1] = "eval", h.s.spec.acquire.src
 		}
 		c := pipe.Do(ctx, args...)
 		w := pipe.Do(ctx, "wait", h.s.syncReplicas, h.s.syncTimeout.Milliseconds())
