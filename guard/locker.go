@@ -281,7 +281,7 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 		return nil, err
 	}
 	h.hold(g)
-	h.tel = l.tel.held(ctx, a.name)
+	h.tel = l.tel.held(ctx, a.name, a.kind)
 	le := h.newLease(ctx, g.holds > 1)
 	h.acquireEnded()
 	l.mu.Unlock()

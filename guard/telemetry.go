@@ -26,6 +26,7 @@ const Version = "0.1.0"
 // Attribute keys of guard's spans, events and metrics.
 const (
 	AttrLockName    = attribute.Key("guard.lock.name")     // the lock name: Name option, else the key template
+	AttrLockKind    = attribute.Key("guard.lock.kind")     // the lock's Kind: exclusive, read, write, semaphore, fair
 	AttrLockKey     = attribute.Key("guard.lock.key")      // the rendered key (spans only; see RedactKeys)
 	AttrOwner       = attribute.Key("guard.owner")         // the owner ID (spans only)
 	AttrOutcome     = attribute.Key("guard.outcome")       // acquired, busy, timeout, canceled, error; ok, failed, lost for renewals
@@ -133,8 +134,10 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, redactKeys b
 }
 
 type attrSetKey struct {
-	name, outcome string
-	reentrant     int8 // -1: not recorded
+	name      string
+	kind      Kind
+	outcome   string
+	reentrant int8 // -1: not recorded
 }
 
 // recording holds the options of one attribute set, as the slices the instruments take,
@@ -144,16 +147,16 @@ type recording struct {
 	rec []metric.RecordOption
 }
 
-// set returns the cached recording options for a lock name, outcome and reentrancy.
-func (t *telemetry) set(name, outcome string, reentrant int8) recording {
-	k := attrSetKey{name, outcome, reentrant}
+// set returns the cached recording options for a lock name, kind, outcome and reentrancy.
+func (t *telemetry) set(name string, kind Kind, outcome string, reentrant int8) recording {
+	k := attrSetKey{name, kind, outcome, reentrant}
 	t.setsMu.RLock()
 	r, ok := t.sets[k]
 	t.setsMu.RUnlock()
 	if ok {
 		return r
 	}
-	kv := []attribute.KeyValue{AttrLockName.String(name)}
+	kv := []attribute.KeyValue{AttrLockName.String(name), AttrLockKind.String(kind.String())}
 	if outcome != "" {
 		kv = append(kv, AttrOutcome.String(outcome))
 	}
@@ -186,6 +189,7 @@ func lockName(s *settings) string {
 type acquisition struct {
 	t        *telemetry
 	name     string
+	kind     Kind
 	start    time.Time
 	span     trace.Span
 	attempts int
@@ -214,14 +218,14 @@ func (t *telemetry) tracing() bool {
 // context to make Redis calls with. With a no-op tracer provider it starts nothing: the
 // span would record nothing, and ctx already carries the parent's span context.
 func (t *telemetry) startAcquire(ctx context.Context, a *acquisition, s *settings, key string, owner string) context.Context {
-	*a = acquisition{t: t, name: lockName(s), start: time.Now()}
+	*a = acquisition{t: t, name: lockName(s), kind: s.kind, start: time.Now()}
 	if !t.tracing() {
 		a.span = noSpan
 		return ctx
 	}
 	ctx, a.span = t.tracer.Start(ctx, "guard.acquire", acquireSpanOptions...)
 	if a.span.IsRecording() {
-		attrs := []attribute.KeyValue{AttrLockName.String(a.name), AttrOwner.String(owner)}
+		attrs := []attribute.KeyValue{AttrLockName.String(a.name), AttrLockKind.String(a.kind.String()), AttrOwner.String(owner)}
 		if !t.redactKeys {
 			attrs = append(attrs, AttrLockKey.String(key))
 		}
@@ -233,13 +237,13 @@ func (t *telemetry) startAcquire(ctx context.Context, a *acquisition, s *setting
 // startWaiting counts the goroutine as a waiter until stopWaiting.
 func (a *acquisition) startWaiting(ctx context.Context) {
 	a.waiting = true
-	a.t.waiters.Add(ctx, 1, a.t.set(a.name, "", -1).add...)
+	a.t.waiters.Add(ctx, 1, a.t.set(a.name, a.kind, "", -1).add...)
 }
 
 func (a *acquisition) stopWaiting(ctx context.Context) {
 	if a.waiting {
 		a.waiting = false
-		a.t.waiters.Add(ctx, -1, a.t.set(a.name, "", -1).add...)
+		a.t.waiters.Add(ctx, -1, a.t.set(a.name, a.kind, "", -1).add...)
 	}
 }
 
@@ -252,8 +256,8 @@ func (a *acquisition) end(ctx context.Context, le *Lease, err error, p RetryPoli
 	if le != nil && le.reentrant {
 		reentrant = 1
 	}
-	a.t.acquisitions.Add(ctx, 1, a.t.set(a.name, outcome, reentrant).add...)
-	a.t.wait.Record(ctx, wait.Seconds(), a.t.set(a.name, outcome, -1).rec...)
+	a.t.acquisitions.Add(ctx, 1, a.t.set(a.name, a.kind, outcome, reentrant).add...)
+	a.t.wait.Record(ctx, wait.Seconds(), a.t.set(a.name, a.kind, outcome, -1).rec...)
 	if a.span.IsRecording() {
 		attrs := []attribute.KeyValue{
 			AttrOutcome.String(outcome),
@@ -293,12 +297,13 @@ func outcomeOf(err error, p RetryPolicy) string {
 // heldTelemetry is the part of a held lease that telemetry needs after acquisition.
 type heldTelemetry struct {
 	name string
+	kind Kind
 	span trace.Span // the acquirer's span: renewal failures and loss are events on it
 }
 
-func (t *telemetry) held(ctx context.Context, name string) heldTelemetry {
-	t.active.Add(ctx, 1, t.set(name, "", -1).add...)
-	return heldTelemetry{name: name, span: trace.SpanFromContext(ctx)}
+func (t *telemetry) held(ctx context.Context, name string, kind Kind) heldTelemetry {
+	t.active.Add(ctx, 1, t.set(name, kind, "", -1).add...)
+	return heldTelemetry{name: name, kind: kind, span: trace.SpanFromContext(ctx)}
 }
 
 // noSpan is the span of acquisitions made without tracing: it records nothing.
@@ -308,10 +313,10 @@ var noSpan = trace.SpanFromContext(context.Background())
 func (t *telemetry) ended(h *held, lost *LeaseLostError) {
 	ctx := context.Background()
 	ht := h.tel
-	t.active.Add(ctx, -1, t.set(ht.name, "", -1).add...)
-	t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.set(ht.name, "", -1).rec...)
+	t.active.Add(ctx, -1, t.set(ht.name, ht.kind, "", -1).add...)
+	t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.set(ht.name, ht.kind, "", -1).rec...)
 	if lost != nil {
-		t.lost.Add(ctx, 1, t.set(ht.name, "", -1).add...)
+		t.lost.Add(ctx, 1, t.set(ht.name, ht.kind, "", -1).add...)
 		ht.span.AddEvent("guard.lease_lost", trace.WithAttributes(
 			AttrLockName.String(ht.name), attribute.String("guard.reason", lost.Reason)))
 	}
@@ -319,7 +324,7 @@ func (t *telemetry) ended(h *held, lost *LeaseLostError) {
 
 // renewed records a renewal's outcome: renewOK, renewFailed or renewLost.
 func (t *telemetry) renewed(h *held, outcome string, err error) {
-	t.renewals.Add(context.Background(), 1, t.set(h.tel.name, outcome, -1).add...)
+	t.renewals.Add(context.Background(), 1, t.set(h.tel.name, h.tel.kind, outcome, -1).add...)
 	if outcome == renewFailed {
 		h.tel.span.AddEvent("guard.renewal_failed", trace.WithAttributes(
 			AttrLockName.String(h.tel.name), attribute.String("guard.error", err.Error())))

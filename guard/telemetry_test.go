@@ -108,6 +108,7 @@ func TestTelemetryContendedAcquire(t *testing.T) {
 	}
 	want := map[attribute.Key]attribute.Value{
 		guard.AttrLockName:  attribute.StringValue("orders"),
+		guard.AttrLockKind:  attribute.StringValue("exclusive"),
 		guard.AttrLockKey:   attribute.StringValue("order:7"),
 		guard.AttrOwner:     attribute.StringValue(string(le.Owner())),
 		guard.AttrOutcome:   attribute.StringValue(guard.OutcomeAcquired),
@@ -141,6 +142,9 @@ func TestTelemetryContendedAcquire(t *testing.T) {
 	}
 	if v, _ := acq.DataPoints[0].Attributes.Value(guard.AttrOutcome); v.AsString() != guard.OutcomeAcquired {
 		t.Fatalf("acquisitions outcome = %v", v.Emit())
+	}
+	if v, _ := acq.DataPoints[0].Attributes.Value(guard.AttrLockKind); v.AsString() != "exclusive" {
+		t.Fatalf("acquisitions kind = %v, want exclusive", v.Emit())
 	}
 	active := m["guard.lock.active"].(metricdata.Sum[int64])
 	waiters := m["guard.lock.waiters"].(metricdata.Sum[int64])
