@@ -39,6 +39,69 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Kind is what a lock's holders may share: guard.Kind.
+type Kind int32
+
+const (
+	// One caller at a time (guard's default).
+	Kind_KIND_EXCLUSIVE Kind = 0
+	// The shared mode of a read-write lock: many readers at once, never with a writer
+	// (guard.Read()). Give the method that only reads this kind and the methods that
+	// change the same data KIND_WRITE, with the same key.
+	Kind_KIND_READ Kind = 1
+	// The exclusive mode of a read-write lock (guard.Write()).
+	Kind_KIND_WRITE Kind = 2
+	// Up to permits callers at once (guard.Permits(permits)).
+	Kind_KIND_SEMAPHORE Kind = 3
+	// One caller at a time, granted in arrival order (guard.Fair()).
+	Kind_KIND_FAIR Kind = 4
+)
+
+// Enum value maps for Kind.
+var (
+	Kind_name = map[int32]string{
+		0: "KIND_EXCLUSIVE",
+		1: "KIND_READ",
+		2: "KIND_WRITE",
+		3: "KIND_SEMAPHORE",
+		4: "KIND_FAIR",
+	}
+	Kind_value = map[string]int32{
+		"KIND_EXCLUSIVE": 0,
+		"KIND_READ":      1,
+		"KIND_WRITE":     2,
+		"KIND_SEMAPHORE": 3,
+		"KIND_FAIR":      4,
+	}
+)
+
+func (x Kind) Enum() *Kind {
+	p := new(Kind)
+	*p = x
+	return p
+}
+
+func (x Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_guardkit_v1_lock_proto_enumTypes[0].Descriptor()
+}
+
+func (Kind) Type() protoreflect.EnumType {
+	return &file_guardkit_v1_lock_proto_enumTypes[0]
+}
+
+func (x Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Kind.Descriptor instead.
+func (Kind) EnumDescriptor() ([]byte, []int) {
+	return file_guardkit_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
 // Lock is the lock a method runs under.
 type Lock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -50,6 +113,8 @@ type Lock struct {
 	// request message when the lock is taken: key them by {md...} or {method}.
 	// Required.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The lock's kind. Default KIND_EXCLUSIVE.
+	Kind Kind `protobuf:"varint,2,opt,name=kind,proto3,enum=guardkit.v1.Kind" json:"kind,omitempty"`
 	// The lease time: how long Redis keeps the lock of a holder that stopped renewing
 	// it. Must be > 0 when set. Default: the Locker's (30s unless guard.New says
 	// otherwise).
@@ -68,7 +133,10 @@ type Lock struct {
 	FailOpen bool `protobuf:"varint,6,opt,name=fail_open,json=failOpen,proto3" json:"fail_open,omitempty"`
 	// The lock's name in telemetry (the guard.lock.name attribute). Keep names few.
 	// Default: the full method name.
-	Name          string `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
+	// For KIND_SEMAPHORE, how many callers may hold the lock at once: must be ≥ 1.
+	// Must be left unset (0) for the other kinds.
+	Permits       uint32 `protobuf:"varint,8,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -108,6 +176,13 @@ func (x *Lock) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *Lock) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_EXCLUSIVE
 }
 
 func (x *Lock) GetTtl() *durationpb.Duration {
@@ -154,6 +229,13 @@ func (x *Lock) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *Lock) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
 }
 
 type isLock_Wait interface {
@@ -206,15 +288,24 @@ var File_guardkit_v1_lock_proto protoreflect.FileDescriptor
 
 const file_guardkit_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x16guardkit/v1/lock.proto\x12\vguardkit.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xd5\x01\n" +
+	"\x16guardkit/v1/lock.proto\x12\vguardkit.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\x96\x02\n" +
 	"\x04Lock\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12%\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x11.guardkit.v1.KindR\x04kind\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x126\n" +
 	"\bmax_wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationH\x00R\amaxWait\x12\x1d\n" +
 	"\tfail_fast\x18\x05 \x01(\bH\x00R\bfailFast\x12\x1b\n" +
 	"\tfail_open\x18\x06 \x01(\bR\bfailOpen\x12\x12\n" +
-	"\x04name\x18\a \x01(\tR\x04nameB\x06\n" +
-	"\x04wait:G\n" +
+	"\x04name\x18\a \x01(\tR\x04name\x12\x18\n" +
+	"\apermits\x18\b \x01(\rR\apermitsB\x06\n" +
+	"\x04wait*\\\n" +
+	"\x04Kind\x12\x12\n" +
+	"\x0eKIND_EXCLUSIVE\x10\x00\x12\r\n" +
+	"\tKIND_READ\x10\x01\x12\x0e\n" +
+	"\n" +
+	"KIND_WRITE\x10\x02\x12\x12\n" +
+	"\x0eKIND_SEMAPHORE\x10\x03\x12\r\n" +
+	"\tKIND_FAIR\x10\x04:G\n" +
 	"\x04lock\x12\x1e.google.protobuf.MethodOptions\x18\x85\xad\x04 \x01(\v2\x11.guardkit.v1.LockR\x04lockB1Z/github.com/guardkit/guardkit/interceptor/lockpbb\x06proto3"
 
 var (
@@ -229,22 +320,25 @@ func file_guardkit_v1_lock_proto_rawDescGZIP() []byte {
 	return file_guardkit_v1_lock_proto_rawDescData
 }
 
+var file_guardkit_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_guardkit_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
 var file_guardkit_v1_lock_proto_goTypes = []any{
-	(*Lock)(nil),                       // 0: guardkit.v1.Lock
-	(*durationpb.Duration)(nil),        // 1: google.protobuf.Duration
-	(*descriptorpb.MethodOptions)(nil), // 2: google.protobuf.MethodOptions
+	(Kind)(0),                          // 0: guardkit.v1.Kind
+	(*Lock)(nil),                       // 1: guardkit.v1.Lock
+	(*durationpb.Duration)(nil),        // 2: google.protobuf.Duration
+	(*descriptorpb.MethodOptions)(nil), // 3: google.protobuf.MethodOptions
 }
 var file_guardkit_v1_lock_proto_depIdxs = []int32{
-	1, // 0: guardkit.v1.Lock.ttl:type_name -> google.protobuf.Duration
-	1, // 1: guardkit.v1.Lock.max_wait:type_name -> google.protobuf.Duration
-	2, // 2: guardkit.v1.lock:extendee -> google.protobuf.MethodOptions
-	0, // 3: guardkit.v1.lock:type_name -> guardkit.v1.Lock
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	3, // [3:4] is the sub-list for extension type_name
-	2, // [2:3] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	0, // 0: guardkit.v1.Lock.kind:type_name -> guardkit.v1.Kind
+	2, // 1: guardkit.v1.Lock.ttl:type_name -> google.protobuf.Duration
+	2, // 2: guardkit.v1.Lock.max_wait:type_name -> google.protobuf.Duration
+	3, // 3: guardkit.v1.lock:extendee -> google.protobuf.MethodOptions
+	1, // 4: guardkit.v1.lock:type_name -> guardkit.v1.Lock
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	4, // [4:5] is the sub-list for extension type_name
+	3, // [3:4] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_guardkit_v1_lock_proto_init() }
@@ -261,13 +355,14 @@ func file_guardkit_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_guardkit_v1_lock_proto_rawDesc), len(file_guardkit_v1_lock_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   1,
 			NumExtensions: 1,
 			NumServices:   0,
 		},
 		GoTypes:           file_guardkit_v1_lock_proto_goTypes,
 		DependencyIndexes: file_guardkit_v1_lock_proto_depIdxs,
+		EnumInfos:         file_guardkit_v1_lock_proto_enumTypes,
 		MessageInfos:      file_guardkit_v1_lock_proto_msgTypes,
 		ExtensionInfos:    file_guardkit_v1_lock_proto_extTypes,
 	}.Build()
