@@ -167,6 +167,15 @@ func compileAnnotation(locker *guard.Locker, md protoreflect.MethodDescriptor, l
 			opts = append(opts, guard.Retry(guard.NoRetry()))
 		}
 	}
+	kind, reason := kindOption(lock)
+	if reason != "" {
+		field := "kind"
+		if lock.GetPermits() != 0 || lock.GetKind() == lockpb.Kind_KIND_SEMAPHORE {
+			field = "permits"
+		}
+		return nil, fail(field, reason, nil)
+	}
+	opts = append(opts, kind...)
 	if err := r.build(locker, opts); err != nil {
 		// guard checks the settings against the Locker's own: a TTL too short for its
 		// renewal period, drift margin or replica wait.
@@ -183,6 +192,31 @@ func compileAnnotation(locker *guard.Locker, md protoreflect.MethodDescriptor, l
 		return nil, &optionError{method: method, field: field, reason: err.Error(), err: err}
 	}
 	return r, nil
+}
+
+// kindOption returns the guard options of the lock's kind and permits (none for an
+// exclusive lock, guard's default), or says why they do not go together.
+func kindOption(lock *lockpb.Lock) ([]guard.Option, string) {
+	k, n := lock.GetKind(), lock.GetPermits()
+	if k != lockpb.Kind_KIND_SEMAPHORE && n != 0 {
+		return nil, fmt.Sprintf("is for KIND_SEMAPHORE only, got %d with %s", n, k)
+	}
+	switch k {
+	case lockpb.Kind_KIND_EXCLUSIVE:
+		return nil, ""
+	case lockpb.Kind_KIND_READ:
+		return []guard.Option{guard.Read()}, ""
+	case lockpb.Kind_KIND_WRITE:
+		return []guard.Option{guard.Write()}, ""
+	case lockpb.Kind_KIND_FAIR:
+		return []guard.Option{guard.Fair()}, ""
+	case lockpb.Kind_KIND_SEMAPHORE:
+		if n < 1 || n > math.MaxInt32 {
+			return nil, fmt.Sprintf("must be ≥ 1 with KIND_SEMAPHORE, got %d", n)
+		}
+		return []guard.Option{guard.Permits(int(n))}, ""
+	}
+	return nil, fmt.Sprintf("unknown kind %d", k)
 }
 
 // duration converts d, or says why it cannot be a time.Duration.

@@ -230,6 +230,9 @@ func TestAnnotationConfigErrors(t *testing.T) {
 		{name: "huge ttl", lock: &lockpb.Lock{Key: "a", Ttl: &durationpb.Duration{Seconds: 10_000_000_000}}, field: "ttl", text: "beyond the range"},
 		{name: "ttl below the renewal", lock: &lockpb.Lock{Key: "a", Ttl: durationpb.New(2 * time.Millisecond)}, field: "ttl", text: "TTL: must be > 4ms"},
 		{name: "negative max_wait", lock: &lockpb.Lock{Key: "a", Wait: maxWait(-time.Second)}, field: "max_wait", text: "must be ≥ 0"},
+		{name: "semaphore without permits", lock: &lockpb.Lock{Key: "a", Kind: lockpb.Kind_KIND_SEMAPHORE}, field: "permits", text: "must be ≥ 1 with KIND_SEMAPHORE, got 0"},
+		{name: "permits of a read lock", lock: &lockpb.Lock{Key: "a", Kind: lockpb.Kind_KIND_READ, Permits: 3}, field: "permits", text: "is for KIND_SEMAPHORE only, got 3 with KIND_READ"},
+		{name: "unknown kind", lock: &lockpb.Lock{Key: "a", Kind: lockpb.Kind(9)}, field: "kind", text: "unknown kind 9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := tc.method

@@ -67,15 +67,17 @@
 // {req.account.id} (so a field named req, md or method needs the req. prefix, and the
 // shorthand is for field names in lower case, as the protobuf style guide writes
 // them); ttl is guard.TTL, max_wait guard.Retry(guard.MaxWait(d, nil)) (0 means try
-// once), fail_fast guard.Retry(guard.NoRetry()), fail_open Rule.FailOpen, and name
-// guard.Name. An annotated method is locked exactly as the equivalent Rule would lock
+// once), fail_fast guard.Retry(guard.NoRetry()), fail_open Rule.FailOpen, name
+// guard.Name, and kind the lock's kind: KIND_READ and KIND_WRITE are guard.Read() and
+// guard.Write() (readers of a key share it, a writer has it alone), KIND_SEMAPHORE with
+// permits: n is guard.Permits(n), KIND_FAIR guard.Fair(). An annotated method is locked exactly as the equivalent Rule would lock
 // it: same Redis key, statuses, waiting and reentrancy.
 //
 // The constructor reads every service of protoregistry.GlobalFiles, where generated
 // code registers its files (or of the registry given to WithProtoRegistry), and checks
 // each annotated method as it checks a rule: the template, the request fields it names,
 // that a streaming method keys by {md...} or {method}, that ttl is > 0 and max_wait
-// ≥ 0, and the settings against the Locker's. A mistake panics at start-up, with an
+// ≥ 0, that permits is set with KIND_SEMAPHORE and only then, and the settings against the Locker's. A mistake panics at start-up, with an
 // error naming the method and the option's field:
 //
 //	interceptor: /bank.v1.Bank/Transfer: option (guardkit.v1.lock).key: {req.from}: message bank.v1.TransferRequest has no field "from" ...
