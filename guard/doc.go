@@ -36,6 +36,10 @@
 // matching ErrLeaseLost, even if the function succeeded. Do does the same for a closure,
 // with a fixed key (Key without placeholders) or one computed in code (RawKey).
 //
+// Underneath all of them, and under the Echo middleware and the gRPC interceptors, is one
+// primitive: a Guard, made by NewGuard with options checked once, whose Run takes the
+// key at each call. Build another adapter (a queue consumer, a job runner) on it.
+//
 // Decorators take their Locker from the Use option, or from SetDefault for programs with
 // one Redis. KeyFunc computes a key a template cannot express; SkipIf leaves some
 // requests unlocked; MinHold keeps a lock for a minimum time after a quick call.

@@ -311,3 +311,36 @@ func (tb *exampleTB) cleanup() {
 		tb.cleanups[i]()
 	}
 }
+
+// A Guard is the primitive under Wrap and the adapters: options checked once, the key
+// given at each call. Here a queue consumer runs each message's handler under the lock
+// of the order it is about.
+func ExampleGuard() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locker, err := guard.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	g, err := guard.NewGuard(guard.Use(locker), guard.Name("order-events"), guard.Retry(guard.MaxWait(2*time.Second, nil)))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, orderID := range []string{"17", "18"} {
+		err := g.Run(context.Background(), "order:"+orderID, func(ctx context.Context) error {
+			lease, _ := guard.LeaseFromContext(ctx)
+			fmt.Println("handling the event of", lease.Key())
+			return nil
+		})
+		if err != nil {
+			fmt.Println(err)
+		}
+	}
+	// Output:
+	// handling the event of order:17
+	// handling the event of order:18
+}

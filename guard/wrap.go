@@ -100,6 +100,7 @@ func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...O
 			return nil, typeMismatch("SkipIf", d.wrap.skip, reflect.TypeFor[Req]())
 		}
 	}
+	g := &Guard{d: d}
 	return func(ctx context.Context, req Req) (Resp, error) {
 		if skip != nil && skip(ctx, req) {
 			return fn(ctx, req)
@@ -109,11 +110,7 @@ func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...O
 		if err != nil {
 			return resp, err
 		}
-		b, err := d.binding()
-		if err != nil {
-			return resp, err
-		}
-		err = d.run(ctx, b, k, func(ctx context.Context) (err error) {
+		err = g.Run(ctx, k, func(ctx context.Context) (err error) {
 			resp, err = fn(ctx, req)
 			return err
 		})
@@ -159,16 +156,56 @@ func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) err
 	if d.wrap.skip != nil {
 		return &ConfigError{Field: "SkipIf", Reason: "Do has no request: test the condition before calling Do"}
 	}
-	b, err := d.binding()
+	return (&Guard{d: d}).Run(ctx, key, fn)
+}
+
+// Guard runs functions under locks taken with options fixed when it is made: the one
+// primitive under Wrap, Do, the Echo middleware and the gRPC interceptors, and the one to
+// build another adapter on (a queue consumer, a scheduled job runner) when the key is
+// known only at each call. It is safe for concurrent use.
+type Guard struct {
+	d *decorator
+}
+
+// NewGuard checks opts as WrapE does and returns a Guard that acquires with them. The key
+// is Run's argument, so Key, RawKey, KeyFunc and SkipIf are refused with a *ConfigError;
+// every other option applies, Use and MinHold included.
+func NewGuard(opts ...Option) (*Guard, error) {
+	d, err := newDecorator(opts, "NewGuard", true)
+	if err != nil {
+		return nil, err
+	}
+	if k := d.wrap.key.kind; k != keyNone {
+		return nil, &ConfigError{Field: [...]string{keyTemplate: "Key", keyRaw: "RawKey", keyFunc: "KeyFunc"}[k],
+			Reason: "NewGuard takes the key at each Run: leave the key options out"}
+	}
+	if d.wrap.skip != nil {
+		return nil, &ConfigError{Field: "SkipIf", Reason: "NewGuard has no request: test the condition before calling Run"}
+	}
+	return &Guard{d: d}, nil
+}
+
+// Run calls fn under the lock named key, exactly as a call of a function decorated by
+// Wrap does (see Wrap): it acquires the lock for the owner in ctx, calls fn with the
+// lease's context, releases the lock when fn returns or panics, and returns fn's error,
+// a *LeaseLostError (ErrLeaseLost, with fn's error in its chain) when the lease was lost
+// while fn ran, or the acquisition's error — a *LockedError, ErrInvalidKey for an empty
+// or too long key, ErrUnavailable, ErrClosed — when fn did not run. A caller that must
+// tell the two apart records in fn that it ran.
+func (g *Guard) Run(ctx context.Context, key string, fn func(context.Context) error) error {
+	if fn == nil {
+		return &ConfigError{Field: "fn", Reason: "must not be nil"}
+	}
+	b, err := g.d.binding()
 	if err != nil {
 		return err
 	}
-	return d.run(ctx, b, key, fn)
+	return g.d.run(ctx, b, key, fn)
 }
 
 var errNoKey = &ConfigError{Field: "Key", Reason: "required: set Key, RawKey or KeyFunc"}
 
-// decorator is the configuration of one Wrap, or of one Do call.
+// decorator is the configuration of one Wrap or Guard, or of one Do call.
 type decorator struct {
 	opts  []Option     // re-applied over the settings of a Locker from Default
 	wrap  wrapSettings // the decorator-only options
@@ -232,7 +269,7 @@ func (d *decorator) binding() (*binding, error) {
 	return b, b.err
 }
 
-// run calls call under the lock on key: the core of every decorated call.
+// run calls call under the lock on key: the core of every guarded call.
 func (d *decorator) run(ctx context.Context, b *binding, key string, call func(context.Context) error) error {
 	le, err := b.l.acquire(ctx, key, b.s, b.s.retry)
 	if err != nil {

@@ -145,25 +145,19 @@ func newServer(locker *guard.Locker, opts []Option) (*server, error) {
 	return s, nil
 }
 
-// invocation is one guarded RPC as it passes through a rule's guard.Wrap.
+// invocation is one guarded RPC as it passes through its rule's guard.
 type invocation struct {
-	key     string
 	run     func(context.Context) error
 	signer  *ctxid.Signer
-	token   string        // the inbound token the owner was accepted from, if any
-	entered bool          // the handler was called: the lock was acquired
-	herr    *handlerError // the handler's error, as returned to guard.Wrap
+	token   string // the inbound token the owner was accepted from, if any
+	entered bool   // the handler was called: the lock was acquired
+	herr    error  // the handler's own error
 }
 
-// handlerError marks the handler's own error, so that an error guard.Wrap returns can be
-// told apart from it by identity.
-type handlerError struct{ err error }
-
-func (e *handlerError) Error() string { return e.err.Error() }
-func (e *handlerError) Unwrap() error { return e.err }
-
-// runHandler is the function every rule wraps with guard.Wrap.
-func runHandler(ctx context.Context, inv *invocation) (struct{}, error) {
+// handle is the function every rule's guard runs: it hands the handler the lease's
+// context and keeps the handler's error aside, so that an error the guard returns is
+// always the guard's own.
+func (inv *invocation) handle(ctx context.Context) error {
 	inv.entered = true
 	if inv.token != "" && ctxid.HopsFromContext(ctx) == 0 {
 		// The lease's context re-attaches the owner with a hop count of zero; put back
@@ -172,14 +166,9 @@ func runHandler(ctx context.Context, inv *invocation) (struct{}, error) {
 			ctx = owned
 		}
 	}
-	if err := inv.run(ctx); err != nil {
-		inv.herr = &handlerError{err: err}
-		return struct{}{}, inv.herr
-	}
-	return struct{}{}, nil
+	inv.herr = inv.run(ctx)
+	return nil
 }
-
-func invocationKey(_ context.Context, inv *invocation) (string, error) { return inv.key, nil }
 
 // guard runs run under r's lock for c and maps the outcome to a gRPC status. token is the
 // inbound token the owner in ctx was accepted from, rej the inbound token that was
@@ -189,8 +178,8 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 	if err != nil {
 		return keyStatus(c.method, r, err)
 	}
-	inv := &invocation{key: key, run: run, signer: s.o.signer, token: token}
-	_, err = r.run(ctx, inv)
+	inv := &invocation{run: run, signer: s.o.signer, token: token}
+	err = r.guard.Run(ctx, key, inv.handle)
 	switch {
 	case !inv.entered:
 		if (s.o.failOpen || r.failOpen) && errors.Is(err, guard.ErrUnavailable) {
@@ -198,13 +187,7 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 		}
 		return acquireStatus(c.method, err, rej)
 	case err == nil:
-		return nil
-	case inv.herr != nil && err == error(inv.herr):
-		return inv.herr.err
+		return inv.herr
 	}
-	var herr error
-	if inv.herr != nil {
-		herr = inv.herr.err
-	}
-	return lostStatus(c.method, err, herr)
+	return lostStatus(c.method, err, inv.herr)
 }

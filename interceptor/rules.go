@@ -1,7 +1,6 @@
 package interceptor
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -20,16 +19,15 @@ type rule struct {
 	key      *keyfunc.Template[*call]
 	paths    []*protoPath // the {req...} placeholders of key
 	failOpen bool
-	run      func(context.Context, *invocation) (struct{}, error)
+	guard    *guard.Guard
 }
 
-// build makes r's guarded runner on locker with opts, which name the lock and set its
-// TTL and waiting; the key and the Locker are set last, so that opts cannot override
-// them.
+// build makes r's guard on locker with opts, which name the lock and set its kind, TTL
+// and waiting; the Locker is set last, so that opts cannot override it.
 func (r *rule) build(locker *guard.Locker, opts []guard.Option) error {
-	opts = append(opts, guard.Use(locker), guard.KeyFunc(invocationKey))
+	opts = append(opts, guard.Use(locker))
 	var err error
-	r.run, err = guard.WrapE(runHandler, opts...)
+	r.guard, err = guard.NewGuard(opts...)
 	return err
 }
 

@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -190,15 +189,16 @@ func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if err != nil {
 		return nil, &ConfigError{Field: "Key", Reason: strings.TrimPrefix(err.Error(), "keyfunc: "), Err: err}
 	}
-	run, err := config.decorate(tpl)
+	run, err := config.decorate()
 	if err != nil {
 		return nil, err
 	}
 	m := &lock{
 		skip: config.Skipper,
+		key:  tpl,
 		run:  run,
-		named: func(route string) (runner, error) {
-			return config.decorate(tpl, guard.Name(route))
+		named: func(route string) (*guard.Guard, error) {
+			return config.decorate(guard.Name(route))
 		},
 		signer:   config.Signer,
 		failOpen: config.FailOpen,
@@ -216,9 +216,9 @@ func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	}, nil
 }
 
-// decorate builds the guarded call that every request goes through: guard.WrapE owns
+// decorate builds the guard that every request goes through: guard.Guard owns
 // acquisition, renewal, release (on panic too) and the detection of lost leases.
-func (config LockConfig) decorate(tpl *keyfunc.Template[echo.Context], name ...guard.Option) (func(context.Context, *call) (struct{}, error), error) {
+func (config LockConfig) decorate(name ...guard.Option) (*guard.Guard, error) {
 	var own []guard.Option
 	if config.TTL > 0 {
 		own = append(own, guard.TTL(config.TTL))
@@ -231,16 +231,13 @@ func (config LockConfig) decorate(tpl *keyfunc.Template[echo.Context], name ...g
 	case config.MaxWait < 0:
 		own = append(own, guard.Retry(guard.UntilCanceled(nil)))
 	}
-	fixed := []guard.Option{
-		guard.Use(config.Locker),
-		guard.KeyFunc(func(_ context.Context, r *call) (string, error) { return tpl.Render(r.c) }),
-	}
-	build := func(opts ...[]guard.Option) (func(context.Context, *call) (struct{}, error), error) {
+	fixed := []guard.Option{guard.Use(config.Locker)}
+	build := func(opts ...[]guard.Option) (*guard.Guard, error) {
 		var all []guard.Option
 		for _, o := range opts {
 			all = append(all, o...)
 		}
-		return guard.WrapE(runHandler, all...)
+		return guard.NewGuard(all...)
 	}
 	run, err := build(name, own, config.Options, fixed)
 	if err == nil {

@@ -12,57 +12,37 @@ import (
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/keyfunc"
 )
 
 // lock is one Lock middleware, shared by every route it is applied to.
 type lock struct {
 	skip     Skipper
-	run      runner                             // unnamed: for requests that matched no route
-	named    func(route string) (runner, error) // the same, naming the lock after route
-	routes   sync.Map                           // route → runner
+	key      *keyfunc.Template[echo.Context]
+	run      *guard.Guard                             // unnamed: for requests that matched no route
+	named    func(route string) (*guard.Guard, error) // the same, naming the lock after route
+	routes   sync.Map                                 // route → runner
 	signer   *ctxid.Signer
 	failOpen bool
 	deny     func(echo.Context, *guard.LockedError) error
 	onError  func(echo.Context, error) error
 }
 
-// runner is a guarded call: runHandler decorated by guard.WrapE.
-type runner = func(context.Context, *call) (struct{}, error)
-
-// runner returns the guarded call for route, whose lock telemetry names after route
+// runner returns the guard for route, whose lock telemetry names after route
 // (guard.Name), unless the configuration's Options name it otherwise.
-func (m *lock) runner(route string) runner {
+func (m *lock) runner(route string) *guard.Guard {
 	if route == "" {
 		return m.run
 	}
 	if r, ok := m.routes.Load(route); ok {
-		return r.(runner)
+		return r.(*guard.Guard)
 	}
 	r, err := m.named(route)
 	if err != nil {
 		return m.run // the same options passed the checks at construction: not expected
 	}
 	actual, _ := m.routes.LoadOrStore(route, r)
-	return actual.(runner)
-}
-
-// call is one request going through the guarded call: what runHandler needs, and what
-// it reports back.
-type call struct {
-	c    echo.Context
-	next echo.HandlerFunc
-	ran  bool  // the handler was called: the lock was held
-	err  error // the handler's error
-}
-
-// runHandler is the function guard.WrapE decorates. It hands the handler the lease's
-// context and keeps the handler's error aside, so that an error coming out of the
-// decorated call is always guard's own.
-func runHandler(ctx context.Context, r *call) (struct{}, error) {
-	r.ran = true
-	r.c.SetRequest(r.c.Request().WithContext(ctx))
-	r.err = r.next(r.c)
-	return struct{}{}, nil
+	return actual.(*guard.Guard)
 }
 
 func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
@@ -70,14 +50,27 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 		return next(c)
 	}
 	ctx := m.owner(c)
-	r := &call{c: c, next: next}
-	_, err := m.runner(c.Path())(ctx, r)
-	if err == nil {
-		return r.err
+	key, err := m.key.Render(c)
+	if err != nil {
+		return m.onError(c, fmt.Errorf("%w: template %q: %w", guard.ErrInvalidKey, m.key.String(), err))
 	}
-	if r.ran { // the lease was lost while the handler ran
-		if r.err != nil {
-			err = fmt.Errorf("%w; the handler returned: %w", err, r.err)
+	// The handler's own error is kept aside, so that an error Run returns is guard's.
+	var (
+		ran  bool
+		herr error
+	)
+	err = m.runner(c.Path()).Run(ctx, key, func(ctx context.Context) error {
+		ran = true
+		c.SetRequest(c.Request().WithContext(ctx))
+		herr = next(c)
+		return nil
+	})
+	if err == nil {
+		return herr
+	}
+	if ran { // the lease was lost while the handler ran
+		if herr != nil {
+			err = fmt.Errorf("%w; the handler returned: %w", err, herr)
 		}
 		return m.onError(c, err)
 	}
