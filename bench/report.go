@@ -283,7 +283,10 @@ func (r *report) evaluate() (main, perWorker []target) {
 		main = append(main, target{"reentrant-rt", "nested reentrant acquire: 0 round trips", strings.Join(parts, "; "), met})
 	}
 	main = append(main, r.leanTargets()...)
-	const cc = "W=64 H=1ms"
+	// The contended figure (1.6× raw at 64 waiters, when it was filed) is the
+	// cell without a hold, where the handoff is all that is measured; with a 1 ms hold
+	// the ratio mostly measures how much 64 pollers slow raw down (see the analysis).
+	const cc = "W=64 H=0s"
 	contended := func(v, prefix string) []target {
 		if _, ok := r.get("contended", cc, v); !ok {
 			return nil
@@ -552,7 +555,10 @@ func (r *report) leanTargets() []target {
 		ts = append(ts, target{"lean-autopipeline", "auto-pipelined, uncontended G=64: ≥ 1.2× raw and ahead of rueidislock",
 			fmt.Sprintf("%s× (rueidislock %s×)", num(ap, ok1, 2), num(ru, ok2, 2)), ok1 && ap >= 1.2 && (!ok2 || ap > ru)})
 	}
-	const cc = "W=64 H=1ms"
+	// The contended figure (1.6× raw at 64 waiters, when it was filed) is the
+	// cell without a hold, where the handoff is all that is measured; with a 1 ms hold
+	// the ratio mostly measures how much 64 pollers slow raw down (see the analysis).
+	const cc = "W=64 H=0s"
 	for _, v := range []string{"guardkit", "guardkit/autopipeline"} {
 		if _, ok := r.get("contended", cc, v); !ok {
 			continue
@@ -563,7 +569,7 @@ func (r *report) leanTargets() []target {
 		if v != "guardkit" {
 			id = "lean-contended-autopipeline"
 		}
-		ts = append(ts, target{id, fmt.Sprintf("%s, contended W=64, 1 ms hold: ≥ 1.4× raw acquisitions/s, Jain ≥ 0.9", v),
+		ts = append(ts, target{id, fmt.Sprintf("%s, contended W=64, no hold: ≥ 1.4× raw acquisitions/s, Jain ≥ 0.9", v),
 			fmt.Sprintf("%s×, Jain %s", num(ratio, ok1, 2), num(j, ok2, 3)), ok1 && ok2 && ratio >= 1.4 && j >= 0.9})
 	}
 	return ts
