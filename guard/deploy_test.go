@@ -374,7 +374,8 @@ func TestClusterClassicPubSub(t *testing.T) {
 
 	sub.Kill(t)
 	killed := time.Now()
-	c.WaitHealthy(t, 30*time.Second)
+	healthy := c.WaitHealthy(t, 30*time.Second)
+	t.Logf("cluster healthy again %s after the kill", healthy.Round(time.Millisecond))
 	var live *redistest.Server
 	for _, p := range c.Primaries() {
 		if p != sub {

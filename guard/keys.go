@@ -12,6 +12,7 @@ type redisKeys struct {
 	fence string // fencing counter and the nonces of the last final releases
 	queue string // list of the Lockers waiting for the lock, in the order they found it busy
 	aux   string // a kind's fourth key (see kindSpec), "" for kinds with three
+	aux2  string // a kind's fifth key, "" for kinds with fewer
 }
 
 // channel is the Pub/Sub channel on which the lock's release is announced; release.lua
@@ -48,6 +49,9 @@ func (l *Locker) redisKeys(key string, k *kindSpec) (redisKeys, error) {
 	rk := redisKeys{lock: s[:n], fence: s[:n+len(":fence")], queue: s[n+len(":fence"):]}
 	if k.aux != "" {
 		rk.aux = rk.lock + k.aux
+	}
+	if k.aux2 != "" {
+		rk.aux2 = rk.lock + k.aux2
 	}
 	return rk, nil
 }

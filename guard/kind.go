@@ -1,6 +1,7 @@
 package guard
 
 import (
+	_ "embed"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -36,41 +37,138 @@ func (k Kind) String() string {
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// kindSpec is what the engine needs of a kind: its Redis names and its scripts. Every
-// kind's scripts take the same arguments and give the same replies, so the waiting,
-// renewal and release code is shared:
+// kindSpec is what the engine needs of a kind: its Redis names, its scripts and how its
+// waiters wait. Every kind's scripts take the same arguments and give the same replies,
+// so the waiting, renewal and release code is shared:
 //
-//   - acquire: KEYS lock, fence, queue[, aux]; ARGV owner, TTL ms, attempt nonce, fence
-//     retention ms, manner ("0" wait, "1" polite, "2" try), Locker ID[, limit]. Replies:
-//     token (integer) for a fresh hold; {1, "token", holds} for a reentry or a hold the
-//     owner already had in Redis; {0, pttl} busy (pttl -1: free but left to others);
-//     {2} refused for good (a reader asking to write: ErrUpgrade).
+//   - acquire: KEYS lock, fence, queue[, aux[, aux2]]; ARGV owner, TTL ms, attempt nonce,
+//     fence retention ms, manner ("0" wait, "1" polite, "2" try, "3" leave: a waiter that
+//     gave up), Locker ID[, limit, sharded flag]. Replies: token (integer) for a fresh
+//     hold; {1, "token", holds} for a reentry or a hold the owner already had in Redis;
+//     {0, pttl} busy (pttl -1: free but left to others); {2} refused for good (a reader
+//     asking to write: ErrUpgrade).
 //   - release: KEYS as acquire; ARGV owner, release nonce, undo nonce, fence retention
 //     ms, Locker ID, sharded flag. Replies 4, 3, 1 (freed: this Locker next, handed to
 //     another Locker, nobody queued), 2 (one hold dropped, still held), 0 (nothing to
 //     undo), -1 (not held: expired), -2 (held by another owner). Both scripts make a
 //     retried call with the same nonce a no-op.
-//   - renew: KEYS lock[, aux]; ARGV owner, TTL ms. Replies 1 (renewed) or 0 (not held).
+//   - renew: KEYS lock (kinds without aux) or as acquire; ARGV owner, TTL ms. Replies 1
+//     (renewed) or 0 (not held).
 //
-// Kinds with aux set take a fourth key, the lock's name plus aux (the holders of a shared
-// lock, the queue of a fair one), and a seventh argument to acquire.lua, limit.
+// The read-write lock, the semaphore and the fair lock keep more than a hash per lock:
+// their scripts (scripts/kinds) share the functions of scripts/kinds/lib.lua, which also
+// describes their data.
 type kindSpec struct {
 	kind             Kind
 	suffix           string // appended to the lock's Redis name, after the hash tag
-	aux              string // suffix of the fourth key; "" for three keys
+	aux, aux2        string // suffixes of the fourth and fifth keys; "" for fewer keys
 	acquire, release *script
 	renew            *redis.Script
+	wait             waitStyle
+	leaves           bool // a waiter that gives up tells Redis (acquire manner "3")
 }
 
-var exclusiveSpec = &kindSpec{
-	kind:    KindExclusive,
-	acquire: acquireScript,
-	release: releaseScript,
-	renew:   renewScript,
-}
+// waitStyle is how the goroutines of one process wait for a busy lock of a kind.
+type waitStyle uint8
+
+const (
+	// waitGated: one goroutine per key and process makes attempts (the key's gate); the
+	// next one attempts when it takes the gate only if the one before gave up.
+	waitGated waitStyle = iota
+	// waitShared: gated too, but the next goroutine attempts at once when it takes the
+	// gate: holders share the lock, so the one before getting in says nothing against it.
+	waitShared
+	// waitOwn: every goroutine attempts for itself and every release notification wakes
+	// all of them: a fair lock is granted to one owner, which only its goroutine can
+	// claim; the two modes of a read-write lock share its notifications, and a reader at
+	// the gate, kept out by a writer's mark, would keep that writer behind it.
+	waitOwn
+)
+
+var (
+	//go:embed scripts/kinds/lib.lua
+	kindLib string
+	//go:embed scripts/kinds/read_acquire.lua
+	readAcquireSrc string
+	//go:embed scripts/kinds/write_acquire.lua
+	writeAcquireSrc string
+	//go:embed scripts/kinds/read_release.lua
+	readReleaseSrc string
+	//go:embed scripts/kinds/write_release.lua
+	writeReleaseSrc string
+	//go:embed scripts/kinds/read_renew.lua
+	readRenewSrc string
+	//go:embed scripts/kinds/write_renew.lua
+	writeRenewSrc string
+	//go:embed scripts/kinds/sem_acquire.lua
+	semAcquireSrc string
+	//go:embed scripts/kinds/sem_release.lua
+	semReleaseSrc string
+	//go:embed scripts/kinds/fair_acquire.lua
+	fairAcquireSrc string
+	//go:embed scripts/kinds/fair_release.lua
+	fairReleaseSrc string
+)
+
+// kindScript is a script of a kind beyond the exclusive one: lib.lua and the body.
+func kindScript(body string) *script { return newScript(kindLib + body) }
+
+var (
+	exclusiveSpec = &kindSpec{
+		kind:    KindExclusive,
+		acquire: acquireScript,
+		release: releaseScript,
+		renew:   renewScript,
+	}
+	readSpec = &kindSpec{
+		kind:    KindRead,
+		suffix:  ":rw",
+		aux:     ":holders",
+		acquire: kindScript(readAcquireSrc),
+		release: kindScript(readReleaseSrc),
+		renew:   redis.NewScript(kindLib + readRenewSrc),
+		wait:    waitOwn,
+	}
+	writeSpec = &kindSpec{
+		kind:    KindWrite,
+		suffix:  ":rw",
+		aux:     ":holders",
+		acquire: kindScript(writeAcquireSrc),
+		release: kindScript(writeReleaseSrc),
+		renew:   redis.NewScript(kindLib + writeRenewSrc),
+		wait:    waitOwn,
+		leaves:  true,
+	}
+	semaphoreSpec = &kindSpec{
+		kind:    KindSemaphore,
+		suffix:  ":sem",
+		aux:     ":holders",
+		acquire: kindScript(semAcquireSrc),
+		release: kindScript(semReleaseSrc),
+		renew:   readSpec.renew,
+		wait:    waitShared,
+	}
+	fairSpec = &kindSpec{
+		kind:    KindFair,
+		suffix:  ":fair",
+		aux:     ":owners",
+		aux2:    ":places",
+		acquire: kindScript(fairAcquireSrc),
+		release: kindScript(fairReleaseSrc),
+		renew:   renewScript,
+		wait:    waitOwn,
+		leaves:  true,
+	}
+)
 
 // specs are the kinds the engine serves, by Kind.
-var specs = [...]*kindSpec{KindExclusive: exclusiveSpec}
+var specs = [...]*kindSpec{
+	KindExclusive: exclusiveSpec,
+	KindRead:      readSpec,
+	KindWrite:     writeSpec,
+	KindSemaphore: semaphoreSpec,
+	KindFair:      fairSpec,
+}
 
 // specOf returns the spec of k, nil when k is not a kind.
 func specOf(k Kind) *kindSpec {

@@ -384,6 +384,7 @@ const (
 	mannerWait   = "0" // the caller waits when the lock is busy: join the Redis wait queue
 	mannerPolite = "1" // reenter only; leave a free lock to the queue
 	mannerTry    = "2" // the caller will not wait
+	mannerLeave  = "3" // the caller gave up waiting (kinds whose spec leaves)
 )
 
 func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner string, waited bool) acquireReply {

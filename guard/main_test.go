@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -9,5 +10,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(holderEnv); spec != "" {
+		os.Exit(runHolder(spec)) // this binary is a holder process of a kinds test
+	}
 	goleak.VerifyTestMain(redistest.StopAfter(m, cluster, sentinel))
 }

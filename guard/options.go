@@ -150,6 +150,9 @@ func (s *settings) validate() error {
 	if err := s.retry.validate("Retry"); err != nil {
 		return err
 	}
+	if s.kind == KindSemaphore && s.permits < 1 {
+		return &ConfigError{Field: "Permits", Reason: fmt.Sprintf("must be ≥ 1, got %d", s.permits)}
+	}
 	if s.spec = specOf(s.kind); s.spec == nil {
 		return &ConfigError{Field: "Kind", Reason: fmt.Sprintf("unknown lock kind %s", s.kind)}
 	}
@@ -174,6 +177,53 @@ func (s *settings) apply(opts []Option, allowed scope, where string) error {
 		o.apply(s)
 	}
 	return s.validate()
+}
+
+// Read makes the lock the shared (read) mode of the key's read-write lock: any number of
+// owners hold it together while nobody holds the write mode. Writers go first: once a
+// writer waits, new readers wait behind it (a writer that stops asking, having given up
+// or died, holds them back for at most its TTL). Each reader's hold is a lease of its
+// own, renewed by its own watchdog: a reader that dies frees its share after its TTL
+// while the others keep theirs. A reader's fencing token comes from the counter the
+// writers' tokens come from: it exceeds the token of every writer that held the lock
+// before it, and every later writer's token exceeds it.
+// Applies to each call (given to New, it is the default kind). Default: exclusive.
+func Read() Option {
+	return Option{name: "Read", scope: scopeCall, apply: func(s *settings) { s.kind = KindRead }}
+}
+
+// Write makes the lock the exclusive (write) mode of the key's read-write lock: one owner
+// holds it, and no reader. Its owner may also take the read mode (a downgrade: release the
+// write hold and keep reading); an owner that holds the read mode and asks to write fails
+// at once with ErrUpgrade instead of deadlocking. Writers' fencing tokens strictly
+// increase and exceed every earlier reader's and writer's.
+// Applies to each call (given to New, it is the default kind). Default: exclusive.
+func Write() Option {
+	return Option{name: "Write", scope: scopeCall, apply: func(s *settings) { s.kind = KindWrite }}
+}
+
+// Permits makes the lock a semaphore: at most n owners hold it at once (n ≥ 1). Each
+// permit is a lease of its own, renewed by its own watchdog and carrying its own fencing
+// token; a holder that dies frees its permit after its TTL. n belongs to the call, not to
+// the key: an acquisition waits while n or more owners hold permits, whatever n they
+// were admitted under, so lowering n takes effect as holders leave (nobody is evicted)
+// and raising it admits more at once. Give every call site of a key the same n unless
+// that is what you want.
+// Applies to each call (given to New, it is the default kind). Default: exclusive.
+func Permits(n int) Option {
+	return Option{name: "Permits", scope: scopeCall, apply: func(s *settings) { s.kind, s.permits = KindSemaphore, n }}
+}
+
+// Fair makes the lock exclusive and strictly first-come, first-served across processes:
+// owners are queued in Redis in the order they first found it busy, and a release grants
+// it, in Redis, to the first of them, which claims it when the announcement wakes it. An
+// owner keeps its place by asking again within its TTL (waiters are told to ask within a
+// third of it): one that gave up leaves the queue at once, one that died loses its place
+// after its TTL, and a grant not claimed within the grantee's TTL passes on. TryAcquire
+// never jumps the queue.
+// Applies to each call (given to New, it is the default kind). Default: exclusive.
+func Fair() Option {
+	return Option{name: "Fair", scope: scopeCall, apply: func(s *settings) { s.kind = KindFair }}
 }
 
 // Prefix is prepended to every Redis key and channel the Locker uses, so that several

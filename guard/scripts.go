@@ -48,8 +48,9 @@ func (l *Locker) send(ctx context.Context, args []any, urgent bool) *redis.Cmd {
 var (
 	argNumKeys  any = 3
 	argNumKeys4 any = 4
+	argNumKeys5 any = 5
 	argFlag         = [2]any{"0", "1"}
-	argManner       = map[string]any{mannerWait: mannerWait, mannerPolite: mannerPolite, mannerTry: mannerTry}
+	argManner       = map[string]any{mannerWait: mannerWait, mannerPolite: mannerPolite, mannerTry: mannerTry, mannerLeave: mannerLeave}
 )
 
 func flagArg(on bool) any {
@@ -62,7 +63,7 @@ func flagArg(on bool) any {
 // scriptArgs are the arguments that stay the same for every call about one hold: the
 // keys, the owner and the settings, boxed once when the hold is made.
 type scriptArgs struct {
-	lock, fence, queue, aux, owner, ttl, retention, limit any
+	lock, fence, queue, aux, aux2, owner, ttl, retention, limit any
 }
 
 func (h *held) boxArgs() {
@@ -76,22 +77,40 @@ func (h *held) boxArgs() {
 	if h.rk.aux != "" {
 		h.args.aux, h.args.limit = h.rk.aux, h.s.limitArg
 	}
+	if h.rk.aux2 != "" {
+		h.args.aux2 = h.rk.aux2
+	}
 }
 
-// renewKeys returns the KEYS of renew.lua for h.
+// renewKeys returns the KEYS of the renew script of h's kind.
 func (h *held) renewKeys() []string {
-	if h.rk.aux != "" {
-		return []string{h.rk.lock, h.rk.aux}
+	switch {
+	case h.rk.aux2 != "":
+		return []string{h.rk.lock, h.rk.fence, h.rk.queue, h.rk.aux, h.rk.aux2}
+	case h.rk.aux != "":
+		return []string{h.rk.lock, h.rk.fence, h.rk.queue, h.rk.aux}
 	}
 	return []string{h.rk.lock}
+}
+
+// keyArgs appends the number of keys and the keys of h's scripts to args.
+func (h *held) keyArgs(args []any) []any {
+	a := &h.args
+	switch {
+	case a.aux2 != nil:
+		return append(args, argNumKeys5, a.lock, a.fence, a.queue, a.aux, a.aux2)
+	case a.aux != nil:
+		return append(args, argNumKeys4, a.lock, a.fence, a.queue, a.aux)
+	}
+	return append(args, argNumKeys, a.lock, a.fence, a.queue)
 }
 
 // acquireArgs returns the command line of acquire.lua for an attempt (see its header).
 func (h *held) acquireArgs(nonce, manner string) []any {
 	a := &h.args
 	if a.aux != nil {
-		return []any{nil, nil, argNumKeys4, a.lock, a.fence, a.queue, a.aux,
-			a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg, a.limit}
+		args := h.keyArgs(make([]any, 2, 16))
+		return append(args, a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg, a.limit, h.l.shardedArg())
 	}
 	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
 		a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg}
@@ -101,8 +120,8 @@ func (h *held) acquireArgs(nonce, manner string) []any {
 func (h *held) releaseArgs(nonce, undo string) []any {
 	a := &h.args
 	if a.aux != nil {
-		return []any{nil, nil, argNumKeys4, a.lock, a.fence, a.queue, a.aux,
-			a.owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg()}
+		args := h.keyArgs(make([]any, 2, 16))
+		return append(args, a.owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg())
 	}
 	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
 		a.owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg()}

@@ -33,7 +33,10 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 		timer    *time.Timer
 		attempts int
 		ttl      = time.Duration(-1) // the holder's TTL at the last busy attempt, <0 if unknown
+		// queuedRemote: an attempt found the lock busy and joined its Redis-side wait
+		queuedRemote bool
 	)
+	style := h.s.spec.wait
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -44,6 +47,9 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 		if kw != nil {
 			l.waits.leave(kw, acquired)
 		}
+		if !acquired && queuedRemote && h.s.spec.leaves {
+			l.leave(h)
+		}
 	}()
 	busy := func(cause error) error {
 		return &LockedError{Key: h.hk.key, RetryAfter: max(ttl, 0), Attempts: attempts, Err: cause}
@@ -52,10 +58,12 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 	queue := func() error {
 		kw = l.waits.join(ctx, h.rk)
 		a.startWaiting(ctx)
-		if err := kw.enter(ctx, deadline, l.done); err != nil {
-			return l.waitError(err, busy)
+		if style != waitOwn {
+			if err := kw.enter(ctx, deadline, l.done); err != nil {
+				return l.waitError(err, busy)
+			}
+			entered = true
 		}
-		entered = true
 		kw.awaitSubscribed(ctx, deadline, confirmWait)
 		return nil
 	}
@@ -71,9 +79,15 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 	case queued || yielding:
 		first = mannerPolite
 	}
+	var woken <-chan struct{} // a release notification since the last attempt
 	for {
 		if kw != nil {
-			kw.drain()
+			if style == waitOwn {
+				woken = kw.broadcast()
+			} else {
+				kw.drain()
+				woken = kw.notify
+			}
 		}
 		attempts++
 		a.attempts = attempts
@@ -105,6 +119,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 			return g, err
 		}
 		ttl = g.pttl
+		queuedRemote = queuedRemote || manner != mannerTry
 		if p.limit == limitAttempts && attempts >= p.attempts ||
 			!deadline.IsZero() && !time.Now().Before(deadline) {
 			if late {
@@ -120,8 +135,11 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 				return granted{}, err
 			}
 			switch {
-			case !subscribed:
-				continue // the lock may have been freed before the subscription existed
+			case !subscribed || style != waitGated:
+				// The lock may have been freed before the subscription existed; and for a
+				// shared kind, the goroutine ahead getting in says the lock admits more,
+				// while a fair lock's grant to this owner comes with no other signal.
+				continue
 			case ttl < 0 && queued:
 				// A polite attempt left the lock free to this process's queue, which this
 				// goroutine now heads: the lock may still be free.
@@ -144,7 +162,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 			timer.Reset(delay)
 		}
 		select {
-		case <-kw.notify:
+		case <-woken:
 		case <-timer.C:
 		case <-ctx.Done():
 			return granted{}, busy(ctx.Err())
@@ -152,6 +170,16 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 			return granted{}, ErrClosed
 		}
 	}
+}
+
+// leave tells Redis, aside, that h's owner no longer waits (kinds whose spec leaves): it
+// gives up its place in a fair lock's queue, or a waiting writer's hold on new readers.
+func (l *Locker) leave(h *held) {
+	l.background(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+		defer cancel()
+		l.refresh(l.runScript(ctx, h.s.spec.acquire, h.acquireArgs(l.newNonce(), mannerLeave), true).Err())
+	})
 }
 
 // waitError turns the error of a wait that ended before an attempt into the call's error.
@@ -179,10 +207,11 @@ type keyWait struct {
 	gate    chan struct{} // holds a token while one goroutine makes attempts
 	notify  chan struct{} // a release was seen since the last drain
 
-	handedAcquired atomic.Bool   // the last goroutine to leave the gate took the lock
-	ok             chan struct{} // closed at the first confirmation of the subscription
-	okOnce         bool          // ok is closed; guarded by waiters.mu
-	live           bool          // the subscription is confirmed now; guarded by waiters.mu
+	woken          atomic.Pointer[chan struct{}] // closed by the next signal (see broadcast)
+	handedAcquired atomic.Bool                   // the last goroutine to leave the gate took the lock
+	ok             chan struct{}                 // closed at the first confirmation of the subscription
+	okOnce         bool                          // ok is closed; guarded by waiters.mu
+	live           bool                          // the subscription is confirmed now; guarded by waiters.mu
 }
 
 func (kw *keyWait) drain() {
@@ -192,10 +221,28 @@ func (kw *keyWait) drain() {
 	}
 }
 
+// signal wakes the goroutine at the gate, and every goroutine waiting on broadcast.
 func (kw *keyWait) signal() {
 	select {
 	case kw.notify <- struct{}{}:
 	default:
+	}
+	if c := kw.woken.Swap(nil); c != nil {
+		close(*c)
+	}
+}
+
+// broadcast returns a channel that the next signal closes: the waiters of a kind that
+// waits without the gate (waitOwn) all wake at each release notification.
+func (kw *keyWait) broadcast() <-chan struct{} {
+	for {
+		if c := kw.woken.Load(); c != nil {
+			return *c
+		}
+		c := make(chan struct{})
+		if kw.woken.CompareAndSwap(nil, &c) {
+			return c
+		}
 	}
 }
 

@@ -1,0 +1,142 @@
+package guard_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// holderEnv, when set, makes the test binary a holder process: it takes the lock its
+// holderSpec names, says "held <token>" on stdout, and keeps the lease (renewing it)
+// until it is killed or its stdin closes. Tests kill it with SIGKILL to crash a holder.
+const holderEnv = "GUARDKIT_TEST_HOLDER"
+
+type holderSpec struct {
+	Addr    string        `json:"addr"`
+	Key     string        `json:"key"`
+	Kind    string        `json:"kind"` // "read", "write", "semaphore", "fair", "" exclusive
+	Permits int           `json:"permits"`
+	TTL     time.Duration `json:"ttl"`
+	Owner   string        `json:"owner"`
+}
+
+func (s holderSpec) options() []guard.Option {
+	opts := []guard.Option{guard.TTL(s.TTL)}
+	switch s.Kind {
+	case "read":
+		opts = append(opts, guard.Read())
+	case "write":
+		opts = append(opts, guard.Write())
+	case "semaphore":
+		opts = append(opts, guard.Permits(s.Permits))
+	case "fair":
+		opts = append(opts, guard.Fair())
+	}
+	return opts
+}
+
+func runHolder(raw string) int {
+	var s holderSpec
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		return 2
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	l, err := guard.New(c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		return 2
+	}
+	ctx := ctxid.NewContext(context.Background(), ctxid.ID(s.Owner))
+	le, err := l.Acquire(ctx, s.Key, s.options()...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		return 1
+	}
+	fmt.Printf("held %d\n", le.Token())
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the test closes stdin or kills us
+	_ = le.Release(context.Background())
+	return 0
+}
+
+// holder is a holder process started by startHolder.
+type holder struct {
+	cmd  *exec.Cmd
+	held chan int64 // the token, once the lock is held
+}
+
+// startHolder starts a process that takes key as spec says (Addr, Key and TTL filled in).
+func startHolder(t *testing.T, srv *redistest.Server, key string, spec holderSpec) *holder {
+	t.Helper()
+	spec.Addr, spec.Key = srv.Addr(), key
+	if spec.Owner == "" {
+		spec.Owner = string(ctxid.New())
+	}
+	raw, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), holderEnv+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &holder{cmd: cmd, held: make(chan int64, 1)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var token int64
+			if _, err := fmt.Sscanf(sc.Text(), "held %d", &token); err == nil {
+				h.held <- token
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		<-done
+	})
+	return h
+}
+
+// await waits for the holder to hold its lock and returns its token.
+func (h *holder) await(t *testing.T, d time.Duration) int64 {
+	t.Helper()
+	select {
+	case token := <-h.held:
+		return token
+	case <-time.After(d):
+		t.Fatalf("holder process did not take its lock within %s", d)
+		return 0
+	}
+}
+
+// kill crashes the holder process (SIGKILL): its leases are neither released nor renewed.
+func (h *holder) kill(t *testing.T) {
+	t.Helper()
+	if err := h.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+}

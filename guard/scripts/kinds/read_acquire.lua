@@ -1,0 +1,19 @@
+-- read_acquire.lua (after lib.lua): take the read lock of a read-write lock for ARGV[1],
+-- reenter it, or report it busy. A reader enters when no other owner writes and no writer
+-- is waiting (#ww): writers go first, so a stream of readers cannot starve them. The
+-- writer itself may also read (a downgrade). Each reader's hold has its own lease and
+-- its own fencing token, drawn from the counter the writers' tokens come from.
+local lock, owner = KEYS[1], ARGV[1]
+local now, t = clock()
+prune(now)
+local v = redis.call('HMGET', lock, owner, '#W', '#ww')
+if v[1] then
+  return reenter(owner, owner .. '#a', owner .. '#t', owner, now)
+end
+if v[2] and v[2] ~= owner or not v[2] and tonumber(v[3] or 0) > now then
+  return busy(redis.call('PTTL', lock))
+end
+local token = new_token(t)
+redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
+lease(owner, now)
+return tonumber(token)

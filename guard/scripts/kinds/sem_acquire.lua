@@ -1,0 +1,18 @@
+-- sem_acquire.lua (after lib.lua): take one of a semaphore's ARGV[7] permits for ARGV[1],
+-- reenter the owner's permit, or report all permits taken. Each permit has its own lease
+-- and its own fencing token. The limit is the caller's: a caller with a lower one waits
+-- while that many or more hold permits, whatever limit they were admitted under.
+local lock, owner = KEYS[1], ARGV[1]
+local now, t = clock()
+prune(now)
+if redis.call('HEXISTS', lock, owner) == 1 then
+  return reenter(owner, owner .. '#a', owner .. '#t', owner, now)
+end
+if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  return busy(tonumber(first[2]) - now) -- the first lease to run out frees a permit
+end
+local token = new_token(t)
+redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
+lease(owner, now)
+return tonumber(token)

@@ -1,0 +1,20 @@
+-- write_release.lua (after lib.lua): drop one write hold of ARGV[1]. When the writer
+-- leaves, every waiting Locker is woken: all waiting readers may enter together.
+local lock, owner = KEYS[1], ARGV[1]
+if redis.call('HGET', lock, '#W') ~= owner then
+  if ARGV[3] ~= '' then
+    return 0
+  end
+  if released(ARGV[2]) then
+    return 1
+  end
+  return -1
+end
+local r = drop('#Wn', '#Wa', '#Wr', '#t', '#W')
+if r ~= 1 then
+  return r
+end
+redis.call('HDEL', lock, '#W')
+local now = clock()
+prune(now)
+return wake_all(finish(now))
