@@ -149,14 +149,20 @@ func newServer(locker *guard.Locker, opts []Option) (*server, error) {
 type invocation struct {
 	run     func(context.Context) error
 	signer  *ctxid.Signer
-	token   string // the inbound token the owner was accepted from, if any
-	entered bool   // the handler was called: the lock was acquired
-	herr    error  // the handler's own error
+	token   string        // the inbound token the owner was accepted from, if any
+	entered bool          // the handler was called: the lock was acquired
+	herr    *handlerError // the handler's error, as returned to the guard
 }
 
+// handlerError marks the handler's own error, so that an error the guard returns can be
+// told apart from it by identity (a lost lease joins the two).
+type handlerError struct{ err error }
+
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
 // handle is the function every rule's guard runs: it hands the handler the lease's
-// context and keeps the handler's error aside, so that an error the guard returns is
-// always the guard's own.
+// context and marks the handler's error.
 func (inv *invocation) handle(ctx context.Context) error {
 	inv.entered = true
 	if inv.token != "" && ctxid.HopsFromContext(ctx) == 0 {
@@ -166,7 +172,10 @@ func (inv *invocation) handle(ctx context.Context) error {
 			ctx = owned
 		}
 	}
-	inv.herr = inv.run(ctx)
+	if err := inv.run(ctx); err != nil {
+		inv.herr = &handlerError{err: err}
+		return inv.herr
+	}
 	return nil
 }
 
@@ -187,7 +196,13 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 		}
 		return acquireStatus(c.method, err, rej)
 	case err == nil:
-		return inv.herr
+		return nil
+	case inv.herr != nil && err == error(inv.herr):
+		return inv.herr.err
 	}
-	return lostStatus(c.method, err, inv.herr)
+	var herr error
+	if inv.herr != nil {
+		herr = inv.herr.err
+	}
+	return lostStatus(c.method, err, herr)
 }
