@@ -424,3 +424,67 @@ func TestFairGrantToDeadWaiter(t *testing.T) {
 		t.Fatal("the unclaimed grant never passed on")
 	}
 }
+
+// TestKindsReenterAndLose: for every kind, the owner reenters its hold through another
+// Locker (a downstream service), and a hold deleted from Redis is lost: the lease's
+// context ends with ErrLeaseLost.
+func TestKindsReenterAndLose(t *testing.T) {
+	srv := redistest.Start(t)
+	ttl := 300 * time.Millisecond
+	a, c := newLocker(t, srv, guard.TTL(ttl))
+	b, _ := newLocker(t, srv, guard.TTL(ttl))
+	for _, k := range []struct {
+		opt  guard.Option
+		kind guard.Kind
+		name string // the hash of the lock
+	}{
+		{guard.Read(), guard.KindRead, ":rw"},
+		{guard.Write(), guard.KindWrite, ":rw"},
+		{guard.Permits(2), guard.KindSemaphore, ":sem"},
+		{guard.Fair(), guard.KindFair, ":fair"},
+	} {
+		t.Run(k.kind.String(), func(t *testing.T) {
+			ctx := ctxTimeout(t, 10*time.Second)
+			key := "re-" + k.kind.String()
+			le := mustAcquire(t, a, ctx, key, k.opt)
+			if le.Kind() != k.kind {
+				t.Fatalf("lease kind %s, want %s", le.Kind(), k.kind)
+			}
+			again := mustAcquire(t, b, le.Context(), key, k.opt)
+			if !again.Reentrant() || again.Token() != le.Token() {
+				t.Fatalf("the owner through another Locker: reentrant %t, token %d (first %d)", again.Reentrant(), again.Token(), le.Token())
+			}
+			mustRelease(t, again)
+			if err := c.Del(ctx, lockName(key)+k.name).Err(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-le.Context().Done():
+				if !errors.Is(context.Cause(le.Context()), guard.ErrLeaseLost) {
+					t.Fatalf("cause %v, want ErrLeaseLost", context.Cause(le.Context()))
+				}
+			case <-time.After(2 * ttl):
+				t.Fatal("the deleted hold was not lost")
+			}
+			_ = le.Release(ctx)
+		})
+	}
+}
+
+// TestWriterGivingUpLetsReadersIn: a writer that stops waiting clears its mark at once,
+// so new readers do not wait out its TTL.
+func TestWriterGivingUpLetsReadersIn(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv, guard.TTL(10*time.Second))
+	ctx := ctxTimeout(t, 10*time.Second)
+	r := mustAcquire(t, l, ctx, "stmt", guard.Read())
+	_, err := l.Acquire(ctx, "stmt", guard.Write(), guard.Retry(guard.MaxWait(200*time.Millisecond, nil)))
+	if !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("writer behind a reader: %v, want ErrLocked", err)
+	}
+	waitUntil(t, 2*time.Second, "the writer's mark to go", func() bool {
+		return !c.HExists(ctx, "guard:{stmt}:rw", "#ww").Val()
+	})
+	mustRelease(t, mustAcquire(t, l, ctx, "stmt", guard.Read(), guard.Retry(guard.NoRetry())))
+	mustRelease(t, r)
+}
