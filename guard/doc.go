@@ -116,6 +116,23 @@
 // *redis.ClusterClient itself, or guard falls back to classic Pub/Sub and cannot reload
 // the client's slot map after a failover.
 //
+// # Lock kinds
+//
+// A lock is exclusive unless an option gives it another kind, at any entry point:
+//
+//   - Read and Write are the two modes of a key's read-write lock: many readers or one
+//     writer. Writers go first (a waiting writer keeps new readers out); a writer may also
+//     read (a downgrade); a reader asking to write fails at once with ErrUpgrade.
+//   - Permits(n) is a semaphore: at most n owners hold the key at once.
+//   - Fair is an exclusive lock granted in strict arrival order: a release grants it, in
+//     Redis, to the first owner queued.
+//
+// Every reader and every permit holder has a lease of its own, renewed by its own
+// watchdog, with its own fencing token: one that dies frees its share after its TTL
+// while the others keep theirs. Each kind of a key is a lock of its own (an exclusive
+// lock and a semaphore on one key do not exclude each other); Lease.Kind reports the
+// kind held.
+//
 // # Fencing
 //
 // Each first acquisition of a key gets a fencing token greater than every token issued for
@@ -131,7 +148,10 @@
 // hold count, plus the token), the fencing counter is p{k}:fence, the wait queue (a list
 // of Locker IDs) p{k}:queue and the release channel p{k}:release. In k, '%', '{' and '}'
 // are written %25, %7B and %7D, so every name of a lock shares one Redis Cluster hash tag
-// whatever bytes the key holds. Each acquire, release and renewal is one script call;
+// whatever bytes the key holds. The other kinds add a suffix to the lock's name (":rw",
+// ":sem", ":fair") and keep more keys beside it: the holders of a read-write lock or a
+// semaphore with their lease deadlines (a sorted set), the owners queued for a fair lock
+// (scripts/kinds/lib.lua describes them). Each acquire, release and renewal is one script call;
 // scripts carry a nonce so that a call the client retries after a timeout takes effect
 // once (a final release appends its nonce to the fencing counter's key, which keeps the
 // newest ones). An acquire whose outcome is unknown (a network error) is undone in the

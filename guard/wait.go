@@ -134,6 +134,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 			if err := queue(); err != nil {
 				return granted{}, err
 			}
+			woken = kw.notify // a waitOwn waiter always attempts again first (below)
 			switch {
 			case !subscribed || style != waitGated:
 				// The lock may have been freed before the subscription existed; and for a
