@@ -369,8 +369,13 @@ func TestClusterClassicPubSub(t *testing.T) {
 			t.Fatalf("node %s has %d sharded subscriptions for %q; the classic path makes none", n.Addr(), got, key)
 		}
 	}
+	released := time.Now()
 	mustRelease(t, le)
-	mustRelease(t, mustWoken(t, "classic Pub/Sub", out).lease)
+	first := mustWoken(t, "classic Pub/Sub", out)
+	if d := first.at.Sub(released); d > recoveryBound {
+		t.Fatalf("the waiter was woken %s after the release: the notification was lost (it retries once a minute)", d)
+	}
+	mustRelease(t, first.lease)
 
 	sub.Kill(t)
 	killed := time.Now()
@@ -399,8 +404,12 @@ func TestClusterClassicPubSub(t *testing.T) {
 	if sub2 == sub {
 		t.Fatalf("the subscription is on the killed node %s", sub.Addr())
 	}
+	released = time.Now()
 	mustRelease(t, le2)
 	o := mustWoken(t, "classic Pub/Sub after the subscription's node was killed", out2)
+	if d := o.at.Sub(released); d > recoveryBound {
+		t.Fatalf("the waiter was woken %s after the release: the notification was lost (it retries once a minute)", d)
+	}
 	t.Logf("subscription moved from %s to %s; waiter woken %s after the kill", sub.Addr(), sub2.Addr(), o.at.Sub(killed).Round(time.Millisecond))
 	mustRelease(t, o.lease)
 }

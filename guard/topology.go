@@ -63,7 +63,7 @@ func (l *Locker) shardedFlag() string {
 // shardedArg is shardedFlag as a script argument.
 func (l *Locker) shardedArg() any {
 	_, ok := l.client.(*redis.ClusterClient)
-	return flagArg(ok)
+	return flagArg(ok && !l.classic)
 }
 
 // hashSlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag, the
