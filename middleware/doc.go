@@ -27,6 +27,21 @@
 // malformed template, an unknown source, a TTL the Locker cannot renew in time — is
 // reported when the middleware is built, naming the LockConfig field.
 //
+// # Lock kinds
+//
+// A route's lock is exclusive unless LockConfig.Options give it another kind: many GETs
+// of an account can read it together while its POSTs write, and an export route can
+// admit three requests at once:
+//
+//	e.GET("/accounts/:id", statement, middleware.LockWithConfig(middleware.LockConfig{
+//		Locker: locker, Key: "account:{param.id}", Options: []guard.Option{guard.Read()}}))
+//	e.POST("/accounts/:id", post, middleware.LockWithConfig(middleware.LockConfig{
+//		Locker: locker, Key: "account:{param.id}", Options: []guard.Option{guard.Write()}}))
+//	e.POST("/exports/:tenant", export, middleware.LockWithConfig(middleware.LockConfig{
+//		Locker: locker, Key: "exports:{param.tenant}", Options: []guard.Option{guard.Permits(3)}}))
+//
+// guard.Fair serves a route's requests in arrival order. See guard's "Lock kinds".
+//
 // # Waiting
 //
 // A request that finds its lock busy waits for it, woken by the holder's release rather
