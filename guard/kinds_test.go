@@ -488,3 +488,39 @@ func TestWriterGivingUpLetsReadersIn(t *testing.T) {
 	mustRelease(t, mustAcquire(t, l, ctx, "stmt", guard.Read(), guard.Retry(guard.NoRetry())))
 	mustRelease(t, r)
 }
+
+// TestFairLostWakeUp: the grant's announcement is lost (the waiter's Pub/Sub connection
+// is killed just before the release, and the waiter would sleep for a minute on its
+// backoff): the grantee still claims the lock within a third of its TTL — a fair waiter
+// asks again at least that often, and sooner when its subscription is confirmed again —
+// and nobody else takes it meanwhile.
+func TestFairLostWakeUp(t *testing.T) {
+	srv := redistest.Start(t)
+	ttl := 900 * time.Millisecond
+	holderL, c := newLocker(t, srv, guard.TTL(ttl))
+	waiterL, _ := newLocker(t, srv, guard.TTL(ttl), guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))
+	ctx := ctxTimeout(t, 30*time.Second)
+	held := mustAcquire(t, holderL, ctx, "lost", guard.Fair())
+	got := make(chan string, 1)
+	fairWaiter(ctx, t, waiterL, "lost", got, "waiter")
+	waitUntil(t, 5*time.Second, "the waiter to queue and subscribe", func() bool {
+		n, _ := c.PubSubNumSub(ctx, lockName("lost")+":fair:release").Result()
+		return queueLen(ctx, c, "lost") == 1 && n[lockName("lost")+":fair:release"] == 1
+	})
+	if err := c.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+	}
+	released := time.Now()
+	mustRelease(t, held)
+	if _, err := holderL.TryAcquire(ctx, "lost", guard.Fair()); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("a newcomer while the grant waits for its claim: %v, want ErrLocked", err)
+	}
+	select {
+	case <-got:
+		if d := time.Since(released); d > ttl/3+500*time.Millisecond {
+			t.Fatalf("claimed %s after the release; a fair waiter asks within TTL/3 (%s)", d, ttl/3)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the grantee never claimed the lock after its wake-up was lost")
+	}
+}
