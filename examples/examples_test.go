@@ -22,11 +22,14 @@ var programs = map[string]struct {
 	args    []string
 	verdict string
 }{
-	"demo":    {nil, "PASS:"},
-	"echo":    {[]string{"-smoke"}, "smoke: ok"},
-	"grpc":    {nil, "ok: "},
-	"service": {nil, "ok: "},
-	"tracing": {nil, "ok: "},
+	"demo":      {nil, "PASS:"},
+	"echo":      {[]string{"-smoke"}, "smoke: ok"},
+	"fair":      {nil, "ok: "},
+	"grpc":      {nil, "ok: "},
+	"readwrite": {nil, "ok: "},
+	"semaphore": {nil, "ok: "},
+	"service":   {nil, "ok: "},
+	"tracing":   {nil, "ok: "},
 }
 
 // runDeadline bounds one run of one example.

@@ -307,3 +307,75 @@ func TestEngineNestedDecoratedCalls(t *testing.T) {
 		t.Fatalf("tokens outer %d, inner %d: want one positive token", tokens[0], tokens[1])
 	}
 }
+
+// TestEngineKinds runs every lock kind on the embedded server: readers share and keep a
+// writer out, a writer downgrades, a reader cannot upgrade, a semaphore admits its
+// permits, a fair lock goes to the owner that queued first, and each renews past its TTL.
+func TestEngineKinds(t *testing.T) {
+	r := server(t)
+	a := locker(t, r, guard.TTL(300*time.Millisecond))
+	b := locker(t, r, guard.TTL(300*time.Millisecond))
+	ctx := ctxTimeout(t, 20*time.Second)
+
+	r1 := acquire(t, a, ctx, "rw", guard.Read())
+	r2 := acquire(t, b, ctx, "rw", guard.Read())
+	if _, err := b.TryAcquire(ctx, "rw", guard.Write()); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("writer with readers in: %v", err)
+	}
+	if _, err := a.Acquire(r1.Context(), "rw", guard.Write()); !errors.Is(err, guard.ErrUpgrade) {
+		t.Fatalf("reader asking to write: %v", err)
+	}
+	time.Sleep(time.Second) // past the TTL: the watchdog renews every share
+	release(t, r1)
+	release(t, r2)
+	w := acquire(t, a, ctx, "rw", guard.Write())
+	down := acquire(t, b, w.Context(), "rw", guard.Read())
+	release(t, w)
+	release(t, down)
+
+	p1 := acquire(t, a, ctx, "sem", guard.Permits(2))
+	p2 := acquire(t, b, ctx, "sem", guard.Permits(2))
+	if _, err := a.TryAcquire(ctx, "sem", guard.Permits(2)); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("third permit of two: %v", err)
+	}
+	if p1.Token() == p2.Token() {
+		t.Fatalf("two permits share token %d", p1.Token())
+	}
+	release(t, p1)
+	release(t, p2)
+
+	f := acquire(t, a, ctx, "fair", guard.Fair())
+	got := make(chan *guard.Lease, 1)
+	go func() {
+		le, err := b.Acquire(ctx, "fair", guard.Fair())
+		if err != nil {
+			t.Errorf("fair waiter: %v", err)
+		}
+		got <- le
+	}()
+	c := r.NewClient()
+	defer c.Close()
+	waitFor(t, func() bool { return c.LLen(ctx, lockName("fair")+":fair:owners").Val() == 1 })
+	release(t, f)
+	if _, err := a.TryAcquire(ctx, "fair", guard.Fair()); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("a newcomer took the lock granted to the queued owner: %v", err)
+	}
+	select {
+	case le := <-got:
+		if le != nil {
+			release(t, le)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued owner did not get the fair lock")
+	}
+}
+
+// waitFor polls cond until it holds, for at most 5s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+	}
+}
