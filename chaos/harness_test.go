@@ -103,6 +103,27 @@ type load struct {
 	// instead: holds that outlast a failover.
 	LongShare float64       `json:"long_share"`
 	LongHold  time.Duration `json:"long_hold"`
+	// Kind is the lock kind of the sections: "" exclusive, "read-write" (a quarter of the
+	// sections write, the others read), "semaphore" (Permits holders at once) or "fair".
+	// Readers and permit holders read the fenced register but do not write it.
+	Kind    string `json:"kind,omitempty"`
+	Permits int    `json:"permits,omitempty"`
+}
+
+// kindOf draws the kind of one section: its options and whether it writes the register.
+func (l load) kindOf(r *rand.Rand) (opts []guard.Option, writes bool) {
+	switch l.Kind {
+	case "read-write":
+		if r.IntN(4) == 0 {
+			return []guard.Option{guard.Write()}, true
+		}
+		return []guard.Option{guard.Read()}, false
+	case "semaphore":
+		return []guard.Option{guard.Permits(l.Permits)}, false
+	case "fair":
+		return []guard.Option{guard.Fair()}, true
+	}
+	return nil, true
 }
 
 func (l load) acquireTimeout(r *rand.Rand) time.Duration {
@@ -172,10 +193,11 @@ func (w *worker) section(ctx context.Context) bool {
 
 	// Read before acquiring, so that data lost during the Acquire call itself shows.
 	epoch := w.epoch()
+	opts, writes := w.load.kindOf(w.rng)
 	actx, cancel := context.WithTimeout(ctx, w.load.acquireTimeout(w.rng))
 	deadline, _ := actx.Deadline()
 	start := chaos.Now()
-	le, err := w.locker.Acquire(actx, key)
+	le, err := w.locker.Acquire(actx, key, opts...)
 	enter := chaos.Now()
 	cancel()
 	w.sink.AddCall(chaos.Call{Op: "acquire", Key: key, Worker: w.id, Token: tokenOf(le), Start: start, Deadline: chaos.MonoOf(deadline), Return: enter, Err: errText(err)})
@@ -203,6 +225,12 @@ func (w *worker) section(ctx context.Context) bool {
 	defer stop()
 
 	s := chaos.Section{Key: key, Worker: w.id, Token: le.Token(), Enter: enter}
+	if le.Kind() != guard.KindExclusive {
+		s.Kind = le.Kind().String()
+	}
+	if le.Kind() == guard.KindSemaphore {
+		s.Limit = w.load.Permits
+	}
 	lctx := le.Context()
 	if w.load.Stubborn {
 		lctx = context.Background()
@@ -225,7 +253,7 @@ func (w *worker) section(ctx context.Context) bool {
 	// the engine's compensating release lands: the counts are not checked again.
 	counted := true
 	if w.load.Nested {
-		counted = w.reenter(ctx, le, epoch)
+		counted = w.reenter(ctx, le, epoch, opts)
 	}
 	if w.load.PauseMark && le.Err() == nil {
 		w.sink.Mark("pause")
@@ -236,7 +264,7 @@ func (w *worker) section(ctx context.Context) bool {
 	} else {
 		time.Sleep(w.load.hold(w.rng))
 	}
-	if readOK && (w.load.Stubborn || le.Err() == nil) {
+	if writes && readOK && (w.load.Stubborn || le.Err() == nil) {
 		ok, err := reg.Write(sctx, le.Token(), v+1, label)
 		if err != nil && !errors.Is(err, context.Canceled) {
 			w.sink.Untyped("register write", key, err)
@@ -273,13 +301,13 @@ func (w *worker) section(ctx context.Context) bool {
 // downstream service reached with the owner's token would, and checks that Redis
 // counts both holds and then one. It reports false when the reentry failed for a reason
 // that leaves its outcome unknown (its compensation may be pending).
-func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64) bool {
+func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64, opts []guard.Option) bool {
 	nctx, cancel := context.WithTimeout(ctxid.NewContext(ctx, le.Owner()), w.load.AcquireMax)
 	defer cancel()
 	deadline, _ := nctx.Deadline()
 	start := chaos.Now()
 	calm := w.calm()
-	in, err := w.nested.Acquire(nctx, le.Key())
+	in, err := w.nested.Acquire(nctx, le.Key(), opts...)
 	w.sink.AddCall(chaos.Call{Op: "acquire", Key: le.Key(), Worker: w.id + "+nested", Token: tokenOf(in), Start: start, Deadline: chaos.MonoOf(deadline), Return: chaos.Now(), Err: errText(err)})
 	if err != nil {
 		if !typed(err) {
@@ -322,7 +350,8 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	v, err := w.probe.HMGet(ctx, lockName(le.Key()), string(le.Owner()), "#t").Result()
+	hash, count, token := holdFields(le)
+	v, err := w.probe.HMGet(ctx, hash, count, token).Result()
 	if err != nil || !valid(le) || w.epoch() != epoch {
 		return false
 	}
@@ -334,6 +363,23 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 		return false
 	}
 	return true
+}
+
+// holdFields names where Redis keeps le's hold: the lock's hash and the fields of the
+// hold count and the token (see guard/scripts/kinds/lib.lua).
+func holdFields(le *guard.Lease) (hash, count, token string) {
+	owner := string(le.Owner())
+	switch le.Kind() {
+	case guard.KindRead:
+		return lockName(le.Key()) + ":rw", owner, owner + "#t"
+	case guard.KindWrite:
+		return lockName(le.Key()) + ":rw", "#Wn", "#t"
+	case guard.KindSemaphore:
+		return lockName(le.Key()) + ":sem", owner, owner + "#t"
+	case guard.KindFair:
+		return lockName(le.Key()) + ":fair", owner, "#t"
+	}
+	return lockName(le.Key()), owner, "#t"
 }
 
 // violate reports a breach of inv that this worker saw just now on key.
@@ -348,9 +394,13 @@ func valid(le *guard.Lease) bool { return le.Err() == nil && time.Now().Before(l
 // lockName is the Redis hash of key under the default prefix; chaos keys need no escaping.
 func lockName(key string) string { return "guard:{" + key + "}" }
 
-// lockKey is the key whose Redis hash is name, the inverse of lockName.
+// lockKey is the key whose Redis names (lock, fence, queue, a kind's) start with name.
 func lockKey(name string) string {
-	return strings.TrimSuffix(strings.TrimPrefix(name, "guard:{"), "}")
+	key := strings.TrimPrefix(name, "guard:{")
+	if i := strings.LastIndexByte(key, '}'); i >= 0 {
+		key = key[:i]
+	}
+	return key
 }
 
 // typed reports whether err is one the engine documents: a sentinel of package guard,
@@ -870,7 +920,7 @@ func (w *world) checkOrphans(ctx context.Context) {
 	for {
 		keys, err := w.lockNames(ctx)
 		keys = slices.DeleteFunc(keys, func(k string) bool {
-			return strings.HasSuffix(k, ":fence") || strings.HasSuffix(k, ":queue") && time.Since(start) < queueBound
+			return strings.HasSuffix(k, ":fence") || isQueue(k) && time.Since(start) < queueBound
 		})
 		if err == nil && len(keys) == 0 {
 			return
@@ -883,7 +933,7 @@ func (w *world) checkOrphans(ctx context.Context) {
 			}
 			for _, k := range keys {
 				bound := lockBound
-				if strings.HasSuffix(k, ":queue") {
+				if isQueue(k) {
 					bound = queueBound
 				}
 				pttl, _ := w.probe.PTTL(ctx, k).Result()
@@ -893,6 +943,12 @@ func (w *world) checkOrphans(ctx context.Context) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// isQueue reports whether name is a wait queue rather than a lock: the Lockers queued,
+// or a fair lock's owners and their places (which expire like it, after their waiters).
+func isQueue(name string) bool {
+	return strings.HasSuffix(name, ":queue") || strings.HasSuffix(name, ":fair:owners") || strings.HasSuffix(name, ":fair:places")
 }
 
 // lockNames lists the Redis names of the locks and fences on every primary of the lock

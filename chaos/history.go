@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -15,7 +16,9 @@ type Invariant string
 
 // The invariants checked on every run.
 const (
-	// I1: no two critical sections on one key overlap while both leases are valid.
+	// I1: no two critical sections on one key overlap while both leases are valid, unless
+	// both hold shares of it (two readers, two permit holders), and a semaphore key never
+	// has more valid holders than its limit.
 	I1 Invariant = "I1"
 	// I2: no release, renewal or decrement changes another owner's state.
 	I2 Invariant = "I2"
@@ -52,7 +55,19 @@ type Section struct {
 	Lost    bool `json:"lost,omitempty"`    // the lease was lost before Exit
 	Acked   bool `json:"acked,omitempty"`   // the storage accepted the section's fenced write
 	Stopped bool `json:"stopped,omitempty"` // the worker's process was stopped during the section
+	// Kind is the lease's guard.Kind as a string; "" or "exclusive" for the exclusive lock.
+	// Readers ("read") may overlap one another, and permit holders ("semaphore") up to
+	// Limit of them; every other pair on a key excludes each other.
+	Kind  string `json:"kind,omitempty"`
+	Limit int    `json:"limit,omitempty"` // a semaphore's permits
 }
+
+// shared reports whether s holds a share that others of its kind may hold beside it.
+func (s Section) shared() bool { return s.Kind == "read" || s.Kind == "semaphore" }
+
+// compatible reports whether a and b may hold their key at once: two readers, or two
+// permit holders (whose number Crowds checks).
+func compatible(a, b Section) bool { return a.shared() && a.Kind == b.Kind }
 
 // Loss is a lease loss as its holder noticed it: the moment its context was cancelled
 // with a lease-lost cause.
@@ -250,6 +265,13 @@ func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 			Proc: l.Proc, Late: l.Noticed.Sub(l.Valid), Slack: slack.Loss,
 			Detail: fmt.Sprintf("loss of %q by %s noticed %s after its validity deadline (%s)", l.Key, l.Worker, l.Noticed.Sub(l.Valid), l.Reason)})
 	}
+	for _, c := range Crowds(sections) {
+		ts := make([]int64, len(c.Holders))
+		for i, h := range c.Holders {
+			ts[i] = h.Token
+		}
+		vs = append(vs, Violation{Inv: I1, Key: c.Key, Tokens: ts, From: c.At, To: c.At, Detail: c.String()})
+	}
 	for _, p := range TokenOrder(sections) {
 		vs = append(vs, Violation{Inv: M3, Key: p.Earlier.Key, Tokens: []int64{p.Earlier.Token, p.Later.Token},
 			From: p.Earlier.Enter, To: p.Later.Enter, Detail: p.String()})
@@ -292,8 +314,10 @@ func (o Overlap) String() string {
 
 // Overlaps returns the pairs of sections that break mutual exclusion (I1): on the same
 // key, both inside their sections at some instant t with t before both validity
-// deadlines. A section whose lease had expired when it entered, or that ran on after
-// its lease expired (a stopped process), overlaps nothing for the time it was invalid.
+// deadlines, unless their kinds share the lock (two readers, two permit holders: see
+// Crowds for a semaphore's limit). A section whose lease had expired when it entered, or
+// that ran on after its lease expired (a stopped process), overlaps nothing for the time
+// it was invalid.
 func Overlaps(sections []Section) []Overlap {
 	var out []Overlap
 	for _, ss := range byKey(sections) {
@@ -304,9 +328,54 @@ func Overlaps(sections []Section) []Overlap {
 				if b.Enter >= endA {
 					break
 				}
-				if end := min(endA, b.Exit, b.Valid); b.Enter < end {
+				if end := min(endA, b.Exit, b.Valid); b.Enter < end && !compatible(a, b) {
 					out = append(out, Overlap{A: a, B: b, For: end.Sub(b.Enter)})
 				}
+			}
+		}
+	}
+	return out
+}
+
+// Crowd is a moment when more permit holders of a semaphore key held it, with valid
+// leases, than the semaphore's limit (I1 for a semaphore).
+type Crowd struct {
+	Key     string
+	At      Mono
+	Holders []Section // the sections inside at that moment
+	Limit   int
+}
+
+// String describes the Crowd for reports.
+func (c Crowd) String() string {
+	ws := make([]string, len(c.Holders))
+	for i, h := range c.Holders {
+		ws[i] = fmt.Sprintf("%s (token %d)", h.Worker, h.Token)
+	}
+	return fmt.Sprintf("%d permit holders of %q at once, limit %d: %s", len(c.Holders), c.Key, c.Limit, strings.Join(ws, ", "))
+}
+
+// Crowds returns the moments when a semaphore key had more holders inside their sections,
+// with valid leases, than the smallest limit among them (one per excess, at the section
+// that made the excess).
+func Crowds(sections []Section) []Crowd {
+	var out []Crowd
+	for key, ss := range byKey(sections) {
+		ss = slices.DeleteFunc(ss, func(s Section) bool { return s.Kind != "semaphore" })
+		slices.SortFunc(ss, func(a, b Section) int { return cmp.Compare(a.Enter, b.Enter) })
+		var open []Section
+		for _, s := range ss {
+			open = slices.DeleteFunc(open, func(o Section) bool { return min(o.Exit, o.Valid) <= s.Enter })
+			if min(s.Exit, s.Valid) <= s.Enter {
+				continue // invalid from the start: it held nothing
+			}
+			open = append(open, s)
+			limit := s.Limit
+			for _, o := range open {
+				limit = min(limit, o.Limit)
+			}
+			if len(open) > limit {
+				out = append(out, Crowd{Key: key, At: s.Enter, Holders: slices.Clone(open), Limit: limit})
 			}
 		}
 	}
@@ -324,18 +393,34 @@ func (p TokenPair) String() string {
 		p.Earlier.Key, p.Earlier.Worker, p.Later.Worker, p.Earlier.Token, p.Later.Token)
 }
 
-// TokenOrder returns the pairs of consecutive sections on one key whose tokens do not
-// strictly increase in the order the sections entered (M3). Only sections that entered
-// while their lease was valid are ordered: a lease granted by Redis but returned to its
-// caller after it had already expired may enter after its successor.
+// TokenOrder returns the pairs of sections on one key whose tokens are out of order
+// (M3): in the order the sections entered, the token of an exclusive section (the
+// exclusive and fair locks, a writer) must exceed the tokens of every section before it,
+// and the token of a shared one (a reader, a permit holder) those of every exclusive
+// section before it; shares held at once may have been granted in any order. Only
+// sections that entered while their lease was valid are ordered: a lease granted by
+// Redis but returned to its caller after it had already expired may enter after its
+// successor. Each pair names the earlier section with the highest token.
 func TokenOrder(sections []Section) []TokenPair {
 	var out []TokenPair
 	for _, ss := range byKey(sections) {
 		ss = slices.DeleteFunc(ss, func(s Section) bool { return s.Valid <= s.Enter })
 		slices.SortFunc(ss, func(a, b Section) int { return cmp.Compare(a.Enter, b.Enter) })
-		for i := 1; i < len(ss); i++ {
-			if ss[i].Token <= ss[i-1].Token {
-				out = append(out, TokenPair{Earlier: ss[i-1], Later: ss[i]})
+		var top, topExclusive *Section // the earlier sections with the highest tokens
+		for i := range ss {
+			s := &ss[i]
+			before := top
+			if s.shared() {
+				before = topExclusive
+			}
+			if before != nil && s.Token <= before.Token {
+				out = append(out, TokenPair{Earlier: *before, Later: *s})
+			}
+			if top == nil || s.Token > top.Token {
+				top = s
+			}
+			if !s.shared() && (topExclusive == nil || s.Token > topExclusive.Token) {
+				topExclusive = s
 			}
 		}
 	}

@@ -47,6 +47,45 @@ func TestOverlaps(t *testing.T) {
 	}
 }
 
+// TestKindsChecks: readers overlap freely but never with a writer; permit holders up to
+// their limit; a writer's token must exceed every earlier one, a reader's every earlier
+// writer's.
+func TestKindsChecks(t *testing.T) {
+	sec := func(worker, kind string, token int64, enter, exit int) chaos.Section {
+		return chaos.Section{Key: "k", Worker: worker, Kind: kind, Limit: 2, Token: token, Enter: ms(enter), Exit: ms(exit), Valid: ms(1000)}
+	}
+	if got := chaos.Overlaps([]chaos.Section{sec("a", "read", 1, 0, 10), sec("b", "read", 2, 5, 20)}); len(got) != 0 {
+		t.Errorf("two readers: %v", got)
+	}
+	if got := chaos.Overlaps([]chaos.Section{sec("a", "read", 1, 0, 10), sec("b", "write", 2, 5, 20)}); len(got) != 1 {
+		t.Errorf("a reader and a writer: %d overlaps, want 1", len(got))
+	}
+	if got := chaos.Overlaps([]chaos.Section{sec("a", "semaphore", 1, 0, 10), sec("b", "fair", 2, 5, 20)}); len(got) != 1 {
+		t.Errorf("a permit holder and a fair holder: %d overlaps, want 1", len(got))
+	}
+	three := []chaos.Section{sec("a", "semaphore", 1, 0, 30), sec("b", "semaphore", 2, 5, 30), sec("c", "semaphore", 3, 10, 30)}
+	if got := chaos.Crowds(three[:2]); len(got) != 0 {
+		t.Errorf("two holders of two permits: %v", got)
+	}
+	if got := chaos.Crowds(three); len(got) != 1 || len(got[0].Holders) != 3 {
+		t.Errorf("three holders of two permits: %v", got)
+	}
+	three[0].Exit = ms(10) // the first left as the third came in
+	if got := chaos.Crowds(three); len(got) != 0 {
+		t.Errorf("holders one after another: %v", got)
+	}
+	readers := []chaos.Section{sec("a", "read", 5, 0, 10), sec("b", "read", 4, 1, 10)}
+	if got := chaos.TokenOrder(readers); len(got) != 0 {
+		t.Errorf("readers granted in one order, entered in the other: %v", got)
+	}
+	if got := chaos.TokenOrder(append(readers, sec("w", "write", 5, 20, 30))); len(got) != 1 {
+		t.Errorf("a writer's token not above a reader's: %d pairs, want 1", len(got))
+	}
+	if got := chaos.TokenOrder([]chaos.Section{sec("w", "write", 9, 0, 10), sec("r", "read", 8, 20, 30)}); len(got) != 1 {
+		t.Errorf("a reader's token not above the writer's before it: %d pairs, want 1", len(got))
+	}
+}
+
 func TestTokenOrder(t *testing.T) {
 	sec := func(worker string, token int64, enter, valid int) chaos.Section {
 		return chaos.Section{Key: "k", Worker: worker, Token: token, Enter: ms(enter), Exit: ms(enter + 1), Valid: ms(valid)}

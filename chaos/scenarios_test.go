@@ -24,6 +24,7 @@ type scale struct {
 	workers int           // worker goroutines per Locker
 	waiters int           // waiters on one key in the waiters scenario
 	slack   chaos.Slack
+	kind    string // the lock kind of the contended load (see load.Kind); "" exclusive
 }
 
 var (
@@ -63,6 +64,18 @@ var scenarios = []scenario{
 	{name: "waiters on one key, half cancelled", smoke: true, run: waiters},
 	{name: "context-cancel storm", smoke: true, run: cancelStorm},
 	{name: "no ContextTimeoutEnabled, redis paused", run: noContextTimeout},
+	{name: "read-write: redis paused > TTL", smoke: true, run: withKind("read-write", pausedLong)},
+	{name: "read-write: latency above read timeout", run: withKind("read-write", latency)},
+	{name: "read-write: restart without persistence, immediate (fenced)", run: withKind("read-write", restartImmediate), expected: []chaos.Invariant{chaos.I1}},
+	{name: "read-write: pub/sub connection killed", run: withKind("read-write", pubsubKilled)},
+	{name: "semaphore: redis paused > TTL", smoke: true, run: withKind("semaphore", pausedLong)},
+	{name: "semaphore: latency above read timeout", run: withKind("semaphore", latency)},
+	{name: "semaphore: restart without persistence, immediate", run: withKind("semaphore", restartImmediate), expected: []chaos.Invariant{chaos.I1}},
+	{name: "semaphore: pub/sub connection killed", run: withKind("semaphore", pubsubKilled)},
+	{name: "fair: redis paused > TTL", smoke: true, run: withKind("fair", pausedLong)},
+	{name: "fair: latency above read timeout", run: withKind("fair", latency)},
+	{name: "fair: restart without persistence, immediate (fenced)", run: withKind("fair", restartImmediate), expected: []chaos.Invariant{chaos.I1}},
+	{name: "fair: pub/sub connection killed", run: withKind("fair", pubsubKilled)},
 	{name: "cluster: primary killed", run: clusterKilled(false), expected: []chaos.Invariant{chaos.I1}},
 	{name: "cluster: primary killed, SyncReplicas", smoke: true, run: clusterKilled(true)},
 	{name: "cluster: planned failover (CLUSTER FAILOVER)", run: clusterFailover},
@@ -171,6 +184,19 @@ func contended(sc scale) load {
 		AcquireMin: time.Second, AcquireMax: time.Second,
 		HoldMin: time.Millisecond, HoldMax: 5 * time.Millisecond,
 		Nested: true,
+		Kind:   sc.kind, Permits: kindPermits,
+	}
+}
+
+// kindPermits is the semaphore's limit in the rows of the semaphore kind: below the
+// number of workers, so that permits are contended.
+const kindPermits = 2
+
+// withKind runs a scenario with its contended load taking locks of kind (see load.Kind).
+func withKind(kind string, run func(*testing.T, scale) (chaos.Row, []chaos.Report)) func(*testing.T, scale) (chaos.Row, []chaos.Report) {
+	return func(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+		sc.kind = kind
+		return run(t, sc)
 	}
 }
 
