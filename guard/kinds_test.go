@@ -524,3 +524,48 @@ func TestFairLostWakeUp(t *testing.T) {
 		t.Fatal("the grantee never claimed the lock after its wake-up was lost")
 	}
 }
+
+// TestSemaphoreTakesTurns: goroutines of one process contending for a single permit take
+// turns: one that releases does not take the permit straight back while others wait.
+func TestSemaphoreTakesTurns(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const workers, rounds = 6, 8
+	var (
+		mu    sync.Mutex
+		turns []int
+		wg    sync.WaitGroup
+	)
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				le, err := l.Acquire(ctx, "turns", guard.Permits(1))
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					return
+				}
+				mu.Lock()
+				turns = append(turns, i)
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mustRelease(t, le)
+			}
+		}()
+	}
+	wg.Wait()
+	longest, run := 1, 1
+	for i := workers; i < len(turns)-2*rounds; i++ { // the first and last turns excepted
+		if turns[i] == turns[i-1] {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 1
+		}
+	}
+	if longest > 2 {
+		t.Fatalf("one goroutine held the permit %d times in a row while %d others waited: %v", longest, workers-1, turns)
+	}
+}

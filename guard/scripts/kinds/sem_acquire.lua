@@ -12,6 +12,10 @@ if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
   local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   return busy(tonumber(first[2]) - now) -- the first lease to run out frees a permit
 end
+if ARGV[5] == '1' then
+  enqueue() -- polite: a permit is free, but others of this process wait for one
+  return {0, -1}
+end
 local token = new_token(t)
 redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
 lease(owner, now)
