@@ -83,6 +83,9 @@ type variant struct {
 	// perWorker gives every contended worker its own instance (its own clients), the way
 	// separate processes would run.
 	perWorker bool
+	// exclusive makes the read-write scenario's readers and writer take the exclusive
+	// lock: the same work without sharing.
+	exclusive bool
 	new       func(libConfig) (Lib, error)
 }
 
@@ -93,6 +96,9 @@ func variants() []variant {
 			new:    newRaw},
 		{name: "guardkit", lib: "guardkit", isLock: true,
 			config: "guard.New(client, guard.TTL(ttl)) on a client with ContextTimeoutEnabled; everything else default (waiters queued in process and in Redis, woken by release notifications, pipelined watchdog)",
+			new:    newGuard},
+		{name: "guardkit/exclusive", lib: "guardkit", isLock: true, exclusive: true,
+			config: "as guardkit, but in the rw scenario readers and writer all take the exclusive lock: the same work without sharing",
 			new:    newGuard},
 		{name: "guardkit/locker-per-worker", lib: "guardkit", isLock: true, perWorker: true,
 			config: "as guardkit, but every contended worker has its own client and Locker, as separate processes would",

@@ -33,9 +33,12 @@ var scenarioVariants = map[string][]string{
 	"cluster-contended":   {"raw", "guardkit", "guardkit/locker-per-worker", "redislock"},
 	// One server with one replica: the price of SyncReplicas without a cluster.
 	"replicated-uncontended": {"raw", "guardkit", "guardkit/sync-replicas"},
+	// The lock kinds (kinds.go): guardkit only.
+	"rw":        {"guardkit", "guardkit/exclusive"},
+	"semaphore": {"guardkit"},
 }
 
-var scenarioOrder = []string{"uncontended", "contended", "reentrant", "many",
+var scenarioOrder = []string{"uncontended", "contended", "reentrant", "many", "rw", "semaphore",
 	"cluster-uncontended", "cluster-contended", "replicated-uncontended"}
 
 // uncontendedG are the cells of every uncontended scenario: goroutines.
@@ -222,6 +225,24 @@ func run(o options) error {
 			}})
 		}
 		runCells("many", cells)
+	}
+	if want("rw") {
+		var cells []cell
+		for _, r := range rwReaders {
+			cells = append(cells, cell{fmt.Sprintf("R=%d", r), func(v variant) (map[string]float64, serverDelta, error) {
+				return e.readWrite(v, r)
+			}})
+		}
+		runCells("rw", cells)
+	}
+	if want("semaphore") {
+		var cells []cell
+		for _, n := range semPermits {
+			cells = append(cells, cell{fmt.Sprintf("N=%d", n), func(v variant) (map[string]float64, serverDelta, error) {
+				return e.semaphore(v, n)
+			}})
+		}
+		runCells("semaphore", cells)
 	}
 	deployErrs := map[string]error{}
 	// deployed runs the scenarios of a deployment that start wants, between its start and

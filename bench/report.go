@@ -183,6 +183,7 @@ func (r *report) markdown() string {
 		{"goroutines/lease", "goroutines_per_lease", 2}, {"lost", "lost", 0}, {"setup s", "setup_s", 2}, {"setup errors", "setup_errors", 0},
 	})
 
+	r.kindSections(&b)
 	r.replicatedSections(&b)
 
 	b.WriteString("## Configurations\n\n")
@@ -283,6 +284,7 @@ func (r *report) evaluate() (main, perWorker []target) {
 		main = append(main, target{"reentrant-rt", "nested reentrant acquire: 0 round trips", strings.Join(parts, "; "), met})
 	}
 	main = append(main, r.leanTargets()...)
+	main = append(main, r.kindTargets()...)
 	// The contended figure (1.6× raw at 64 waiters, when it was filed) is the
 	// cell without a hold, where the handoff is all that is measured; with a 1 ms hold
 	// the ratio mostly measures how much 64 pollers slow raw down (see the analysis).
