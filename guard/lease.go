@@ -196,7 +196,7 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	code, err := l.releaseRemote(rctx, h)
 	if prev != stateLost {
 		l.tel.ended(h, nil)
-		if code == -1 {
+		if code == releaseExpired {
 			l.tel.releasedLate(h)
 		}
 	}
@@ -205,9 +205,9 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 		return lost
 	case err != nil:
 		return err
-	case code == -1:
+	case code == releaseExpired:
 		return fmt.Errorf("guard: release %s: %w", quoteKey(h.hk.key), ErrExpired)
-	case code == -2:
+	case code == releaseNotHeld:
 		return fmt.Errorf("guard: release %s: %w", quoteKey(h.hk.key), ErrNotHeld)
 	}
 	return nil

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -314,17 +313,6 @@ func waitReady(ctx context.Context, ready <-chan struct{}, deadline time.Time, d
 	}
 }
 
-// granted is the outcome of one acquire attempt.
-type granted struct {
-	acquired bool
-	token    int64
-	holds    int64         // the owner's hold count in Redis after the attempt
-	pttl     time.Duration // the holder's remaining TTL when busy, <0 if unknown
-	sent     time.Time     // when the attempt was sent: validity is measured from here
-	nonce    string        // the attempt's nonce, to undo it
-	upgrade  bool          // refused: the owner holds the read lock and asked to write
-}
-
 // attempt makes one acquire round trip. On a client that does not honour context
 // deadlines it returns when ctx ends even if the Redis call does not: the call then goes
 // on aside and undoes itself if it turns out to have taken the lock.
@@ -423,32 +411,6 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	return g, nil
 }
 
-func parseGranted(reply any) (granted, error) {
-	if token, ok := reply.(int64); ok && token > 0 {
-		return granted{acquired: true, token: token, holds: 1}, nil
-	}
-	v, _ := reply.([]any)
-	if len(v) >= 2 {
-		if ok, _ := v[0].(int64); ok == 1 && len(v) == 3 {
-			s, _ := v[1].(string)
-			token, err := strconv.ParseInt(s, 10, 64)
-			holds, _ := v[2].(int64)
-			if err == nil && holds > 0 {
-				return granted{acquired: true, token: token, holds: holds}, nil
-			}
-		} else if ok == 0 {
-			pttl, _ := v[1].(int64)
-			return granted{pttl: time.Duration(pttl) * time.Millisecond}, nil
-		}
-	}
-	if len(v) == 1 {
-		if code, _ := v[0].(int64); code == 2 {
-			return granted{upgrade: true}, nil
-		}
-	}
-	return granted{}, fmt.Errorf("unexpected acquire reply %v", reply)
-}
-
 // compensate undoes, in the background, the acquire attempt with nonce if it took effect.
 func (l *Locker) compensate(h *held, nonce string) {
 	if !l.background(func() { l.undo(h, nonce) }) {
@@ -491,9 +453,9 @@ func (l *Locker) releaseCtx(ctx context.Context) (context.Context, context.Cance
 // releaseRemote drops one Redis-side hold of h. ctx comes from releaseCtx; the call
 // returns by its deadline even when the client does not honour deadlines (the Redis
 // call then finishes aside).
-func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
+func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, error) {
 	type reply struct {
-		code int64
+		code releaseReply
 		err  error
 	}
 	var r reply
@@ -502,10 +464,10 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		_, urgent, _ = l.waits.state(h.rk) // this process's waiters are next
 	}
 	if l.honoursDeadlines {
-		r.code, r.err = l.runScript(ctx, h.s.spec.release, h.releaseArgs(h.finalNonce(), ""), urgent).Int64()
+		r.code, r.err = decodeRelease(l.runScript(ctx, h.s.spec.release, h.releaseArgs(h.finalNonce(), ""), urgent))
 	} else {
 		call := func() reply {
-			code, err := l.runScript(ctx, h.s.spec.release, h.releaseArgs(h.finalNonce(), ""), urgent).Int64()
+			code, err := decodeRelease(l.runScript(ctx, h.s.spec.release, h.releaseArgs(h.finalNonce(), ""), urgent))
 			return reply{code, err}
 		}
 		replies := make(chan reply, 1)
@@ -533,20 +495,20 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (int64, error) {
 		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: r.err}
 	}
 	switch r.code {
-	case 1:
+	case releaseFreed:
 		l.waits.wake(h.rk)
-	case 4:
+	case releaseOwnTurn:
 		// This Locker was first in the wait queue: its waiters have the turn, or, with
 		// none left, the next Locker.
 		if !l.waits.wake(h.rk) {
 			l.waits.keepTurn(h.rk.channel())
 		}
-		r.code = 1
-	case 3:
+		r.code = releaseFreed
+	case releaseHandedOn:
 		// Handed to another process: for a moment, this process's newcomers leave the
 		// free lock to it instead of taking it back at once.
 		l.waits.yield(h.rk, min(h.s.ttl/2, courtesyWindow))
-		r.code = 1
+		r.code = releaseFreed
 	}
 	return r.code, nil
 }

@@ -1,0 +1,79 @@
+package guard
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The replies of the kinds' scripts (see kindSpec for the contract every kind keeps),
+// named and decoded here only.
+
+// Tags of the list replies of an acquire script; a fresh hold is a bare integer token.
+const (
+	acquireBusy    = 0 // {0, pttl}: another owner holds it (pttl -1: free, left to others)
+	acquireHeld    = 1 // {1, "token", holds}: the owner held it already (reentry)
+	acquireRefused = 2 // {2}: refused for good: a reader asking to write (ErrUpgrade)
+)
+
+// granted is the outcome of one acquire attempt.
+type granted struct {
+	acquired bool
+	token    int64
+	holds    int64         // the owner's hold count in Redis after the attempt
+	pttl     time.Duration // the holder's remaining TTL when busy, <0 if unknown
+	sent     time.Time     // when the attempt was sent: validity is measured from here
+	nonce    string        // the attempt's nonce, to undo it
+	upgrade  bool          // refused: the owner holds the read lock and asked to write
+}
+
+// parseGranted decodes the reply of an acquire script.
+func parseGranted(reply any) (granted, error) {
+	if token, ok := reply.(int64); ok && token > 0 {
+		return granted{acquired: true, token: token, holds: 1}, nil
+	}
+	v, _ := reply.([]any)
+	var tag int64 = -1
+	if len(v) > 0 {
+		tag, _ = v[0].(int64)
+	}
+	switch {
+	case tag == acquireHeld && len(v) == 3:
+		s, _ := v[1].(string)
+		token, err := strconv.ParseInt(s, 10, 64)
+		holds, _ := v[2].(int64)
+		if err == nil && holds > 0 {
+			return granted{acquired: true, token: token, holds: holds}, nil
+		}
+	case tag == acquireBusy && len(v) == 2:
+		pttl, _ := v[1].(int64)
+		return granted{pttl: time.Duration(pttl) * time.Millisecond}, nil
+	case tag == acquireRefused && len(v) == 1:
+		return granted{upgrade: true}, nil
+	}
+	return granted{}, fmt.Errorf("unexpected acquire reply %v", reply)
+}
+
+// releaseReply is the reply of a release script.
+type releaseReply int64
+
+const (
+	releaseNotHeld   releaseReply = -2 // another owner holds the lock
+	releaseExpired   releaseReply = -1 // nobody holds it: the hold expired
+	releaseNoUndo    releaseReply = 0  // an undo whose attempt had not taken effect
+	releaseFreed     releaseReply = 1  // the owner's last hold ended; nobody queued was handed it
+	releaseStillHeld releaseReply = 2  // one hold dropped; the owner still holds the lock
+	releaseHandedOn  releaseReply = 3  // freed, and another Locker queued for it was told
+	releaseOwnTurn   releaseReply = 4  // freed, and this Locker is first in the wait queue
+)
+
+// decodeRelease reads the reply of a release script call.
+func decodeRelease(cmd *redis.Cmd) (releaseReply, error) {
+	n, err := cmd.Int64()
+	if err == nil && (n < int64(releaseNotHeld) || n > int64(releaseOwnTurn)) {
+		err = fmt.Errorf("unexpected release reply %d", n)
+	}
+	return releaseReply(n), err
+}
