@@ -23,154 +23,215 @@ const (
 // lock's release is announced (Pub/Sub), its backoff delay, the holder's TTL, its
 // deadline or the end of ctx, whichever comes first. Only one goroutine per key and
 // process makes attempts at a time (the key's gate); the others queue behind it in
-// arrival order, so Redis sees one waiter per process however many goroutines wait.
+// arrival order, so Redis sees one waiter per process however many goroutines wait
+// (kinds whose waiters must each ask for themselves skip the gate: see waitStyle).
 func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolicy, deadline time.Time) (granted, error) {
-	subscribed, queued, yielding := l.waits.state(h.rk)
-	var (
-		kw       *keyWait
-		entered  bool // kw's gate is ours
-		acquired bool
-		timer    *time.Timer
-		attempts int
-		ttl      = time.Duration(-1) // the holder's TTL at the last busy attempt, <0 if unknown
-		// queuedRemote: an attempt found the lock busy and joined its Redis-side wait
-		queuedRemote bool
-	)
-	style := h.s.spec.wait
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-		if entered {
-			kw.exit(acquired)
-		}
-		if kw != nil {
-			l.waits.leave(kw, acquired)
-		}
-		if !acquired && queuedRemote && h.s.spec.leaves {
-			l.leave(h)
-		}
-	}()
-	busy := func(cause error) error {
-		return &LockedError{Key: h.hk.key, RetryAfter: max(ttl, 0), Attempts: attempts, Err: cause}
-	}
-	// queue joins the key's waiters and waits for the gate.
-	queue := func() error {
-		kw = l.waits.join(ctx, h.rk)
-		a.startWaiting(ctx)
-		if style != waitOwn {
-			if err := kw.enter(ctx, deadline, l.done); err != nil {
-				return l.waitError(err, busy)
+	var w waitRun // on the stack: every acquisition passes here
+	w.init(l, ctx, h, p, deadline)
+	defer w.end()
+	for {
+		w.listen()
+		g, late, err := w.attempt(a)
+		switch {
+		case err != nil && w.attempts > 1 && ctx.Err() != nil:
+			// The context ended the wait during an attempt: the lock was busy before.
+			return granted{}, w.busy(ctx.Err())
+		case err != nil || g.acquired:
+			w.acquired = g.acquired
+			return g, err
+		case w.exhausted():
+			if late {
+				return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errLateGrant}
 			}
-			entered = true
+			return granted{}, w.busy(nil)
+		case late:
+			continue // the lock was free: try again at once
 		}
-		kw.awaitSubscribed(ctx, deadline, confirmWait)
-		return nil
+		if w.kw == nil {
+			again, err := w.join(a)
+			if err != nil {
+				return granted{}, err
+			}
+			if again {
+				continue
+			}
+		}
+		if err := w.sleep(); err != nil {
+			return granted{}, err
+		}
 	}
+}
+
+// waitRun is the state of one wait: its attempts, its place among the key's waiters in
+// this process, and what the last attempt said.
+type waitRun struct {
+	l        *Locker
+	ctx      context.Context
+	h        *held
+	p        RetryPolicy
+	deadline time.Time
+	style    waitStyle
+
+	// The key's state in this process when the wait began (see waiters.state).
+	subscribed, queued, yielding bool
+	first                        string // the first attempt's manner
+
+	kw       *keyWait
+	entered  bool // kw's gate is ours
+	acquired bool
+	// queuedRemote: an attempt found the lock busy and joined its Redis-side wait.
+	queuedRemote bool
+	attempts     int
+	ttl          time.Duration   // the holder's TTL at the last busy attempt, <0 if unknown
+	woken        <-chan struct{} // a release notification since the last attempt
+	timer        *time.Timer
+}
+
+// init sets w up for a wait of h under p.
+func (w *waitRun) init(l *Locker, ctx context.Context, h *held, p RetryPolicy, deadline time.Time) {
+	*w = waitRun{l: l, ctx: ctx, h: h, p: p, deadline: deadline, style: h.s.spec.wait, ttl: -1}
+	w.subscribed, w.queued, w.yielding = l.waits.state(h.rk)
 	// A newcomer makes its first attempt at once, even when others of this process queue
 	// for the key: its owner may hold the lock through another process (a downstream
 	// service reached with the owner's token), which only Redis can tell, and a newcomer
 	// waiting behind the queue would then deadlock with it. With a queue, the attempt is
 	// polite: it reenters the owner's hold but leaves a free lock to the queue.
-	first := mannerWait
+	w.first = mannerWait
 	switch {
 	case p.limit == limitAttempts && p.attempts == 1:
-		first = mannerTry
-	case queued || yielding:
-		first = mannerPolite
+		w.first = mannerTry
+	case w.queued || w.yielding:
+		w.first = mannerPolite
 	}
-	var woken <-chan struct{} // a release notification since the last attempt
-	for {
-		if kw != nil {
-			if style == waitOwn {
-				woken = kw.broadcast()
-			} else {
-				kw.drain()
-				woken = kw.notify
-			}
-		}
-		attempts++
-		a.attempts = attempts
-		manner := mannerWait
-		switch {
-		case attempts == 1:
-			manner = first
-		case p.limit == limitAttempts && attempts >= p.attempts:
-			manner = mannerTry // the last one
-		}
-		// The attempt of a caller that waited, or whose Locker queues for the key, is a
-		// step of a handoff: on an auto-pipelining client it is sent at once.
-		g, err := l.attempt(ctx, h, manner, attempts > 1 || queued || yielding)
-		if err != nil && attempts > 1 && ctx.Err() != nil {
-			// The context ended the wait during an attempt: the lock was busy before.
-			return granted{}, busy(ctx.Err())
-		}
-		late := false
-		if err == nil && g.acquired && !time.Now().Before(g.sent.Add(h.s.ttl-h.s.driftMargin())) {
-			// Granted, but the reply came so late (Redis was down and the client retried)
-			// that the lease's validity, measured from the send, has already run out:
-			// give the hold back rather than hand out a lost lease. It was an attempt
-			// like any other: the policy decides whether another one follows.
-			l.undo(h, g.nonce)
-			late, g = true, granted{pttl: -1}
-		}
-		if err != nil || g.acquired {
-			acquired = g.acquired
-			return g, err
-		}
-		ttl = g.pttl
-		queuedRemote = queuedRemote || manner != mannerTry
-		if p.limit == limitAttempts && attempts >= p.attempts ||
-			!deadline.IsZero() && !time.Now().Before(deadline) {
-			if late {
-				return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errLateGrant}
-			}
-			return granted{}, busy(nil)
-		}
-		if late {
-			continue // the lock was free: try again at once
-		}
-		if kw == nil {
-			if err := queue(); err != nil {
-				return granted{}, err
-			}
-			woken = kw.notify // a waitOwn waiter always attempts again first (below)
-			switch {
-			case !subscribed || style != waitGated:
-				// The lock may have been freed before the subscription existed; and for a
-				// shared kind, the goroutine ahead getting in says the lock admits more,
-				// while a fair lock's grant to this owner comes with no other signal.
-				continue
-			case ttl < 0 && queued:
-				// A polite attempt left the lock free to this process's queue, which this
-				// goroutine now heads: the lock may still be free.
-				continue
-			case queued && !kw.predecessorAcquired():
-				continue // the goroutine ahead gave up: the lock may be free
-			}
-			// Otherwise a release since the last attempt left a notification.
-		}
-		delay := p.delay().Delay(max(attempts, 1))
-		if ttl >= 0 && ttl+time.Millisecond < delay {
-			delay = ttl + time.Millisecond
-		}
-		if !deadline.IsZero() {
-			delay = min(delay, time.Until(deadline))
-		}
-		if timer == nil {
-			timer = time.NewTimer(delay)
-		} else {
-			timer.Reset(delay)
-		}
-		select {
-		case <-woken:
-		case <-timer.C:
-		case <-ctx.Done():
-			return granted{}, busy(ctx.Err())
-		case <-l.done:
-			return granted{}, ErrClosed
-		}
+}
+
+// end gives back what the wait took: the timer, the gate, the place among the key's
+// waiters, and the Redis-side place of a kind whose waiters leave.
+func (w *waitRun) end() {
+	if w.timer != nil {
+		w.timer.Stop()
 	}
+	if w.entered {
+		w.kw.exit(w.acquired)
+	}
+	if w.kw != nil {
+		w.l.waits.leave(w.kw, w.acquired)
+	}
+	if !w.acquired && w.queuedRemote && w.h.s.spec.leaves {
+		w.l.leave(w.h)
+	}
+}
+
+// busy is the error of a wait that ended with the lock still busy.
+func (w *waitRun) busy(cause error) error {
+	return &LockedError{Key: w.h.hk.key, RetryAfter: max(w.ttl, 0), Attempts: w.attempts, Err: cause}
+}
+
+// listen picks the channel that tells of the next release notification: the gate
+// holder's, or, for a kind whose waiters all ask, one that every notification closes.
+func (w *waitRun) listen() {
+	switch {
+	case w.kw == nil:
+	case w.style == waitOwn:
+		w.woken = w.kw.broadcast()
+	default:
+		w.kw.drain()
+		w.woken = w.kw.notify
+	}
+}
+
+// attempt makes the next attempt, counting it in a (the acquisition's telemetry). late
+// reports a grant whose reply came after the lease's validity had run out: it was
+// undone, and counts as a busy attempt.
+func (w *waitRun) attempt(a *acquisition) (g granted, late bool, err error) {
+	w.attempts++
+	a.attempts = w.attempts
+	manner := mannerWait
+	switch {
+	case w.attempts == 1:
+		manner = w.first
+	case w.p.limit == limitAttempts && w.attempts >= w.p.attempts:
+		manner = mannerTry // the last one
+	}
+	// The attempt of a caller that waited, or whose Locker queues for the key, is a step
+	// of a handoff: on an auto-pipelining client it is sent at once.
+	h := w.h
+	g, err = w.l.attempt(w.ctx, h, manner, w.attempts > 1 || w.queued || w.yielding)
+	if err == nil && g.acquired && !time.Now().Before(g.sent.Add(h.s.ttl-h.s.driftMargin())) {
+		// Granted, but the reply came so late (Redis was down and the client retried)
+		// that the lease's validity, measured from the send, has already run out: give
+		// the hold back rather than hand out a lost lease. It was an attempt like any
+		// other: the policy decides whether another one follows.
+		w.l.undo(h, g.nonce)
+		late, g = true, granted{pttl: -1}
+	}
+	if err == nil && !g.acquired {
+		w.ttl = g.pttl
+		w.queuedRemote = w.queuedRemote || manner != mannerTry
+	}
+	return g, late, err
+}
+
+// exhausted reports whether the retry policy allows no further attempt.
+func (w *waitRun) exhausted() bool {
+	return w.p.limit == limitAttempts && w.attempts >= w.p.attempts ||
+		!w.deadline.IsZero() && !time.Now().Before(w.deadline)
+}
+
+// join joins the key's waiters after the first busy attempt, telling a (the
+// acquisition's telemetry) that it waits, and waits for the gate (for a kind that has one). again reports that the lock may have become free meanwhile, so
+// that the next attempt should go at once.
+func (w *waitRun) join(a *acquisition) (again bool, err error) {
+	w.kw = w.l.waits.join(w.ctx, w.h.rk)
+	a.startWaiting(w.ctx)
+	if w.style != waitOwn {
+		if err := w.kw.enter(w.ctx, w.deadline, w.l.done); err != nil {
+			return false, w.waitError(err)
+		}
+		w.entered = true
+	}
+	w.kw.awaitSubscribed(w.ctx, w.deadline, confirmWait)
+	w.woken = w.kw.notify // a waitOwn waiter always attempts again first (below)
+	switch {
+	case !w.subscribed || w.style != waitGated:
+		// The lock may have been freed before the subscription existed; and for a shared
+		// kind, the goroutine ahead getting in says the lock admits more, while a fair
+		// lock's grant to this owner comes with no other signal.
+		return true, nil
+	case w.ttl < 0 && w.queued:
+		// A polite attempt left the lock free to this process's queue, which this
+		// goroutine now heads: the lock may still be free.
+		return true, nil
+	case w.queued && !w.kw.predecessorAcquired():
+		return true, nil // the goroutine ahead gave up: the lock may be free
+	}
+	return false, nil // a release since the last attempt left a notification
+}
+
+// sleep waits for a release notification, the backoff delay (cut to the holder's TTL),
+// the policy's deadline, the end of ctx or the Locker's closing.
+func (w *waitRun) sleep() error {
+	delay := w.p.delay().Delay(max(w.attempts, 1))
+	if w.ttl >= 0 && w.ttl+time.Millisecond < delay {
+		delay = w.ttl + time.Millisecond
+	}
+	if !w.deadline.IsZero() {
+		delay = min(delay, time.Until(w.deadline))
+	}
+	if w.timer == nil {
+		w.timer = time.NewTimer(delay)
+	} else {
+		w.timer.Reset(delay)
+	}
+	select {
+	case <-w.woken:
+	case <-w.timer.C:
+	case <-w.ctx.Done():
+		return w.busy(w.ctx.Err())
+	case <-w.l.done:
+		return ErrClosed
+	}
+	return nil
 }
 
 // leave tells Redis, aside, that h's owner no longer waits (kinds whose spec leaves): it
@@ -184,14 +245,14 @@ func (l *Locker) leave(h *held) {
 }
 
 // waitError turns the error of a wait that ended before an attempt into the call's error.
-func (l *Locker) waitError(err error, busy func(error) error) error {
+func (w *waitRun) waitError(err error) error {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return err
 	case errors.Is(err, errDeadline):
-		return busy(nil)
+		return w.busy(nil)
 	}
-	return busy(err)
+	return w.busy(err)
 }
 
 var errDeadline = errors.New("guard: retry policy deadline")
