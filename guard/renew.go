@@ -98,6 +98,9 @@ func (r *renewer) close() {
 	r.loop.Wait()
 }
 
+// run is the watchdog's loop: it sleeps until the first lease is due, renews every lease
+// due within renewBatchWindow in one batch, puts them back in the queue, tells them the
+// outcome, and ends after lingering renewLinger with no lease to renew.
 func (r *renewer) run() {
 	defer r.loop.Done()
 	timer := time.NewTimer(time.Hour)
@@ -113,92 +116,108 @@ func (r *renewer) run() {
 		if len(r.q) == 0 {
 			// Linger a little: under steady traffic the next lease comes soon, and a
 			// goroutine per lease would cost more than the wait.
-			r.until = time.Now().Add(renewLinger)
-			r.mu.Unlock()
-			timer.Reset(renewLinger)
-			select {
-			case <-timer.C:
-				idle = true
-			case <-r.wake:
-			case <-r.quit:
-			}
-			r.mu.Lock()
-			r.until = time.Time{}
-			r.mu.Unlock()
+			idle = !r.sleepUntil(timer, time.Now().Add(renewLinger))
 			continue
 		}
 		idle = false
 		now := time.Now()
-		if d := r.q[0].next.Sub(now); d > 0 {
-			r.until = r.q[0].next
-			r.mu.Unlock()
-			timer.Reset(d)
-			select {
-			case <-timer.C:
-			case <-r.wake:
-			case <-r.quit:
-			}
-			r.mu.Lock()
-			r.until = time.Time{}
-			r.mu.Unlock()
+		if next := r.q[0].next; next.After(now) {
+			r.sleepUntil(timer, next)
 			continue
 		}
-		horizon := now.Add(renewBatchWindow)
-		var batch []*held
-		for len(r.q) > 0 && !r.q[0].next.After(horizon) {
-			batch = append(batch, heap.Pop(&r.q).(*held))
-		}
-		done := make(chan struct{})
-		for _, h := range batch {
-			h.inflight = done
-		}
+		batch, done := r.takeDue(now.Add(renewBatchWindow))
 		r.mu.Unlock()
 
 		sent := time.Now()
 		errs, ttls := r.send(batch, sent)
+		live := r.reschedule(batch, done, sent, errs, ttls)
+		r.report(batch, live, sent, errs, ttls)
+	}
+}
 
-		r.mu.Lock()
-		live := make([]bool, len(batch))
-		for i, h := range batch {
-			h.inflight = nil
-			if h.stopped {
-				continue
-			}
-			live[i] = true
-			interval := h.s.renewInterval()
-			switch {
-			case errs[i] == nil:
-				h.next = sent.Add(interval)
-			case errs[i] == errNotOwner:
-				continue
-			default: // transient: retry sooner, until validity runs out
-				h.next = time.Now().Add(max(interval/4, time.Millisecond))
-			}
-			if ttls[i] > 0 {
-				heap.Push(&r.q, h)
-			}
+// sleepUntil waits, r.mu held on entry and released, until t, a new lease or the
+// renewer's closing. It reports whether something other than the time woke it.
+func (r *renewer) sleepUntil(timer *time.Timer, t time.Time) (woken bool) {
+	r.until = t
+	r.mu.Unlock()
+	timer.Reset(time.Until(t))
+	select {
+	case <-timer.C:
+	case <-r.wake:
+		woken = true
+	case <-r.quit:
+		woken = true
+	}
+	r.mu.Lock()
+	r.until = time.Time{}
+	r.mu.Unlock()
+	return woken
+}
+
+// takeDue pops the leases due by horizon, one batch, and marks them in flight until done
+// is closed. r.mu is held.
+func (r *renewer) takeDue(horizon time.Time) (batch []*held, done chan struct{}) {
+	for len(r.q) > 0 && !r.q[0].next.After(horizon) {
+		batch = append(batch, heap.Pop(&r.q).(*held))
+	}
+	done = make(chan struct{})
+	for _, h := range batch {
+		h.inflight = done
+	}
+	return batch, done
+}
+
+// reschedule puts the leases of a batch that are still held back in the queue: at the
+// next period after a renewal, sooner after a transient failure (until their validity
+// runs out), never after a lost one. It reports which were still held, and ends their
+// being in flight.
+func (r *renewer) reschedule(batch []*held, done chan struct{}, sent time.Time, errs []error, ttls []time.Duration) []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	live := make([]bool, len(batch))
+	for i, h := range batch {
+		h.inflight = nil
+		if h.stopped {
+			continue
 		}
-		close(done)
-		r.mu.Unlock()
+		live[i] = true
+		interval := h.s.renewInterval()
+		switch {
+		case errs[i] == nil:
+			h.next = sent.Add(interval)
+		case errs[i] == errNotOwner:
+			continue
+		default: // transient: retry sooner, until validity runs out
+			h.next = time.Now().Add(max(interval/4, time.Millisecond))
+		}
+		if ttls[i] > 0 {
+			heap.Push(&r.q, h)
+		}
+	}
+	close(done)
+	return live
+}
 
-		tel := r.l.tel
-		for i, h := range batch {
-			if !live[i] {
-				continue // released meanwhile
+// report tells each live lease of a batch, and telemetry, how its renewal went: renewed
+// (its validity moves on), lost, or failed for now.
+func (r *renewer) report(batch []*held, live []bool, sent time.Time, errs []error, ttls []time.Duration) {
+	tel := r.l.tel
+	for i, h := range batch {
+		if !live[i] {
+			continue // released meanwhile
+		}
+		switch {
+		case errs[i] == nil:
+			if ttls[i] > 0 {
+				h.renewed(sent, ttls[i])
+				tel.renewed(h, renewOK, nil)
 			}
-			switch {
-			case errs[i] == nil:
-				if ttls[i] > 0 {
-					h.renewed(sent, ttls[i])
-					tel.renewed(h, renewOK, nil)
-				}
-			case errs[i] == errNotOwner:
-				tel.renewed(h, renewLost, nil)
-				h.lose("lock deleted or taken by another owner", nil)
-			default:
-				tel.renewed(h, renewFailed, errs[i])
-				h.renewFailed(errs[i])
-			}
+		case errs[i] == errNotOwner:
+			tel.renewed(h, renewLost, nil)
+			h.lose("lock deleted or taken by another owner", nil)
+		default:
+			tel.renewed(h, renewFailed, errs[i])
+			h.renewFailed(errs[i])
 		}
 	}
 }
