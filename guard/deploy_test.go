@@ -432,3 +432,44 @@ func classicSubscriber(t *testing.T, c *redistest.Cluster, key string) *redistes
 	}
 	return nil
 }
+
+// TestClusterKinds runs the lock kinds on the Cluster, on a key of each primary: their
+// four and five keys share one hash slot, and their wake-ups travel by sharded Pub/Sub
+// (waiters here retry once a minute, so only a notification wakes them): a writer
+// waiting for a reader, a fair waiter granted the lock at the release, a permit freed.
+func TestClusterKinds(t *testing.T) {
+	c := cluster.Get(t)
+	holder, waiter := lockerOn(t, c.Client(t)), lockerOn(t, c.Client(t))
+	ctx := ctxTimeout(t, 60*time.Second)
+	slow := guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0)))
+	for i, p := range c.Primaries() {
+		for _, k := range []struct {
+			name       string
+			hold, wait guard.Option
+		}{
+			{"rw", guard.Read(), guard.Write()},
+			{"fair", guard.Fair(), guard.Fair()},
+			{"sem", guard.Permits(1), guard.Permits(1)},
+		} {
+			key := keyOn(t, c, p, fmt.Sprintf("kinds-%s-%d", k.name, i))
+			le := mustAcquire(t, holder, ctx, key, k.hold)
+			out := make(chan waitOutcome, 1)
+			go func() {
+				got, err := waiter.Acquire(ctx, key, k.wait, slow)
+				out <- waitOutcome{got, err, time.Now()}
+			}()
+			waitUntil(t, 5*time.Second, "the waiter to queue", func() bool {
+				n, _ := c.NodeForKey(lockName(key)).Client(t).Exists(ctx, lockName(key)+":"+k.name+":queue", lockName(key)+":fair:owners").Result()
+				return n > 0
+			})
+			time.Sleep(100 * time.Millisecond) // let the waiter's sharded subscription settle
+			released := time.Now()
+			mustRelease(t, le)
+			o := mustWoken(t, k.name+" on "+p.Addr(), out)
+			if d := o.at.Sub(released); d > recoveryBound {
+				t.Fatalf("%s on %s: the waiter was woken %s after the release", k.name, p.Addr(), d)
+			}
+			mustRelease(t, o.lease)
+		}
+	}
+}
