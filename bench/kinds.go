@@ -32,13 +32,18 @@ var (
 	semPermits = []int{1, 4, 16}
 )
 
-// guardLocker returns the Locker of a guardkit Lib.
-func guardLocker(l Lib) (*guard.Locker, error) {
-	g, ok := l.(*guardLib)
-	if !ok {
-		return nil, fmt.Errorf("bench: the kinds' scenarios run guardkit only, got %T", l)
+// guardOnly builds v, a guardkit variant, and returns its Locker besides the Lib (to close).
+func (e *env) guardOnly(v variant) ([]Lib, *guard.Locker, error) {
+	libs, err := newLibs(v, libConfig{addr: e.addr, ttl: e.ttl}, 1)
+	if err != nil {
+		return nil, nil, err
 	}
-	return g.l, nil
+	g, ok := libs[0].(*guardLib)
+	if !ok {
+		closeAll(libs)
+		return nil, nil, fmt.Errorf("bench: the kinds' scenarios run guardkit only, got %T", libs[0])
+	}
+	return libs, g.l, nil
 }
 
 // readWrite runs r readers looping Read → hold → release on one key, and one writer
@@ -46,15 +51,11 @@ func guardLocker(l Lib) (*guard.Locker, error) {
 // exclusive lock instead. It counts both, the writer's waits, and any moment a writer
 // held the key together with anyone (violations).
 func (e *env) readWrite(v variant, r int) (map[string]float64, serverDelta, error) {
-	libs, err := newLibs(v, libConfig{addr: e.addr, ttl: e.ttl}, 1)
+	libs, l, err := e.guardOnly(v)
 	if err != nil {
 		return nil, serverDelta{}, err
 	}
 	defer closeAll(libs)
-	l, err := guardLocker(libs[0])
-	if err != nil {
-		return nil, serverDelta{}, err
-	}
 	readOpt, writeOpt := guard.Read(), guard.Write()
 	if v.exclusive {
 		readOpt, writeOpt = guard.Option{}, guard.Option{}
@@ -164,15 +165,11 @@ func (e *env) readWrite(v variant, r int) (map[string]float64, serverDelta, erro
 // semaphore runs kindSemW workers looping Permits(n) → hold → release on one key,
 // counting the holders inside at once.
 func (e *env) semaphore(v variant, n int) (map[string]float64, serverDelta, error) {
-	libs, err := newLibs(v, libConfig{addr: e.addr, ttl: e.ttl}, 1)
+	libs, l, err := e.guardOnly(v)
 	if err != nil {
 		return nil, serverDelta{}, err
 	}
 	defer closeAll(libs)
-	l, err := guardLocker(libs[0])
-	if err != nil {
-		return nil, serverDelta{}, err
-	}
 	key := e.keyFor("sem", 0)
 	type result struct {
 		acqs, violations, errs int64

@@ -226,23 +226,22 @@ func run(o options) error {
 		}
 		runCells("many", cells)
 	}
-	if want("rw") {
+	// The kinds' scenarios: one cell per value of their parameter.
+	for _, k := range []struct {
+		scenario, label string
+		values          []int
+		run             func(variant, int) (map[string]float64, serverDelta, error)
+	}{{"rw", "R", rwReaders, e.readWrite}, {"semaphore", "N", semPermits, e.semaphore}} {
+		if !want(k.scenario) {
+			continue
+		}
 		var cells []cell
-		for _, r := range rwReaders {
-			cells = append(cells, cell{fmt.Sprintf("R=%d", r), func(v variant) (map[string]float64, serverDelta, error) {
-				return e.readWrite(v, r)
+		for _, n := range k.values {
+			cells = append(cells, cell{fmt.Sprintf("%s=%d", k.label, n), func(v variant) (map[string]float64, serverDelta, error) {
+				return k.run(v, n)
 			}})
 		}
-		runCells("rw", cells)
-	}
-	if want("semaphore") {
-		var cells []cell
-		for _, n := range semPermits {
-			cells = append(cells, cell{fmt.Sprintf("N=%d", n), func(v variant) (map[string]float64, serverDelta, error) {
-				return e.semaphore(v, n)
-			}})
-		}
-		runCells("semaphore", cells)
+		runCells(k.scenario, cells)
 	}
 	deployErrs := map[string]error{}
 	// deployed runs the scenarios of a deployment that start wants, between its start and

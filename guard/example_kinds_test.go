@@ -6,25 +6,21 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/guardkit/guardkit/guard"
 )
 
 // Read and Write are the two modes of a key's read-write lock: readers share it, a writer
 // has it alone, and the writer may read too.
 func ExampleRead() {
-	rdb, stop := exampleRedis()
+	locker, _, stop := exampleLocker()
 	defer stop()
-	locker, err := guard.New(rdb)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer locker.Close()
 	ctx := context.Background()
 
 	r1, _ := locker.Acquire(ctx, "statement:42", guard.Read())
 	r2, _ := locker.Acquire(ctx, "statement:42", guard.Read()) // another request reads too
-	_, err = locker.TryAcquire(ctx, "statement:42", guard.Write())
+	_, err := locker.TryAcquire(ctx, "statement:42", guard.Write())
 	fmt.Println("two readers:", r1.Kind(), r2.Kind(), "— a writer waits:", errors.Is(err, guard.ErrLocked))
 
 	// A reader cannot become a writer: it would wait for itself.
@@ -47,19 +43,13 @@ func ExampleRead() {
 // Permits makes a semaphore: at most n owners hold the key at once, each with its own
 // lease and fencing token.
 func ExamplePermits() {
-	rdb, stop := exampleRedis()
+	locker, _, stop := exampleLocker()
 	defer stop()
-	locker, err := guard.New(rdb)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer locker.Close()
 	ctx := context.Background()
 
 	a, _ := locker.Acquire(ctx, "exports:tenant-7", guard.Permits(2))
 	b, _ := locker.Acquire(ctx, "exports:tenant-7", guard.Permits(2))
-	_, err = locker.TryAcquire(ctx, "exports:tenant-7", guard.Permits(2))
+	_, err := locker.TryAcquire(ctx, "exports:tenant-7", guard.Permits(2))
 	fmt.Println("third export refused:", errors.Is(err, guard.ErrLocked), "— tokens differ:", a.Token() != b.Token())
 	_ = a.Release(ctx)
 	c, err := locker.TryAcquire(ctx, "exports:tenant-7", guard.Permits(2))
@@ -74,14 +64,8 @@ func ExamplePermits() {
 // Fair serves owners in the order they queued: the release grants the lock to the first
 // of them, and nobody can take it in between.
 func ExampleFair() {
-	rdb, stop := exampleRedis()
+	locker, rdb, stop := exampleLocker()
 	defer stop()
-	locker, err := guard.New(rdb)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer locker.Close()
 	ctx := context.Background()
 
 	holder, _ := locker.Acquire(ctx, "payments:acct-1", guard.Fair())
@@ -99,7 +83,7 @@ func ExampleFair() {
 		time.Sleep(time.Millisecond) // until the waiter has queued
 	}
 	_ = holder.Release(ctx)
-	_, err = locker.TryAcquire(ctx, "payments:acct-1", guard.Fair())
+	_, err := locker.TryAcquire(ctx, "payments:acct-1", guard.Fair())
 	fmt.Println("a newcomer at the release is refused:", errors.Is(err, guard.ErrLocked))
 	fmt.Println("the queued waiter is served next:", <-served > holder.Token())
 	// Output:
@@ -110,14 +94,8 @@ func ExampleFair() {
 // A Guard runs functions under a lock of any kind; here the read lock of whatever key each
 // call names.
 func ExampleNewGuard_read() {
-	rdb, stop := exampleRedis()
+	locker, _, stop := exampleLocker()
 	defer stop()
-	locker, err := guard.New(rdb)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer locker.Close()
 
 	readStatement, err := guard.NewGuard(guard.Use(locker), guard.Read())
 	if err != nil {
@@ -133,4 +111,19 @@ func ExampleNewGuard_read() {
 	// Output:
 	// reading under a read lease
 	// <nil>
+}
+
+// exampleLocker returns a Locker on a fresh Redis (see exampleRedis), its client, and a
+// function that closes both: the kinds' examples are about the options, not the setup.
+func exampleLocker() (*guard.Locker, *redis.Client, func()) {
+	rdb, stop := exampleRedis()
+	locker, err := guard.New(rdb)
+	if err != nil {
+		stop()
+		panic(err)
+	}
+	return locker, rdb, func() {
+		_ = locker.Close()
+		stop()
+	}
 }

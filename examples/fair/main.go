@@ -42,17 +42,11 @@ func run(redisAddr string, retries int) error {
 		return err
 	}
 	defer rdb.Close()
-	var lockers []*guard.Locker
-	for range 3 {
-		c := rdb.NewClient()
-		defer c.Close()
-		l, err := guard.New(c, guard.TTL(5*time.Second))
-		if err != nil {
-			return err
-		}
-		defer l.Close()
-		lockers = append(lockers, l)
+	lockers, closeLockers, err := rdb.Lockers(3, guard.TTL(5*time.Second)) // three processes
+	if err != nil {
+		return err
 	}
+	defer closeLockers()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := "payments:account-" + runID()

@@ -82,17 +82,11 @@ func run(redisAddr string, readers, posts int) error {
 		return err
 	}
 	defer rdb.Close()
-	var lockers []*guard.Locker
-	for range 2 { // two processes
-		c := rdb.NewClient()
-		defer c.Close()
-		l, err := guard.New(c, guard.TTL(5*time.Second))
-		if err != nil {
-			return err
-		}
-		defer l.Close()
-		lockers = append(lockers, l)
+	lockers, closeLockers, err := rdb.Lockers(2, guard.TTL(5*time.Second)) // two processes
+	if err != nil {
+		return err
 	}
+	defer closeLockers()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	id := runID()

@@ -57,15 +57,13 @@ func run(redisAddr string, jobs, permits int) error {
 		le, _ := guard.LeaseFromContext(ctx)
 		return le.Kind(), nil
 	}
+	lockers, closeLockers, err := rdb.Lockers(2, guard.TTL(5*time.Second)) // two processes
+	if err != nil {
+		return err
+	}
+	defer closeLockers()
 	var exports []func(context.Context, ExportRequest) (guard.Kind, error)
-	for range 2 { // two processes, each with its Locker and its decorated method
-		c := rdb.NewClient()
-		defer c.Close()
-		l, err := guard.New(c, guard.TTL(5*time.Second))
-		if err != nil {
-			return err
-		}
-		defer l.Close()
+	for _, l := range lockers { // each process with its decorated method
 		exports = append(exports, guard.Wrap(export, guard.Use(l), guard.Key("exports:{req.Tenant}"),
 			guard.Permits(permits), guard.Retry(guard.MaxWait(20*time.Second, nil))))
 	}

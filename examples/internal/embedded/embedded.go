@@ -10,6 +10,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/guard"
 )
 
 // EnvAddr is the environment variable that names a real Redis server, as host:port.
@@ -83,4 +85,32 @@ func (r *Redis) Close() error {
 		err = nil
 	}
 	return err
+}
+
+// Lockers returns n Lockers, each on a client of its own, as n processes would have, and
+// a function that closes them and their clients.
+func (r *Redis) Lockers(n int, opts ...guard.Option) ([]*guard.Locker, func(), error) {
+	var (
+		lockers []*guard.Locker
+		clients []*redis.Client
+	)
+	closeAll := func() {
+		for _, l := range lockers {
+			_ = l.Close()
+		}
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}
+	for range n {
+		c := r.NewClient()
+		clients = append(clients, c)
+		l, err := guard.New(c, opts...)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		lockers = append(lockers, l)
+	}
+	return lockers, closeAll, nil
 }

@@ -206,6 +206,19 @@ local function drop(count, nonces, rnonces, token, member)
   return 1
 end
 
+-- drop_share makes one release or undo of the caller's share (a reader's, a permit): as
+-- drop, with -1 for a share not held, and with the server time when the share ended.
+local function drop_share()
+  local owner = ARGV[1]
+  local r = drop(owner, owner .. '#a', owner .. '#r', owner .. '#t', owner)
+  if r ~= 1 then
+    return r or -1
+  end
+  local now = clock()
+  prune(now)
+  return r, now
+end
+
 -- finish tidies the keys after a hold ended: they go when nobody holds any more, except
 -- that a waiting writer's mark keeps the hash until it runs out. It reports whether
 -- someone had to wait (#w).

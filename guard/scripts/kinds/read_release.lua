@@ -1,13 +1,10 @@
 -- read_release.lua (after lib.lua): drop one read hold of ARGV[1]. When the last reader
 -- leaves a lock nobody writes, the first queued Locker is woken; when a writer waits
 -- (#ww), every Locker, since the queue does not say which of them the writer is in.
-local owner = ARGV[1]
-local r = drop(owner, owner .. '#a', owner .. '#r', owner .. '#t', owner)
-if r ~= 1 then
-  return r or -1
+local r, now = drop_share()
+if not now then
+  return r
 end
-local now = clock()
-prune(now)
 if redis.call('HEXISTS', KEYS[1], '#W') == 1 or redis.call('ZCARD', KEYS[4]) > 0 then
   extend(now)
   return 1
