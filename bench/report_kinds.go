@@ -11,7 +11,7 @@ func (r *report) kindSections(b *strings.Builder) {
 		return
 	}
 	r.addKindRatios()
-	b.WriteString("## 5. Lock kinds (guardkit only)\n\n")
+	b.WriteString("## 7. Lock kinds (guardkit only)\n\n")
 	fmt.Fprintf(b, "No other library in this comparison has a read-write lock or a semaphore with a lease per holder, renewal and fencing, so these rows are guardkit's alone. **rw**: R readers loop `guard.Read()` acquire → hold %s → release on one key while one writer loops pause %s → `guard.Write()` acquire → hold %s → release, all on one Locker; `guardkit/exclusive` does the same work with every one of them taking the exclusive lock. × R=1 = reads/s over the same variant's at R=1; × exclusive = reads/s over `guardkit/exclusive`'s in the same cell; write wait = the writer's acquire call; peak = most readers inside at once; viol = moments a writer held the key with anyone. Per-acquisition counts cover reads and writes, attempts and releases; server CPU µs/acq includes Redis's idle work and so falls as the rate rises.\n\n",
 		kindReadHold, kindWritePause, kindWriteHold)
 	r.table(b, "rw", "R", []column{
