@@ -19,7 +19,8 @@ import (
 // a feed follows its slot to a new primary after a failover, and the loss of one node
 // silences only the feeds of the slots it served.
 type waiters struct {
-	l        *Locker
+	l        *Locker      // its ID, background calls and closing
+	c        *conn        // where subscriptions and queue calls go
 	active   atomic.Int32 // len(keys), readable without mu
 	yielding atomic.Int32 // len(yields), readable without mu
 	sharded  atomic.Int32 // 0 unknown, 1 classic Pub/Sub, 2 sharded Pub/Sub
@@ -54,11 +55,11 @@ func (w *waiters) isSharded(ctx context.Context, ch string) (bool, error) {
 	case 2:
 		return true, nil
 	}
-	if _, ok := w.l.client.(*redis.ClusterClient); !ok {
+	if _, ok := w.c.client.(*redis.ClusterClient); !ok {
 		w.sharded.Store(1)
 		return false, nil
 	}
-	v, err := versionScript.Run(ctx, w.l.client, []string{ch}).Int64()
+	v, err := versionScript.Run(ctx, w.c.client, []string{ch}).Int64()
 	if err != nil {
 		return false, err
 	}
@@ -171,7 +172,7 @@ func (w *waiters) subscribe(kw *keyWait) {
 	defer cancel()
 	sharded, err := w.isSharded(ctx, kw.channel)
 	if err != nil {
-		w.l.refresh(err)
+		w.c.refresh(err)
 		return
 	}
 	slot := classicFeed
@@ -181,7 +182,7 @@ func (w *waiters) subscribe(kw *keyWait) {
 		if !w.hasFeed(slot) {
 			// A sharded connection goes to the primary of its first channel's slot: dial
 			// it with the channel, before its receive loop could dial a random node.
-			fresh = w.l.client.SSubscribe(ctx, kw.channel)
+			fresh = w.c.client.SSubscribe(ctx, kw.channel)
 		}
 	}
 	w.mu.Lock()
@@ -201,7 +202,7 @@ func (w *waiters) subscribe(kw *keyWait) {
 		w.mu.Unlock()
 		return // subscribed by SSubscribe
 	case !sharded:
-		f = &feed{slot: slot, ps: w.l.client.Subscribe(context.Background())}
+		f = &feed{slot: slot, ps: w.c.client.Subscribe(context.Background())}
 		w.start(f)
 	default:
 		w.mu.Unlock()
@@ -218,7 +219,7 @@ func (w *waiters) subscribe(kw *keyWait) {
 		err = f.ps.Subscribe(ctx, kw.channel)
 	}
 	if err != nil {
-		w.l.refresh(err)
+		w.c.refresh(err)
 	}
 }
 
@@ -252,7 +253,7 @@ func (w *waiters) leave(kw *keyWait, acquired bool) {
 	w.mu.Unlock()
 	if last && !acquired {
 		w.background(kw.channel, func(ctx context.Context, k redisKeys) error {
-			return w.l.client.LRem(ctx, k.queue, 0, w.l.id).Err()
+			return w.c.client.LRem(ctx, k.queue, 0, w.l.id).Err()
 		})
 	}
 }
@@ -307,7 +308,7 @@ func (w *waiters) receive(f *feed) {
 				// receive, at the slot's primary after a failover once the client's map
 				// of the cluster is reloaded. Notifications sent meanwhile are lost:
 				// waiters then wake on their backoff or the holder's TTL.
-				w.l.refresh(err)
+				w.c.refresh(err)
 				w.unconfirm(f)
 				failures++
 				if !w.sleep(min(reconnectWait*time.Duration(failures), reconnectWaitMax)) {
@@ -321,7 +322,7 @@ func (w *waiters) receive(f *feed) {
 			case !w.hasKeys():
 				lastTraffic = time.Now()
 			case idle > deadIdle:
-				w.l.refresh(err)
+				w.c.refresh(err)
 				w.replace(f, 0)
 				return
 			case idle > pingIdle:
@@ -453,7 +454,7 @@ func (w *waiters) keepTurn(ch string) {
 // the lock of channel ch.
 func (w *waiters) passOn(ch string) {
 	w.background(ch, func(ctx context.Context, k redisKeys) error {
-		return wakeScript.Run(ctx, w.l.client, []string{k.queue}, ch, w.l.shardedFlag()).Err()
+		return wakeScript.Run(ctx, w.c.client, []string{k.queue}, ch, w.c.shardedFlag()).Err()
 	})
 }
 
@@ -465,7 +466,7 @@ func (w *waiters) background(ch string, call func(context.Context, redisKeys) er
 		ctx, cancel := context.WithTimeout(context.Background(), w.l.cfg.releaseTimeout)
 		defer cancel()
 		if err := call(ctx, k); err != nil {
-			w.l.refresh(err)
+			w.c.refresh(err)
 		}
 	})
 }
@@ -500,7 +501,7 @@ func (w *waiters) confirm(f *feed, m *redis.Subscription) {
 		// A release may have been announced before the subscription took effect.
 		kw.signal()
 	case moved:
-		w.l.refresh(errSlotMoved)
+		w.c.refresh(errSlotMoved)
 		w.replace(f, reconnectWait)
 	default:
 		_ = f.ps.Subscribe(context.Background(), m.Channel)

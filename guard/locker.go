@@ -44,20 +44,13 @@ var (
 // Cluster, one sharded connection per hash slot waited on, at that slot's primary), and
 // one watchdog that renews every held lease in pipelined batches.
 type Locker struct {
-	client           redis.UniversalClient
-	honoursDeadlines bool // client gives up on calls at their context's deadline
-	batching         bool // client is an auto-pipeliner: calls may wait for a batch
-	cfg              settings
-	id               string        // random ID of this Locker in the Redis wait queues
-	idArg            any           // id, boxed once for the scripts
-	nonce            string        // prefix of attempt and release nonces: id + "."
-	seq              atomic.Uint64 // suffix of nonces
-	refreshed        atomic.Int64  // when refresh last reloaded a Cluster client's map, in Unix ns
-	done             chan struct{} // closed by Close
-	// classic makes the Locker use classic Pub/Sub on a Cluster too, as it does when the
-	// nodes run Redis 6.2: set by tests only (export_test.go), before the first wait.
-	classic bool
-
+	conn   // the Redis side: the client and what is known of it
+	cfg    settings
+	id     string        // random ID of this Locker in the Redis wait queues
+	idArg  any           // id, boxed once for the scripts
+	nonce  string        // prefix of attempt and release nonces: id + "."
+	seq    atomic.Uint64 // suffix of nonces
+	done   chan struct{} // closed by Close
 	mu     sync.Mutex
 	held   map[holdKey]*held // leases held or being acquired, by key and owner
 	closed bool
@@ -101,18 +94,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("guard: reading random nonce prefix: %w", err)
 	}
 	l := &Locker{
-		client:           client,
-		honoursDeadlines: honoursDeadlines(client),
-		batching:         isAutoPipeliner(client),
-		cfg:              cfg,
-		id:               base64.RawURLEncoding.EncodeToString(b[:]),
-		done:             make(chan struct{}),
-		held:             make(map[holdKey]*held),
+		conn: conn{client: client, honoursDeadlines: honoursDeadlines(client), batching: isAutoPipeliner(client)},
+		cfg:  cfg,
+		id:   base64.RawURLEncoding.EncodeToString(b[:]),
+		done: make(chan struct{}),
+		held: make(map[holdKey]*held),
 	}
 	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
 	l.idArg = l.id
-	l.waits.l = l
-	l.renew.l = l
+	l.waits.l, l.waits.c = l, &l.conn
+	l.renew.l, l.renew.c = l, &l.conn
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
 	return l, nil
 }

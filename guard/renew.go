@@ -20,7 +20,8 @@ const (
 // renewer is the Locker's watchdog: one goroutine, started when the first lease is held
 // and ended renewLinger after none is, renews every due lease in one pipelined round trip.
 type renewer struct {
-	l *Locker
+	l *Locker // the leases' table lock and telemetry
+	c *conn   // where renewals are sent
 
 	mu      sync.Mutex
 	q       renewHeap
@@ -258,9 +259,9 @@ func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration)
 			plain.idx = append(plain.idx, i)
 			continue
 		}
-		node, err := r.l.syncNode(ctx, h.rk.lock)
+		node, err := r.c.syncNode(ctx, h.rk.lock)
 		if err != nil {
-			r.l.refresh(err)
+			r.c.refresh(err)
 			errs[i] = &RedisError{Op: "renew", Key: h.hk.key, Err: err}
 			continue
 		}
@@ -279,7 +280,7 @@ func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration)
 		g.want = max(g.want, h.s.syncReplicas)
 		g.wait = max(g.wait, h.s.syncTimeout)
 	}
-	plain.node = r.l.client
+	plain.node = r.c.client
 	var wg sync.WaitGroup
 	for _, g := range synced {
 		wg.Add(1)
@@ -298,7 +299,7 @@ func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration)
 			n, err := g.cmds[k].Int64()
 			switch {
 			case err != nil:
-				r.l.refresh(err)
+				r.c.refresh(err)
 				errs[i] = &RedisError{Op: "renew", Key: h.hk.key, Err: err}
 			case n != 1:
 				errs[i] = errNotOwner

@@ -25,22 +25,22 @@ func newScript(src string) *script {
 // hands the lock to a waiter of this process) goes on a connection of its own at once:
 // a handoff that waited for a batch at each step would take several batches' time.
 // Other clients send every call at once.
-func (l *Locker) runScript(ctx context.Context, s *script, args []any, urgent bool) *redis.Cmd {
+func (c *conn) runScript(ctx context.Context, s *script, args []any, urgent bool) *redis.Cmd {
 	args[0], args[1] = "evalsha", s.sha
-	cmd := l.send(ctx, args, urgent)
+	cmd := c.send(ctx, args, urgent)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		args[0], args[1] = "eval", s.src
-		cmd = l.send(ctx, args, urgent)
+		cmd = c.send(ctx, args, urgent)
 	}
 	return cmd
 }
 
-func (l *Locker) send(ctx context.Context, args []any, urgent bool) *redis.Cmd {
-	if !l.batching || urgent {
-		return l.client.Do(ctx, args...) // an AutoPipeliner runs Do outside its batches
+func (c *conn) send(ctx context.Context, args []any, urgent bool) *redis.Cmd {
+	if !c.batching || urgent {
+		return c.client.Do(ctx, args...) // an AutoPipeliner runs Do outside its batches
 	}
 	cmd := redis.NewCmd(ctx, args...)
-	_ = l.client.Process(ctx, cmd)
+	_ = c.client.Process(ctx, cmd)
 	return cmd
 }
 

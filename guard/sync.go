@@ -11,14 +11,14 @@ var errSyncRing = errors.New("SyncReplicas cannot be used with a *redis.Ring: WA
 
 // syncNode returns the client whose connections reach the primary that serves key, so
 // that a WAIT sent after a command on key counts the replicas that received it.
-func (l *Locker) syncNode(ctx context.Context, key string) (redis.Cmdable, error) {
-	switch c := l.client.(type) {
+func (c *conn) syncNode(ctx context.Context, key string) (redis.Cmdable, error) {
+	switch cc := c.client.(type) {
 	case *redis.ClusterClient:
-		return c.MasterForKey(ctx, key)
+		return cc.MasterForKey(ctx, key)
 	case *redis.Ring:
 		return nil, errSyncRing
 	}
-	return l.client, nil
+	return c.client, nil
 }
 
 // runAcquireSynced runs the acquire script and WAIT in one pipeline on one connection to

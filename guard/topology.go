@@ -18,14 +18,14 @@ const refreshEvery = 250 * time.Millisecond
 // MOVED or ASK reply or once a minute, and a dead node answers nothing: without this, the
 // keys of a primary that was killed stay unreachable long after its replica took over.
 // Reloads are rate-limited and run aside; other clients need nothing.
-func (l *Locker) refresh(err error) {
-	cc, ok := l.client.(*redis.ClusterClient)
+func (c *conn) refresh(err error) {
+	cc, ok := c.client.(*redis.ClusterClient)
 	if !ok || err == nil || !topologyError(err) {
 		return
 	}
 	now := time.Now().UnixNano()
-	last := l.refreshed.Load()
-	if now-last < int64(refreshEvery) || !l.refreshed.CompareAndSwap(last, now) {
+	last := c.refreshed.Load()
+	if now-last < int64(refreshEvery) || !c.refreshed.CompareAndSwap(last, now) {
 		return
 	}
 	cc.ReloadState(context.Background())
@@ -53,17 +53,17 @@ func topologyError(err error) bool {
 // shardedFlag is release.lua's and wake.lua's ARGV that lets them announce a release with
 // sharded Pub/Sub: "1" on a Cluster client (the script then uses SPUBLISH when the node
 // runs Redis 7 or newer), "0" otherwise.
-func (l *Locker) shardedFlag() string {
-	if _, ok := l.client.(*redis.ClusterClient); ok && !l.classic {
+func (c *conn) shardedFlag() string {
+	if _, ok := c.client.(*redis.ClusterClient); ok && !c.classic {
 		return "1"
 	}
 	return "0"
 }
 
 // shardedArg is shardedFlag as a script argument.
-func (l *Locker) shardedArg() any {
-	_, ok := l.client.(*redis.ClusterClient)
-	return flagArg(ok && !l.classic)
+func (c *conn) shardedArg() any {
+	_, ok := c.client.(*redis.ClusterClient)
+	return flagArg(ok && !c.classic)
 }
 
 // hashSlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag, the
