@@ -33,7 +33,7 @@ var (
 	// same read-write lock for reading. Upgrading in place would deadlock two readers that
 	// both try it; release the read lock, then acquire for writing (the data read may
 	// have changed in between). The opposite, a writer taking the read lock, is allowed.
-	ErrUpgrade = errors.New("guard: the owner holds this lock for reading and cannot upgrade to writing")
+	ErrUpgrade = errors.New("guard: the owner holds this lock for reading and cannot upgrade to writing; release the read lock first")
 
 	// ErrInvalidConfig reports a bad option: a TTL, Retry, RenewEvery or other setting out
 	// of range, a key template that does not parse or names a field the request does not

@@ -136,3 +136,31 @@ func TestAnnotationKinds(t *testing.T) {
 	_, err = invoke(ctx, conn, mHold, transfer("2"))
 	wantBusy(t, err, mHold, 30*time.Second)
 }
+
+// TestUpgradeRefused: a caller whose owner holds an account's read lock calls a method
+// that writes it: the server refuses at once with codes.FailedPrecondition and reason
+// LOCK_UPGRADE_REFUSED instead of leaving the call waiting for its own caller.
+func TestUpgradeRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	locker, _ := newLocker(t, srv)
+	signer := newSigner(t, []ctxid.Key{keyCurrent})
+	sd := service(map[string]unaryFunc{"Hold": func(context.Context, *dynamicpb.Message) (*wrapperspb.Int64Value, error) {
+		return wrapperspb.Int64(1), nil
+	}}, nil)
+	rules := interceptor.WithRules(interceptor.Rule{Method: mHold, Key: "account:{req.from_account}", Options: []guard.Option{guard.Write()}})
+	conn := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, rules, interceptor.WithSigner(signer)))),
+		grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(signer)))
+	ctx := ctxTimeout(t, 10*time.Second)
+	reading, err := locker.Acquire(ctx, "account:acct-up", guard.Read())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reading.Release(context.Background()) }()
+	start := time.Now()
+	_, err = invoke(reading.Context(), conn, mHold, transfer("acct-up"))
+	st := wantCode(t, err, codes.FailedPrecondition)
+	wantReason(t, st, interceptor.ReasonUpgradeRefused, mHold)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the refusal took %s: it must not wait", d)
+	}
+}

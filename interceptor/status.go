@@ -32,6 +32,10 @@ const (
 	// ReasonInvalidKey: the lock key could not be made from the request
 	// (codes.InvalidArgument).
 	ReasonInvalidKey = "INVALID_LOCK_KEY"
+	// ReasonUpgradeRefused: the caller's owner holds the method's read-write lock for
+	// reading and the method takes it for writing (codes.FailedPrecondition): release
+	// the read lock first (guard.ErrUpgrade).
+	ReasonUpgradeRefused = "LOCK_UPGRADE_REFUSED"
 	// ReasonOwnerRejected: the RPC carried an owner token that the server refused, so it
 	// ran as a fresh owner and could not reenter the caller's locks. A busy status
 	// (ReasonLocked) carries a second ErrorInfo with this Reason after its RetryInfo,
@@ -120,6 +124,8 @@ func acquireStatus(method string, err error, rej *rejection) error {
 		return newStatusError(codes.Unavailable, cause, ReasonUnavailable, method)
 	case errors.Is(err, guard.ErrInvalidKey):
 		return newStatusError(codes.InvalidArgument, cause, ReasonInvalidKey, method)
+	case errors.Is(err, guard.ErrUpgrade):
+		return newStatusError(codes.FailedPrecondition, cause, ReasonUpgradeRefused, method)
 	}
 	return newStatusError(codes.Internal, cause, "", method)
 }

@@ -110,13 +110,15 @@ type LockConfig struct {
 
 	// ErrorHandler builds the response when the lock could not be taken or kept:
 	// the key could not be built (err matches guard.ErrInvalidKey), Redis could not
-	// be reached (guard.ErrUnavailable) or the lease was lost while the handler ran
-	// (guard.ErrLeaseLost; the handler's own error, if any, is in the chain). Its
-	// result is returned to Echo.
+	// be reached (guard.ErrUnavailable), the request's owner holds the route's
+	// read-write lock for reading and the route writes (guard.ErrUpgrade) or the lease
+	// was lost while the handler ran (guard.ErrLeaseLost; the handler's own error, if
+	// any, is in the chain). Its result is returned to Echo.
 	// Optional. Default value: an *echo.HTTPError whose Internal is err — 400 Bad
 	// Request for a key that cannot be built from the request (an extractor's
 	// *echo.HTTPError as it is), 404 Not Found when the matched route has no parameter
-	// the key names, 503 Service Unavailable otherwise.
+	// the key names, 409 Conflict for an upgrade refused, 503 Service Unavailable
+	// otherwise.
 	ErrorHandler func(c echo.Context, err error) error
 }
 
@@ -304,6 +306,8 @@ func errorStatus(_ echo.Context, err error) error {
 		return &echo.HTTPError{Code: he.Code, Message: he.Message, Internal: err}
 	case errors.Is(err, guard.ErrInvalidKey):
 		return &echo.HTTPError{Code: http.StatusBadRequest, Message: "cannot build the lock key from the request", Internal: err}
+	case errors.Is(err, guard.ErrUpgrade):
+		return &echo.HTTPError{Code: http.StatusConflict, Message: "the request holds this lock for reading and cannot take it for writing", Internal: err}
 	}
 	return &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: "lock service unavailable", Internal: err}
 }

@@ -141,3 +141,26 @@ func TestHandlerDowngradesThroughWrap(t *testing.T) {
 		t.Fatalf("status %d, body %q", r.status, r.body)
 	}
 }
+
+// TestUpgradeRefusedIsConflict: a request that holds a key's read lock (an outer route
+// middleware) and reaches a write lock on the same key (an inner one) is answered 409 at
+// once, not left waiting for itself.
+func TestUpgradeRefusedIsConflict(t *testing.T) {
+	srv := redistest.Start(t)
+	locker, _ := newLocker(t, srv)
+	e := newEcho(nil)
+	e.POST("/accounts/:id/postings", func(c echo.Context) error {
+		return c.String(http.StatusOK, "posted")
+	}, kindRoute(locker, "account:{param.id}", guard.Read()), middleware.LockWithConfig(middleware.LockConfig{
+		Locker: locker, Key: "account:{param.id}", Options: []guard.Option{guard.Write()},
+	}))
+	base := startEcho(t, e)
+	start := time.Now()
+	r := do(t, newClient(t), http.MethodPost, base+"/accounts/9/postings", nil)
+	if r.status != http.StatusConflict {
+		t.Fatalf("status %d, body %q; want 409", r.status, r.body)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the refusal took %s: it must not wait", d)
+	}
+}
