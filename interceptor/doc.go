@@ -154,6 +154,7 @@
 //	Redis unreachable              Unavailable (ReasonUnavailable), or the handler
 //	                               runs unlocked with WithFailOpen
 //	key missing, empty, ambiguous  InvalidArgument (ReasonInvalidKey)
+//	owner reads, method writes     FailedPrecondition (ReasonUpgradeRefused)
 //	lease lost during the handler  Aborted (ReasonLeaseLost), even if the handler
 //	                               returned OK; a status code of its own is kept
 //	rule cannot read the request   Internal

@@ -154,7 +154,9 @@
 //     matched route lacks the parameter the key names, as the catch-all not-found
 //     routes of an Echo group do;
 //   - Redis unreachable: ErrorHandler; by default 503 Service Unavailable, or, with
-//     FailOpen, the handler runs without the lock.
+//     FailOpen, the handler runs without the lock;
+//   - the request's owner holds the key's read lock and the route writes it
+//     (guard.ErrUpgrade): ErrorHandler; by default 409 Conflict, at once.
 //
 // The default handlers return an *echo.HTTPError whose Internal is guard's error, so
 // errors.Is and errors.As reach guard.ErrLocked, guard.ErrUnavailable and the rest.
