@@ -10,8 +10,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -49,7 +47,7 @@ func run(redisAddr string, retries int) error {
 	defer closeLockers()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	key := "payments:account-" + runID()
+	key := "payments:account-" + embedded.RunID()
 	queue := "guard:{" + key + "}:fair:owners" // the owners queued for the fair lock
 	log.Printf("%d retries of %s queue behind a holder, in three processes", retries, key)
 
@@ -115,10 +113,4 @@ func run(redisAddr string, retries int) error {
 	}
 	log.Printf("ok: %d retries served in arrival order across three processes; a newcomer could not jump the queue", retries)
 	return nil
-}
-
-func runID() string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

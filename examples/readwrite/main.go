@@ -12,8 +12,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -89,7 +87,7 @@ func run(redisAddr string, readers, posts int) error {
 	defer closeLockers()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	id := runID()
+	id := embedded.RunID()
 	key := "account:" + id
 	s := store{rdb: rdb.Client, entries: "statement:" + id + ":entries", total: "statement:" + id + ":total"}
 	defer rdb.Client.Del(context.Background(), s.entries, s.total)
@@ -202,10 +200,4 @@ func run(redisAddr string, readers, posts int) error {
 	}
 	log.Printf("ok: readers shared the statement (up to %d at once), no reader saw a posting half made", peak.Load())
 	return nil
-}
-
-func runID() string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

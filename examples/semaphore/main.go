@@ -8,8 +8,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"log"
@@ -46,7 +44,7 @@ func run(redisAddr string, jobs, permits int) error {
 		return err
 	}
 	defer rdb.Close()
-	tenant := "tenant-" + runID()
+	tenant := "tenant-" + embedded.RunID()
 	var running, peak atomic.Int64
 	export := func(ctx context.Context, req ExportRequest) (guard.Kind, error) {
 		now := running.Add(1)
@@ -105,10 +103,4 @@ func run(redisAddr string, jobs, permits int) error {
 	}
 	log.Printf("ok: %d exports, never more than %d at once", jobs, permits)
 	return nil
-}
-
-func runID() string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

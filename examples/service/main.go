@@ -9,8 +9,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,7 +50,7 @@ func run(redisAddr string, orders int, stock int64) error {
 	defer cancel()
 	s := shop.New(rdb.Client, locker)
 	const sku = "mug"
-	run := runID() // fresh order IDs, so that runs against a real Redis do not mix
+	run := embedded.RunID() // fresh order IDs, so that runs against a real Redis do not mix
 	if err := s.Restock(ctx, sku, stock); err != nil {
 		return err
 	}
@@ -105,10 +103,4 @@ func run(redisAddr string, orders int, stock int64) error {
 	}
 	log.Print("ok: every order paid once, stock never oversold")
 	return nil
-}
-
-func runID() string {
-	var b [2]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

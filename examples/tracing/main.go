@@ -13,8 +13,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -88,7 +86,7 @@ func run(redisAddr string, pretty bool) error {
 	if err := s.Restock(ctx, sku, stock); err != nil {
 		return err
 	}
-	run := runID()
+	run := embedded.RunID()
 	log.Printf("%d orders of 1 × %s, each submitted twice at once; %d in stock", orders, sku, stock)
 	tracer := tp.Tracer("github.com/guardkit/guardkit/examples/tracing")
 	var wg sync.WaitGroup
@@ -142,10 +140,4 @@ func check(spans *spanCheck, metrics *metricCheck, orders, stock int) error {
 	}
 	log.Printf("ok: %d acquisitions traced, %d of them reentrant; wait and acquisition metrics exported", acquired, reentrant)
 	return nil
-}
-
-func runID() string {
-	var b [2]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

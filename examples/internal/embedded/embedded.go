@@ -2,6 +2,8 @@ package embedded
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -113,4 +115,12 @@ func (r *Redis) Lockers(n int, opts ...guard.Option) ([]*guard.Locker, func(), e
 		lockers = append(lockers, l)
 	}
 	return lockers, closeAll, nil
+}
+
+// RunID returns a short random ID for the names a run writes (keys, orders), so that runs
+// against one real Redis do not mix.
+func RunID() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
