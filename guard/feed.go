@@ -55,7 +55,7 @@ func (w *waiters) isSharded(ctx context.Context, ch string) (bool, error) {
 	case 2:
 		return true, nil
 	}
-	if _, ok := w.c.client.(*redis.ClusterClient); !ok {
+	if _, ok := w.c.client.(*redis.ClusterClient); !ok || w.l.q != nil {
 		w.sharded.Store(1)
 		return false, nil
 	}
@@ -170,6 +170,10 @@ func (w *waiters) subscribeAside(kw *keyWait, delay time.Duration) {
 func (w *waiters) subscribe(kw *keyWait) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.l.cfg.releaseTimeout)
 	defer cancel()
+	if w.l.q != nil {
+		w.subscribeQuorum(ctx, kw)
+		return
+	}
 	sharded, err := w.isSharded(ctx, kw.channel)
 	if err != nil {
 		w.c.refresh(err)
@@ -223,6 +227,43 @@ func (w *waiters) subscribe(kw *keyWait) {
 	}
 }
 
+// subscribeQuorum subscribes kw's channel on every server of a quorum Locker, each
+// server's feed being the feeds entry classicFeed - its index: a release announced by
+// any server wakes the waiters, and a server that is down silences only its own feed.
+func (w *waiters) subscribeQuorum(ctx context.Context, kw *keyWait) {
+	w.mu.Lock()
+	if w.closed || w.keys[kw.channel] != kw {
+		w.mu.Unlock()
+		return
+	}
+	feeds := make([]*feed, len(w.l.q.nodes))
+	for i, c := range w.l.q.nodes {
+		slot := classicFeed - i
+		f := w.feeds[slot]
+		if f == nil {
+			f = &feed{slot: slot, ps: c.client.Subscribe(context.Background())}
+			w.start(f)
+		}
+		feeds[i] = f
+	}
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, f := range feeds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = f.ps.Subscribe(ctx, kw.channel)
+		}()
+	}
+	wg.Wait()
+}
+
+// carries reports whether feed f carries the notifications of channel ch: every feed
+// of a quorum Locker carries every channel.
+func (w *waiters) carries(f *feed, ch string) bool {
+	return w.l.q != nil || w.feedSlot(ch) == f.slot
+}
+
 // hasFeed reports whether a feed for slot is running.
 func (w *waiters) hasFeed(slot int) bool {
 	w.mu.Lock()
@@ -252,8 +293,8 @@ func (w *waiters) leave(kw *keyWait, acquired bool) {
 	}
 	w.mu.Unlock()
 	if last && !acquired {
-		w.background(kw.channel, func(ctx context.Context, k redisKeys) error {
-			return w.c.client.LRem(ctx, k.queue, 0, w.l.id).Err()
+		w.everywhere(kw.channel, func(ctx context.Context, c *conn, k redisKeys) error {
+			return c.client.LRem(ctx, k.queue, 0, w.l.id).Err()
 		})
 	}
 }
@@ -369,7 +410,7 @@ func (w *waiters) replace(f *feed, delay time.Duration) {
 	}
 	var moved []*keyWait
 	for _, kw := range w.keys {
-		if w.feedSlot(kw.channel) == f.slot {
+		if w.carries(f, kw.channel) {
 			kw.live = false
 			moved = append(moved, kw)
 		}
@@ -453,9 +494,20 @@ func (w *waiters) keepTurn(ch string) {
 // passOn gives the turn of this Locker, which no longer waits, to the next one queued for
 // the lock of channel ch.
 func (w *waiters) passOn(ch string) {
-	w.background(ch, func(ctx context.Context, k redisKeys) error {
-		return wakeScript.Run(ctx, w.c.client, []string{k.queue}, ch, w.c.shardedFlag()).Err()
+	w.everywhere(ch, func(ctx context.Context, c *conn, k redisKeys) error {
+		return wakeScript.Run(ctx, c.client, []string{k.queue}, ch, c.shardedFlag()).Err()
 	})
+}
+
+// everywhere runs call aside about the lock of channel ch on the Locker's deployment, or
+// on each server of a quorum Locker.
+func (w *waiters) everywhere(ch string, call func(context.Context, *conn, redisKeys) error) {
+	if w.l.q == nil {
+		w.background(ch, func(ctx context.Context, k redisKeys) error { return call(ctx, w.c, k) })
+		return
+	}
+	k := keysOfChannel(ch)
+	w.l.each(func(ctx context.Context, c *conn) error { return call(ctx, c, k) })
 }
 
 // background runs a best-effort call about the lock of channel ch aside, bounded by the
@@ -515,7 +567,7 @@ func (w *waiters) unconfirm(f *feed) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, kw := range w.keys {
-		if w.feedSlot(kw.channel) == f.slot {
+		if w.carries(f, kw.channel) {
 			kw.live = false
 		}
 	}
@@ -528,7 +580,7 @@ func (w *waiters) sweep(f *feed) bool {
 	left := 0
 	w.mu.Lock()
 	for ch, kw := range w.keys {
-		if w.feedSlot(ch) != f.slot {
+		if !w.carries(f, ch) {
 			continue
 		}
 		if kw.refs == 0 && time.Since(kw.idle) > idleUnsub {
@@ -539,16 +591,27 @@ func (w *waiters) sweep(f *feed) bool {
 		}
 	}
 	w.active.Store(int32(len(w.keys)))
-	retire := left == 0 && f.slot != classicFeed
+	retire := left == 0 && f.slot >= 0 // a sharded feed
 	if retire {
 		f.retired = true
 		delete(w.feeds, f.slot)
 	}
+	var others []*feed // a quorum's other servers' feeds carry the dropped keys too
+	if w.l.q != nil && len(drop) > 0 {
+		for _, o := range w.feeds {
+			if o != f {
+				others = append(others, o)
+			}
+		}
+	}
 	w.mu.Unlock()
+	for _, o := range others {
+		_ = o.ps.Unsubscribe(context.Background(), drop...)
+	}
 	switch {
 	case retire:
 		_ = f.ps.Close()
-	case len(drop) > 0 && f.slot == classicFeed:
+	case len(drop) > 0 && f.slot < 0:
 		_ = f.ps.Unsubscribe(context.Background(), drop...)
 	case len(drop) > 0:
 		_ = f.ps.SUnsubscribe(context.Background(), drop...)

@@ -44,7 +44,8 @@ var (
 // Cluster, one sharded connection per hash slot waited on, at that slot's primary), and
 // one watchdog that renews every held lease in pipelined batches.
 type Locker struct {
-	conn   // the Redis side: the client and what is known of it
+	conn           // the Redis side: the client and what is known of it
+	q      *quorum // the servers of a Locker made by NewQuorum; nil for New's
 	cfg    settings
 	id     string        // random ID of this Locker in the Redis wait queues
 	idArg  any           // id, boxed once for the scripts
@@ -85,20 +86,45 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, &ConfigError{Field: "client", Reason: "must not be nil"}
 	}
+	return newLocker(client, nil, opts)
+}
+
+// newLocker makes a Locker on one deployment (client), or on the servers of q.
+func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker, error) {
+	where := "New"
+	if q != nil {
+		where = "NewQuorum"
+	}
 	cfg := defaultSettings()
-	if err := cfg.apply(opts, scopeLocker|scopeCall, "New"); err != nil {
+	if err := cfg.apply(opts, scopeLocker|scopeCall, where); err != nil {
 		return nil, err
+	}
+	if q == nil && cfg.restartDelaySet {
+		return nil, &ConfigError{Field: "RestartDelay", Reason: "applies to NewQuorum only: the servers of one deployment restart together, or fail over"}
+	}
+	if q != nil {
+		if err := q.admits(&cfg); err != nil {
+			return nil, err
+		}
+		q.delay = cfg.ttl
+		if cfg.restartDelaySet {
+			q.delay = cfg.restartDelay
+		}
+		q.mark = cfg.prefix + "quorum:ready"
 	}
 	var b [9]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("guard: reading random nonce prefix: %w", err)
 	}
 	l := &Locker{
-		conn: conn{client: client, honoursDeadlines: honoursDeadlines(client), batching: isAutoPipeliner(client)},
+		q:    q,
 		cfg:  cfg,
 		id:   base64.RawURLEncoding.EncodeToString(b[:]),
 		done: make(chan struct{}),
 		held: make(map[holdKey]*held),
+	}
+	if client != nil {
+		l.client, l.honoursDeadlines, l.batching = client, honoursDeadlines(client), isAutoPipeliner(client)
 	}
 	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
 	l.idArg = l.id
@@ -183,6 +209,11 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	rk, err := l.redisKeys(key, s.spec)
 	if err != nil {
 		return nil, err
+	}
+	if l.q != nil && s != &l.cfg {
+		if err := l.q.admits(s); err != nil {
+			return nil, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
@@ -367,7 +398,10 @@ const (
 )
 
 func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner string, waited bool) acquireReply {
-	if h.s.syncReplicas > 0 {
+	switch {
+	case l.q != nil:
+		return l.acquireQuorum(ctx, h, nonce, manner)
+	case h.s.syncReplicas > 0:
 		return l.runAcquireSynced(ctx, h, nonce, manner, waited)
 	}
 	v, err := l.runScript(ctx, h.s.spec.acquire, h.acquireArgs(nonce, manner), waited).Result()
@@ -411,10 +445,30 @@ func (l *Locker) compensate(h *held, nonce string) {
 
 // undo drops the hold taken by the acquire attempt with nonce, if that attempt took effect.
 func (l *Locker) undo(h *held, nonce string) {
+	if l.q != nil {
+		var wg sync.WaitGroup
+		for _, c := range l.q.nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l.undoOn(c, h, nonce)
+			}()
+		}
+		wg.Wait()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 	defer cancel()
 	err := l.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
 	l.refresh(err)
+}
+
+// runRelease drops one hold of h in Redis with the release nonce.
+func (l *Locker) runRelease(ctx context.Context, h *held, urgent bool) (releaseReply, error) {
+	if l.q != nil {
+		return l.releaseQuorum(ctx, h, h.finalNonce())
+	}
+	return decodeRelease(l.runScript(ctx, h.s.spec.release, h.releaseArgs(h.finalNonce(), ""), urgent))
 }
 
 // background runs fn on a goroutine that Close waits for, and reports false, running
@@ -455,10 +509,10 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 		_, urgent, _ = l.waits.state(h.rk) // this process's waiters are next
 	}
 	if l.honoursDeadlines {
-		r.code, r.err = decodeRelease(l.runScript(ctx, h.s.spec.release, h.releaseArgs(h.finalNonce(), ""), urgent))
+		r.code, r.err = l.runRelease(ctx, h, urgent)
 	} else {
 		call := func() reply {
-			code, err := decodeRelease(l.runScript(ctx, h.s.spec.release, h.releaseArgs(h.finalNonce(), ""), urgent))
+			code, err := l.runRelease(ctx, h, urgent)
 			return reply{code, err}
 		}
 		replies := make(chan reply, 1)

@@ -33,26 +33,28 @@ const (
 
 // settings is the resolved configuration of a Locker or of one call.
 type settings struct {
-	prefix         string
-	ttl            time.Duration
-	renewEvery     time.Duration // when renewSet; else ttl/3
-	renewSet       bool
-	drift          time.Duration // when driftSet; else ttl/100 + 2ms
-	driftSet       bool
-	maxKeyLen      int
-	retry          RetryPolicy
-	retrySet       bool // Retry was given: on New, or on the call
-	releaseTimeout time.Duration
-	maxHold        time.Duration // 0: no limit
-	fenceRetention time.Duration
-	name           string // lock name for telemetry; "" → the key template, else "unnamed"
-	tracerProvider trace.TracerProvider
-	meterProvider  metric.MeterProvider
-	redactKeys     bool
-	syncReplicas   int           // replicas that must acknowledge a grant; 0: none
-	syncTimeout    time.Duration // how long to wait for them
-	kind           Kind          // the lock's kind (Read, Write, Permits, Fair)
-	permits        int           // holders a semaphore admits (Permits)
+	prefix          string
+	ttl             time.Duration
+	renewEvery      time.Duration // when renewSet; else ttl/3
+	renewSet        bool
+	drift           time.Duration // when driftSet; else ttl/100 + 2ms
+	driftSet        bool
+	maxKeyLen       int
+	retry           RetryPolicy
+	retrySet        bool // Retry was given: on New, or on the call
+	releaseTimeout  time.Duration
+	maxHold         time.Duration // 0: no limit
+	fenceRetention  time.Duration
+	name            string // lock name for telemetry; "" → the key template, else "unnamed"
+	tracerProvider  trace.TracerProvider
+	meterProvider   metric.MeterProvider
+	redactKeys      bool
+	syncReplicas    int           // replicas that must acknowledge a grant; 0: none
+	syncTimeout     time.Duration // how long to wait for them
+	kind            Kind          // the lock's kind (Read, Write, Permits, Fair)
+	permits         int           // holders a semaphore admits (Permits)
+	restartDelay    time.Duration // RestartDelay, when restartDelaySet
+	restartDelaySet bool
 
 	spec     *kindSpec // kind's spec, set by validate
 	limitArg any       // acquire.lua's ARGV[7] for kinds with an aux key, boxed by validate
@@ -139,6 +141,8 @@ func (s *settings) validate() error {
 		return &ConfigError{Field: "FenceRetention", Reason: fmt.Sprintf("must be ≥ 1s, got %s", s.fenceRetention)}
 	case s.wrap.minHold < 0:
 		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must be ≥ 0 (0 means none), got %s", s.wrap.minHold)}
+	case s.restartDelay < 0:
+		return &ConfigError{Field: "RestartDelay", Reason: fmt.Sprintf("must be ≥ 0 (0 turns the check off), got %s", s.restartDelay)}
 	case s.syncReplicas < 0:
 		return &ConfigError{Field: "SyncReplicas", Reason: fmt.Sprintf("replicas must be ≥ 0, got %d", s.syncReplicas)}
 	case s.syncReplicas > 0 && (s.syncTimeout <= 0 || s.syncTimeout >= s.ttl-s.driftMargin()):
@@ -305,6 +309,21 @@ func SyncReplicas(n int, timeout time.Duration) Option {
 	return Option{name: "SyncReplicas", scope: scopeLocker | scopeCall, apply: func(s *settings) {
 		s.syncReplicas, s.syncTimeout = n, timeout
 	}}
+}
+
+// RestartDelay is how long a server of a quorum Locker (NewQuorum) that lost its data
+// stays out of the quorum after it starts: it grants nothing until it has been up for d,
+// by when every lease it may have forgotten has expired, so that it cannot, with a
+// minority of the other servers, grant a lock again. The check costs one EXISTS per
+// attempt on each server. d must be at least the longest TTL used with the Locker (an
+// attempt with a longer TTL waits for its TTL instead). A server that restarts with its
+// data keeps serving at once: run the servers without persistence, or with appendonly
+// and appendfsync always — a snapshot older than the last grants restores the server's
+// ready mark but not those grants. RestartDelay(0) turns the check off: then keep a
+// restarted server out of service for the longest TTL yourself.
+// Applies to NewQuorum. Default: the Locker's TTL.
+func RestartDelay(d time.Duration) Option {
+	return Option{name: "RestartDelay", scope: scopeLocker, apply: func(s *settings) { s.restartDelay, s.restartDelaySet = d, true }}
 }
 
 // ReleaseTimeout bounds a release's Redis call. Release ignores the caller's

@@ -280,6 +280,12 @@ func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration)
 		g.want = max(g.want, h.s.syncReplicas)
 		g.wait = max(g.wait, h.s.syncTimeout)
 	}
+	if r.l.q != nil {
+		if len(plain.idx) > 0 {
+			r.renewQuorum(timeout, batch, plain.idx, ttls, errs)
+		}
+		return errs, ttls
+	}
 	plain.node = r.c.client
 	var wg sync.WaitGroup
 	for _, g := range synced {

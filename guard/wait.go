@@ -237,6 +237,13 @@ func (w *waitRun) sleep() error {
 // leave tells Redis, aside, that h's owner no longer waits (kinds whose spec leaves): it
 // gives up its place in a fair lock's queue, or a waiting writer's hold on new readers.
 func (l *Locker) leave(h *held) {
+	if l.q != nil {
+		l.each(func(ctx context.Context, c *conn) error {
+			s, args := l.q.acquireCall(h, l.newNonce(), mannerLeave)
+			return c.runScript(ctx, s, args, true).Err()
+		})
+		return
+	}
 	l.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 		defer cancel()

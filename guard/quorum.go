@@ -1,0 +1,598 @@
+package guard
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/gate.lua
+	gateSrc string
+	//go:embed scripts/raise.lua
+	raiseSrc string
+
+	raiseScript = newScript(raiseSrc)
+)
+
+// quorum is the Redis side of a Locker made by NewQuorum: one conn per independent
+// server, of which need (a majority) must agree.
+type quorum struct {
+	nodes []*conn
+	addrs []string // the servers' addresses, for errors
+	need  int
+	delay time.Duration // RestartDelay; 0: off
+	mark  any           // the key of the servers' ready mark (gate.lua)
+
+	mu    sync.Mutex
+	gated map[*script]*script // acquire scripts with gate.lua prepended
+}
+
+// NewQuorum returns a Locker whose locks are held on a majority of independent Redis
+// servers (the Redlock algorithm, with this package's guarantees added): clients are one
+// client per server, an odd number of them, 3 or more. The Locker is used like one made
+// by New — Acquire, Wrap, the Echo middleware, the gRPC interceptors and their options
+// work unchanged — and one server down, paused, slow or restarted empty neither stops
+// nor double-grants a lock.
+//
+//   - An attempt runs on every server at once, with one nonce; it succeeds when a majority
+//     granted it within the lease's validity budget (TTL minus the time spent minus
+//     DriftMargin). Otherwise it is undone on every server that granted it or left its
+//     outcome unknown, and counts as a busy attempt (ErrUnavailable when too few servers
+//     answered at all, with a *QuorumError in the chain).
+//   - The fencing token is the highest of the granting servers' tokens, written back to
+//     them (one more round trip per fresh hold) before the lease is handed out: any two
+//     majorities share a server, so every later hold's token exceeds it. A reentry
+//     through Redis reads the same token.
+//   - The watchdog renews on every server; a lease stays valid while a majority confirms
+//     it in time, and is lost (its context cancelled with ErrLeaseLost) as soon as a
+//     majority reports it gone, or when its validity runs out without a majority.
+//   - A release runs on every server; it succeeds when a majority confirms it, else it
+//     fails with a *QuorumError saying what each server answered.
+//   - Waiters subscribe to every server: a release announced by any of them wakes them.
+//   - A server that restarted without its data grants nothing until it has been up for
+//     RestartDelay (default: the Locker's TTL), so that it cannot, with a minority of the
+//     others, grant a lock it forgot. RestartDelay(0) leaves that to the operator.
+//
+// The lock kinds whose holders a majority can count are served: exclusive (the default)
+// and read-write. A semaphore of more than one permit and the fair lock are refused
+// (ErrInvalidConfig): majorities of N permits each can admit more than N holders, and
+// each server's queue keeps its own order. SyncReplicas is refused too: the servers are
+// independent primaries. Each client must reach one server (a *redis.Client, also one
+// made by NewFailoverClient); a Cluster client, a Ring and an auto-pipeliner are refused.
+func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
+	n := len(clients)
+	if n < 3 || n%2 == 0 {
+		return nil, &ConfigError{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 or more, got %d", n)}
+	}
+	q := &quorum{need: n/2 + 1, gated: make(map[*script]*script)}
+	seen := make(map[string]int)
+	for i, c := range clients {
+		field := "clients[" + strconv.Itoa(i) + "]"
+		switch c := c.(type) {
+		case nil:
+			return nil, &ConfigError{Field: field, Reason: "must not be nil"}
+		case *redis.Client:
+			addr := c.Options().Addr
+			if j, dup := seen[addr]; dup {
+				return nil, &ConfigError{Field: field, Reason: fmt.Sprintf("reaches %s, as clients[%d] does: each server must count once", addr, j)}
+			}
+			seen[addr] = i
+			q.addrs = append(q.addrs, addr)
+		case *redis.ClusterClient, *redis.Ring, *redis.AutoPipeliner:
+			return nil, &ConfigError{Field: field, Reason: fmt.Sprintf("a %T reaches several servers or batches calls; a quorum needs one *redis.Client per server", c)}
+		default:
+			q.addrs = append(q.addrs, fmt.Sprintf("server %d", i))
+		}
+		q.nodes = append(q.nodes, &conn{client: c, honoursDeadlines: honoursDeadlines(c)})
+	}
+	l, err := newLocker(nil, q, opts)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// admits checks that s can be served by a quorum.
+func (q *quorum) admits(s *settings) error {
+	switch {
+	case s.kind == KindFair:
+		return &ConfigError{Field: "Fair", Reason: "not served by a quorum Locker: each server keeps its own queue, so no majority agrees on the order"}
+	case s.kind == KindSemaphore && s.permits > 1:
+		return &ConfigError{Field: "Permits", Reason: fmt.Sprintf("more than one permit is not served by a quorum Locker: majorities of %d holders each can admit more than %d, got %d", s.permits, s.permits, s.permits)}
+	case s.syncReplicas > 0:
+		return &ConfigError{Field: "SyncReplicas", Reason: "not served by a quorum Locker: its servers are independent primaries, and a majority of them is what a grant waits for"}
+	}
+	return nil
+}
+
+// gate returns s with gate.lua prepended.
+func (q *quorum) gate(s *script) *script {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	g := q.gated[s]
+	if g == nil {
+		g = newScript(gateSrc + s.src.(string))
+		q.gated[s] = g
+	}
+	return g
+}
+
+// acquireCall returns the script and arguments of an acquire attempt on every server:
+// with the restart gate, its mark as one more key and the delay as one more argument.
+func (q *quorum) acquireCall(h *held, nonce, manner string) (*script, []any) {
+	args := h.acquireArgs(nonce, manner)
+	if q.delay <= 0 {
+		return h.s.spec.acquire, args
+	}
+	keys := args[2].(int)
+	out := make([]any, 0, len(args)+2)
+	out = append(out, args[:3+keys]...)
+	out[2] = keys + 1
+	out = append(out, q.mark)
+	out = append(out, args[3+keys:]...)
+	out = append(out, max(q.delay, h.s.ttl).Milliseconds())
+	return q.gate(h.s.spec.acquire), out
+}
+
+// QuorumError reports a call of a quorum Locker (NewQuorum) that too few servers
+// confirmed: what each server answered. It is the Err of a *RedisError (ErrUnavailable).
+type QuorumError struct {
+	// Op is the operation: "acquire", "release" or "renew".
+	Op string
+	// Need is the number of servers that must agree: a majority.
+	Need int
+	// Addrs are the servers' addresses, in the order the Locker was given them.
+	Addrs []string
+	// Errs are each server's error, by the same index: nil for a server that answered
+	// as needed.
+	Errs []error
+}
+
+// Error says how many servers confirmed the call and why the others did not.
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	ok := 0
+	for _, err := range e.Errs {
+		if err == nil {
+			ok++
+		}
+	}
+	fmt.Fprintf(&b, "quorum: %d of %d servers confirmed the %s, %d needed", ok, len(e.Errs), e.Op, e.Need)
+	for i, err := range e.Errs {
+		if err != nil {
+			fmt.Fprintf(&b, "; %s: %v", e.Addrs[i], err)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns the servers' errors, so that errors.Is finds, for example, a
+// context.DeadlineExceeded among them.
+func (e *QuorumError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Errs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// Outcomes that a server gave for a quorum call, beside an error.
+var (
+	errNotGranted = errors.New("held by another owner")
+	errNotHeld    = errors.New("not held there")
+)
+
+// nodeReply is one server's answer in a round.
+type nodeReply struct {
+	i   int
+	v   any
+	err error
+}
+
+// round runs call on every server of the quorum at once and hands the replies to take,
+// in arrival order and one at a time, until take reports the round decided; replies that
+// come later go to late (nil: dropped), on the goroutine that received them. round
+// returns once the round is decided or every server answered; the calls still running
+// go on aside (Close waits for them), and cancel is called when the last one returns.
+func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, call func(context.Context, *conn) (any, error), take func(nodeReply) bool, late func(nodeReply)) {
+	nodes := l.q.nodes
+	var mu sync.Mutex
+	decided, left := false, len(nodes)
+	finished := make(chan struct{})
+	one := func(i int) {
+		v, err := call(ctx, nodes[i])
+		r := nodeReply{i: i, v: v, err: err}
+		mu.Lock()
+		was := decided
+		if !decided {
+			decided = take(r)
+		}
+		left--
+		last := left == 0
+		signal := !was && (decided || last)
+		mu.Unlock()
+		if signal {
+			close(finished)
+		}
+		if was && late != nil {
+			late(r)
+		}
+		if last {
+			cancel()
+		}
+	}
+	for i := range nodes {
+		if !l.background(func() { one(i) }) {
+			one(i)
+		}
+	}
+	<-finished
+}
+
+// quorumGrant is one server's grant in an attempt.
+type quorumGrant struct {
+	i     int
+	token int64
+	holds int64
+}
+
+// Outcomes of a quorum attempt, for the calls that answer after it was decided.
+const (
+	attemptPending int32 = iota
+	attemptWon
+	attemptLost
+)
+
+// acquireQuorum makes one attempt on every server and merges their replies into one
+// acquire reply, as parseGranted reads it: a grant by a majority (its token written back
+// to the granting servers), busy, refused, or a *QuorumError when too few answered.
+func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner string) acquireReply {
+	q := l.q
+	n := len(q.nodes)
+	s, args := q.acquireCall(h, nonce, manner)
+	ctx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
+	var (
+		grants   []quorumGrant
+		errs     = make([]error, n)
+		undo     = make([]bool, n) // the server may hold a grant of this attempt
+		answered int               // servers that replied busy, refused or granted
+		refused  bool
+		pttl     = int64(-1) // the shortest TTL among the busy servers' holders, ms
+		outcome  atomic.Int32
+		top      int64 // the hold's token, once settled
+		settled  = make(chan struct{})
+	)
+	defer close(settled)
+	call := func(ctx context.Context, c *conn) (any, error) {
+		return c.runScript(ctx, s, append([]any(nil), args...), true).Result()
+	}
+	take := func(r nodeReply) bool {
+		switch {
+		case r.err != nil:
+			errs[r.i] = r.err
+			undo[r.i] = !isServerError(r.err)
+		default:
+			g, err := parseGranted(r.v)
+			switch {
+			case err != nil:
+				errs[r.i] = err
+			case g.acquired:
+				answered++
+				undo[r.i] = true
+				grants = append(grants, quorumGrant{i: r.i, token: g.token, holds: g.holds})
+			case g.upgrade:
+				answered++
+				refused = true
+				errs[r.i] = ErrUpgrade
+			default:
+				answered++
+				errs[r.i] = errNotGranted
+				if ms := g.pttl.Milliseconds(); ms >= 0 && (pttl < 0 || ms < pttl) {
+					pttl = ms
+				}
+			}
+		}
+		replied := 0
+		for i := range errs {
+			if errs[i] != nil || undo[i] {
+				replied++
+			}
+		}
+		switch {
+		case refused:
+		case len(grants) >= q.need:
+			outcome.Store(attemptWon)
+			return true
+		case len(grants)+n-replied >= q.need:
+			return false // a majority may still grant it
+		}
+		outcome.Store(attemptLost)
+		return true
+	}
+	late := func(r nodeReply) {
+		<-settled
+		g, err := parseGranted(r.v)
+		switch {
+		case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
+		case outcome.Load() == attemptLost:
+			l.undoOn(q.nodes[r.i], h, nonce)
+		case r.err == nil && g.token != top:
+			// A grant after the majority's: part of the hold (renewed and released
+			// with the others), carrying the hold's token like them.
+			_ = l.raiseOn(q.nodes[r.i], h, top)
+		}
+	}
+	l.round(ctx, cancel, call, take, late)
+
+	if outcome.Load() == attemptWon {
+		var v any
+		var err error
+		if top, v, err = l.raiseQuorum(h, grants); err == nil {
+			return acquireReply{v: v}
+		}
+		outcome.Store(attemptLost)
+		l.undoQuorum(h, nonce, nil)
+		return acquireReply{err: err}
+	}
+	outcome.Store(attemptLost) // also when every server answered without a decision
+	l.undoQuorum(h, nonce, undo)
+	switch {
+	case refused:
+		return acquireReply{v: []any{int64(acquireRefused)}}
+	case answered >= q.need:
+		return acquireReply{v: []any{int64(acquireBusy), pttl}}
+	}
+	for i := range errs {
+		if undo[i] && errs[i] == nil {
+			errs[i] = errors.New("granted, but no majority did: undone")
+		}
+	}
+	return acquireReply{err: &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: errs}}
+}
+
+// raiseQuorum settles the token of a hold that a majority granted and returns it with
+// the attempt's merged reply. A fresh hold's token is the highest of the grants'; a hold
+// the owner had already (a reentry through Redis) keeps the token its servers carry, the
+// highest among those that report it. Every granting server whose token differs is told
+// the hold's token (raise.lua, which also raises its fence); the attempt fails when
+// fewer than a majority carry the token afterwards.
+func (l *Locker) raiseQuorum(h *held, grants []quorumGrant) (int64, any, error) {
+	q := l.q
+	var top, holds int64 = 0, 1
+	reentry := false
+	for _, g := range grants {
+		reentry = reentry || g.holds > 1
+	}
+	for _, g := range grants {
+		if !reentry || g.holds > 1 {
+			top, holds = max(top, g.token), max(holds, g.holds)
+		}
+	}
+	var reply any = top
+	if holds > 1 {
+		reply = []any{int64(acquireHeld), strconv.FormatInt(top, 10), holds}
+	}
+	errs := make([]error, len(q.nodes))
+	var wg sync.WaitGroup
+	for _, g := range grants {
+		if g.token == top {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[g.i] = l.raiseOn(q.nodes[g.i], h, top)
+		}()
+	}
+	wg.Wait()
+	carried := 0
+	for _, g := range grants {
+		if errs[g.i] == nil {
+			carried++
+		}
+	}
+	if carried < q.need {
+		granted := make([]bool, len(errs))
+		for _, g := range grants {
+			granted[g.i] = true
+		}
+		for i := range errs {
+			if !granted[i] {
+				errs[i] = errNotGranted
+			}
+		}
+		return 0, nil, &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: errs}
+	}
+	return top, reply, nil
+}
+
+// raiseOn gives h's hold on one server the token top (raise.lua).
+func (l *Locker) raiseOn(c *conn, h *held, top int64) error {
+	tokenField, holderField, holderValue := "#t", string(h.hk.owner), ""
+	switch h.s.kind {
+	case KindRead:
+		tokenField = string(h.hk.owner) + "#t"
+	case KindWrite:
+		holderField, holderValue = "#W", string(h.hk.owner)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(l.cfg.releaseTimeout, h.s.ttl-h.s.driftMargin()))
+	defer cancel()
+	args := []any{nil, nil, 2, h.rk.lock, h.rk.fence, strconv.FormatInt(top, 10), tokenField, holderField, holderValue, h.args.retention}
+	n, err := c.runScript(ctx, raiseScript, args, true).Int64()
+	switch {
+	case err != nil:
+		return err
+	case n != 1:
+		return errNotHeld
+	}
+	return nil
+}
+
+// undoQuorum undoes, aside, the attempt with nonce on the servers marked in on (all when
+// on is nil).
+func (l *Locker) undoQuorum(h *held, nonce string, on []bool) {
+	for i, c := range l.q.nodes {
+		if on == nil || on[i] {
+			if !l.background(func() { l.undoOn(c, h, nonce) }) {
+				l.undoOn(c, h, nonce)
+			}
+		}
+	}
+}
+
+// undoOn drops, on one server, the hold taken by the attempt with nonce, if it took effect.
+func (l *Locker) undoOn(c *conn, h *held, nonce string) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+	defer cancel()
+	_ = c.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
+}
+
+// releaseQuorum runs a release on every server and merges the replies: decided once a
+// majority answered (the servers still silent keep their share until its TTL).
+func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (releaseReply, error) {
+	q := l.q
+	n := len(q.nodes)
+	args := h.releaseArgs(nonce, "")
+	var (
+		codes  = make([]releaseReply, n)
+		errs   = make([]error, n)
+		ok, ko int
+	)
+	call := func(ctx context.Context, c *conn) (any, error) {
+		code, err := decodeRelease(c.runScript(ctx, h.s.spec.release, append([]any(nil), args...), true))
+		return code, err
+	}
+	take := func(r nodeReply) bool {
+		if r.err != nil {
+			errs[r.i] = r.err
+			ko++
+		} else {
+			codes[r.i] = r.v.(releaseReply)
+			ok++
+		}
+		return ok >= q.need || ko > n-q.need
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if d, has := ctx.Deadline(); has {
+		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
+	}
+	l.round(rctx, cancel, call, take, nil)
+	if ok < q.need {
+		return 0, &QuorumError{Op: "release", Need: q.need, Addrs: q.addrs, Errs: errs}
+	}
+	var count [releaseOwnTurn - releaseNotHeld + 1]int
+	for i := range codes {
+		if errs[i] == nil {
+			count[codes[i]-releaseNotHeld]++
+		}
+	}
+	at := func(c releaseReply) int { return count[c-releaseNotHeld] }
+	switch {
+	case at(releaseStillHeld) >= q.need:
+		return releaseStillHeld, nil
+	case at(releaseOwnTurn) > 0:
+		return releaseOwnTurn, nil
+	case at(releaseHandedOn) > 0:
+		return releaseHandedOn, nil
+	case at(releaseFreed) > 0 || at(releaseStillHeld) > 0:
+		return releaseFreed, nil
+	case at(releaseNotHeld) > 0:
+		return releaseNotHeld, nil
+	}
+	return releaseExpired, nil
+}
+
+// each runs call on every server at once, aside, bounded by the release timeout: the
+// best-effort calls (leaving a wait queue, passing a turn on, leaving a writer's wait).
+func (l *Locker) each(call func(ctx context.Context, c *conn) error) {
+	for _, c := range l.q.nodes {
+		l.background(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+			defer cancel()
+			_ = call(ctx, c)
+		})
+	}
+}
+
+// renewQuorum renews batch on every server at once, one pipeline per server, and
+// decides each lease's renewal as soon as a majority confirmed it (nil), a majority
+// reported it gone (errNotOwner), or neither can happen any more (a *RedisError).
+func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, ttls []time.Duration, errs []error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	l := r.l
+	q := l.q
+	n := len(q.nodes)
+	ok := make([]int, len(batch))
+	gone := make([]int, len(batch))
+	failed := make([][]error, len(batch))
+	open := len(idx)
+	call := func(ctx context.Context, c *conn) (any, error) {
+		g := &renewGroup{node: c.client, idx: idx}
+		g.run(ctx, batch, ttls)
+		return g, nil
+	}
+	decide := func(i int) bool {
+		switch {
+		case ok[i] >= q.need:
+			errs[i] = nil
+		case gone[i] > n-q.need:
+			errs[i] = errNotOwner
+		case n-countErrs(failed[i]) < q.need:
+			errs[i] = &RedisError{Op: "renew", Key: batch[i].hk.key, Err: &QuorumError{Op: "renew", Need: q.need, Addrs: q.addrs, Errs: failed[i]}}
+		default:
+			return false
+		}
+		return true
+	}
+	pending := make([]bool, len(batch))
+	for _, i := range idx {
+		pending[i] = true
+		failed[i] = make([]error, n)
+		errs[i] = &RedisError{Op: "renew", Key: batch[i].hk.key, Err: &QuorumError{Op: "renew", Need: q.need, Addrs: q.addrs, Errs: failed[i]}}
+	}
+	take := func(nr nodeReply) bool {
+		g := nr.v.(*renewGroup)
+		for k, i := range g.idx {
+			if !pending[i] {
+				continue
+			}
+			v, err := g.cmds[k].Int64()
+			switch {
+			case err != nil:
+				failed[i][nr.i] = err
+			case v == 1:
+				ok[i]++
+			default:
+				gone[i]++
+				failed[i][nr.i] = errNotHeld
+			}
+			if decide(i) {
+				pending[i] = false
+				open--
+			}
+		}
+		return open == 0
+	}
+	l.round(ctx, cancel, call, take, nil)
+}
+
+func countErrs(errs []error) int {
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			n++
+		}
+	}
+	return n
+}

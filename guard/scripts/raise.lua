@@ -1,0 +1,30 @@
+-- raise.lua: give a quorum lock's hold, on one of the servers that granted it, the token
+-- the quorum handed out: the highest of the granting servers' tokens (see NewQuorum).
+--
+-- KEYS[1] lock hash, KEYS[2] fence (see acquire.lua and kinds/lib.lua)
+-- ARGV[1] the token, in decimal
+-- ARGV[2] the hash field that holds the hold's token ('#t'; '<owner>#t' for a reader)
+-- ARGV[3] the hash field that says who holds the lock (the owner; '#W' for a writer)
+-- ARGV[4] the value that field must have, "" for any (a writer's owner)
+-- ARGV[5] fence retention in milliseconds
+--
+-- The fence's last token is raised to the token when it is lower, so that this server's
+-- next token exceeds it: any majority that grants the lock next shares a server with the
+-- one that granted this hold. Returns 1 when the hold is still here and now carries the
+-- token, 0 when it is not (it expired or was released meanwhile).
+local lock, fence, t = KEYS[1], KEYS[2], ARGV[1]
+local last = string.match(redis.call('GETRANGE', fence, 0, 23), '^%d+')
+if not last or tonumber(last) < tonumber(t) then
+  if last and #last == #t then
+    redis.call('SETRANGE', fence, 0, t)
+  else
+    local rest = string.match(redis.call('GET', fence) or '', '^%d*(.*)$')
+    redis.call('SET', fence, t .. rest, 'PX', ARGV[5])
+  end
+end
+local holder = redis.call('HGET', lock, ARGV[3])
+if not holder or (ARGV[4] ~= '' and holder ~= ARGV[4]) then
+  return 0
+end
+redis.call('HSET', lock, ARGV[2], t)
+return 1
