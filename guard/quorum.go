@@ -362,20 +362,29 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 }
 
 // raiseQuorum settles the token of a hold that a majority granted and returns it with
-// the attempt's merged reply. A fresh hold's token is the highest of the grants'; a hold
-// the owner had already (a reentry through Redis) keeps the token its servers carry, the
-// highest among those that report it. Every granting server whose token differs is told
-// the hold's token (raise.lua, which also raises its fence); the attempt fails when
-// fewer than a majority carry the token afterwards.
+// the attempt's merged reply. A hold the owner had already on a majority (a reentry
+// through Redis) keeps the token its servers carry, the highest among those that report
+// it. Any other hold is a fresh one, whose token is the highest of all the grants': a
+// server that reports a hold of the owner's there is then left over from an earlier
+// attempt of the owner's that failed (and is being undone), and its token, drawn before
+// holds that other owners may have had since, must not be the one handed out. Every
+// granting server whose token differs is told the hold's token (raise.lua, which also
+// raises its fence); the attempt fails when fewer than a majority carry it afterwards.
 func (l *Locker) raiseQuorum(h *held, grants []quorumGrant) (int64, any, error) {
 	q := l.q
 	var top, holds int64 = 0, 1
-	reentry := false
+	reentries := 0
 	for _, g := range grants {
-		reentry = reentry || g.holds > 1
+		if g.holds > 1 {
+			reentries++
+		}
 	}
+	reentry := reentries >= q.need
 	for _, g := range grants {
-		if !reentry || g.holds > 1 {
+		switch {
+		case !reentry:
+			top = max(top, g.token)
+		case g.holds > 1:
 			top, holds = max(top, g.token), max(holds, g.holds)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -250,3 +251,339 @@ func checkIntervals(t *testing.T, iv []interval) {
 }
 
 var _ = ctxid.New
+
+// TestQuorumExclusionUnderFaults runs 3 Lockers taking one key in turn on 3 and on 5
+// servers while a minority of the servers (1 of 3, 2 of 5) is killed, paused for longer
+// than the TTL, restarted empty, or reached through a slow proxy: no two holds overlap
+// and tokens rise in the order the holds began.
+func TestQuorumExclusionUnderFaults(t *testing.T) {
+	faults := []struct {
+		name    string
+		proxies bool
+		apply   func(t *testing.T, r *quorumRig, victims []int)
+	}{
+		{"killed", false, func(t *testing.T, r *quorumRig, victims []int) {
+			for _, v := range victims {
+				r.servers[v].Kill(t)
+			}
+			time.Sleep(time.Second)
+		}},
+		{"paused", false, func(t *testing.T, r *quorumRig, victims []int) {
+			for _, v := range victims {
+				r.servers[v].Pause(t)
+			}
+			time.Sleep(1500 * time.Millisecond) // beyond the TTL
+			for _, v := range victims {
+				r.servers[v].Resume(t)
+			}
+		}},
+		{"restarted empty", false, func(t *testing.T, r *quorumRig, victims []int) {
+			for _, v := range victims {
+				r.servers[v].Restart(t)
+			}
+			time.Sleep(1500 * time.Millisecond)
+		}},
+		{"slow proxy", true, func(t *testing.T, r *quorumRig, victims []int) {
+			for _, v := range victims {
+				r.proxies[v].SetLatency(40 * time.Millisecond)
+			}
+			time.Sleep(time.Second)
+			for _, v := range victims {
+				r.proxies[v].SetLatency(0)
+			}
+		}},
+	}
+	for _, n := range []int{3, 5} {
+		for _, f := range faults {
+			t.Run(f.name+"/"+strconv.Itoa(n), func(t *testing.T) {
+				r := startQuorum(t, n, f.proxies)
+				var victims []int
+				for i := range (n - 1) / 2 {
+					victims = append(victims, i)
+				}
+				var lockers []*guard.Locker
+				for range 3 {
+					lockers = append(lockers, r.locker(t, guard.TTL(time.Second), guard.RestartDelay(time.Second),
+						guard.Retry(guard.UntilCanceled(guard.Fixed(20*time.Millisecond, 50*time.Millisecond)))))
+				}
+				// The servers have just started: they grant once up for the restart delay.
+				iv := quorumSweep(t, lockers, "faults", 3, 15, func() {
+					time.Sleep(1500 * time.Millisecond)
+					f.apply(t, r, victims)
+				})
+				if len(iv) < 60 {
+					t.Errorf("only %d holds completed", len(iv))
+				}
+				checkIntervals(t, iv)
+			})
+		}
+	}
+}
+
+// holdOn makes a plain Locker on one server hold key there for another owner, as a
+// quorum Locker's hold on that server looks; it returns the lease.
+func holdOn(t *testing.T, srv *redistest.Server, key string) *guard.Lease {
+	t.Helper()
+	l, _ := newLocker(t, srv, guard.TTL(5*time.Second))
+	return mustAcquire(t, l, ctxTimeout(t, 5*time.Second), key)
+}
+
+// TestQuorumRestartedEmpty shows what RestartDelay guards against, both ways. A holds
+// the lock on servers 0 and 1 of 3 (2 was paused when A acquired it); 0 restarts empty;
+// B asks. Without the check, 0 (which forgot A) and 2 grant B the lock A holds. With it,
+// 0 grants nothing until it has been up for the delay, and B is refused.
+func TestQuorumRestartedEmpty(t *testing.T) {
+	for _, check := range []bool{false, true} {
+		name := "unchecked"
+		if check {
+			name = "checked"
+		}
+		t.Run(name, func(t *testing.T) {
+			r := startQuorum(t, 3, false)
+			delay := guard.RestartDelay(0)
+			if check {
+				delay = guard.RestartDelay(3 * time.Second)
+				time.Sleep(3 * time.Second) // fresh servers: up for the delay first
+			}
+			a := r.locker(t, guard.TTL(10*time.Second), delay)
+			b := r.locker(t, guard.TTL(10*time.Second), delay)
+			ctx := ctxTimeout(t, 20*time.Second)
+
+			r.servers[2].Pause(t)
+			le := mustAcquire(t, a, ctx, "restart")
+			r.servers[2].Resume(t)
+			waitUntil(t, 5*time.Second, "A's late grant on server 2 undone or absent", func() bool {
+				c := r.servers[2].Client(t)
+				defer c.Close()
+				// Server 2's copy of A's attempt arrived after the majority: it is part of
+				// A's hold. Drop it, as if the attempt had never reached server 2.
+				return c.Del(ctx, lockName("restart")).Err() == nil
+			})
+			r.servers[0].Restart(t)
+
+			lb, err := b.TryAcquire(ctx, "restart")
+			if !check {
+				if err != nil {
+					t.Fatalf("without the check, B was refused (%v): this test no longer shows the double grant it guards against", err)
+				}
+				if le.Err() != nil {
+					t.Fatalf("A's lease ended: %v", le.Err())
+				}
+				t.Logf("without RestartDelay: A (token %d) and B (token %d) hold the lock at once", le.Token(), lb.Token())
+				mustRelease(t, lb)
+				return
+			}
+			if !errors.Is(err, guard.ErrLocked) {
+				t.Fatalf("with the check, B's attempt: %v, want ErrLocked", err)
+			}
+			var locked *guard.LockedError
+			if errors.As(err, &locked) && locked.RetryAfter <= 0 {
+				t.Errorf("RetryAfter %s, want the restarted server's time left", locked.RetryAfter)
+			}
+			mustRelease(t, le)
+		})
+	}
+}
+
+// TestQuorumLossAnnounced: a lease whose majority is gone is lost — at once when the
+// servers say the lock is gone there, by its validity when they do not answer.
+func TestQuorumLossAnnounced(t *testing.T) {
+	t.Run("deleted on a majority", func(t *testing.T) {
+		r := startQuorum(t, 3, false)
+		l := r.locker(t, guard.TTL(3*time.Second), guard.RestartDelay(0))
+		le := mustAcquire(t, l, ctxTimeout(t, 10*time.Second), "loss")
+		for _, s := range r.servers[:2] {
+			c := s.Client(t)
+			_ = c.Del(context.Background(), lockName("loss")).Err()
+			_ = c.Close()
+		}
+		deleted := time.Now()
+		select {
+		case <-le.Context().Done():
+		case <-time.After(3 * time.Second):
+			t.Fatal("lease not lost 3s after its lock was deleted on 2 of 3 servers")
+		}
+		if d := time.Since(deleted); d > 1500*time.Millisecond {
+			t.Errorf("loss announced %s after the deletion, want by the next renewal (1s)", d)
+		}
+		if !errors.Is(context.Cause(le.Context()), guard.ErrLeaseLost) {
+			t.Errorf("cause %v, want ErrLeaseLost", context.Cause(le.Context()))
+		}
+	})
+	t.Run("majority paused", func(t *testing.T) {
+		r := startQuorum(t, 3, false)
+		l := r.locker(t, guard.TTL(time.Second), guard.RestartDelay(0))
+		le := mustAcquire(t, l, ctxTimeout(t, 10*time.Second), "loss")
+		valid := le.ValidUntil()
+		r.servers[0].Pause(t)
+		r.servers[1].Pause(t)
+		defer r.servers[0].Resume(t)
+		defer r.servers[1].Resume(t)
+		select {
+		case <-le.Context().Done():
+		case <-time.After(3 * time.Second):
+			t.Fatal("lease not lost 3s after 2 of 3 servers stopped answering")
+		}
+		if lost := time.Now(); lost.After(valid.Add(200 * time.Millisecond)) {
+			t.Errorf("lost at %s, after its validity (%s)", lost.Format(time.StampMilli), valid.Format(time.StampMilli))
+		}
+		if !errors.Is(context.Cause(le.Context()), guard.ErrLeaseLost) {
+			t.Errorf("cause %v, want ErrLeaseLost", context.Cause(le.Context()))
+		}
+	})
+	t.Run("one deleted", func(t *testing.T) {
+		r := startQuorum(t, 3, false)
+		l := r.locker(t, guard.TTL(900*time.Millisecond), guard.RestartDelay(0))
+		le := mustAcquire(t, l, ctxTimeout(t, 10*time.Second), "loss")
+		c := r.servers[0].Client(t)
+		_ = c.Del(context.Background(), lockName("loss")).Err()
+		_ = c.Close()
+		time.Sleep(2 * time.Second) // several renewals
+		if err := le.Err(); err != nil {
+			t.Fatalf("lease lost with 2 of 3 servers still holding it: %v", err)
+		}
+		mustRelease(t, le)
+	})
+	t.Run("majority down", func(t *testing.T) {
+		r := startQuorum(t, 3, false)
+		l := r.locker(t, guard.TTL(time.Second), guard.RestartDelay(0))
+		le := mustAcquire(t, l, ctxTimeout(t, 10*time.Second), "loss")
+		valid := le.ValidUntil()
+		r.servers[0].Kill(t)
+		r.servers[1].Kill(t)
+		select {
+		case <-le.Context().Done():
+		case <-time.After(3 * time.Second):
+			t.Fatal("lease not lost 3s after 2 of 3 servers went away")
+		}
+		if lost := time.Now(); lost.After(valid.Add(time.Second)) {
+			t.Errorf("lost at %s, long after its validity (%s)", lost.Format(time.StampMilli), valid.Format(time.StampMilli))
+		}
+		var lle *guard.LeaseLostError
+		if !errors.As(context.Cause(le.Context()), &lle) || lle.Err == nil {
+			t.Fatalf("cause %v, want a *LeaseLostError with the renewals' error", context.Cause(le.Context()))
+		}
+		var qe *guard.QuorumError
+		if !errors.As(lle.Err, &qe) || qe.Op != "renew" {
+			t.Errorf("renewal error %v, want a *QuorumError", lle.Err)
+		}
+		err := le.Release(context.Background())
+		if !errors.As(err, &qe) || !errors.Is(err, guard.ErrUnavailable) {
+			t.Errorf("Release with 2 of 3 servers gone: %v, want ErrUnavailable with a *QuorumError", err)
+		}
+	})
+}
+
+// TestQuorumPartialUndone: an attempt that a minority granted is undone there.
+func TestQuorumPartialUndone(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			r := startQuorum(t, n, false)
+			// Other owners hold the lock on a majority, one server each.
+			for _, s := range r.servers[:n/2+1] {
+				defer mustRelease(t, holdOn(t, s, "partial"))
+			}
+			l := r.locker(t, guard.RestartDelay(0))
+			_, err := l.TryAcquire(ctxTimeout(t, 5*time.Second), "partial")
+			if !errors.Is(err, guard.ErrLocked) {
+				t.Fatalf("TryAcquire: %v, want ErrLocked", err)
+			}
+			for _, s := range r.servers[n/2+1:] {
+				c := s.Client(t)
+				waitUntil(t, 2*time.Second, "the minority's grant undone on "+s.String(), func() bool {
+					return c.Exists(context.Background(), lockName("partial")).Val() == 0
+				})
+				_ = c.Close()
+			}
+		})
+	}
+}
+
+// TestQuorumTokensRise: tokens rise strictly from one hold to the next while the
+// majority that grants them changes — even when one server's counter runs far ahead of
+// the others' (the write-back carries it to every later majority) — and across servers
+// restarting empty (the restart delay outlasts any earlier token drawn from a clock).
+func TestQuorumTokensRise(t *testing.T) {
+	t.Run("changing majorities", func(t *testing.T) {
+		r := startQuorum(t, 5, false)
+		l := r.locker(t, guard.TTL(time.Second), guard.RestartDelay(0))
+		ctx := ctxTimeout(t, 60*time.Second)
+		// Server 4's counter is an hour ahead.
+		c := r.servers[4].Client(t)
+		ahead := time.Now().Add(time.Hour).UnixMicro()
+		if err := c.Set(ctx, lockName("rise")+":fence", strconv.FormatInt(ahead, 10), time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close()
+		var last int64
+		for round := range 10 {
+			// Another owner holds the lock on two servers, a different pair each round:
+			// the quorum's majority is the other three.
+			p1, p2 := round%5, (round+2)%5
+			f1, f2 := holdOn(t, r.servers[p1], "rise"), holdOn(t, r.servers[p2], "rise")
+			le := mustAcquire(t, l, ctx, "rise")
+			tok := le.Token()
+			mustRelease(t, le)
+			mustRelease(t, f1)
+			mustRelease(t, f2)
+			if round == 0 && tok <= ahead {
+				t.Fatalf("first token %d below server 4's counter %d", tok, ahead)
+			}
+			if round > 0 && tok <= last {
+				t.Fatalf("round %d (servers %d and %d held by another owner): token %d after %d", round, p1, p2, tok, last)
+			}
+			last = tok
+		}
+	})
+	t.Run("restarts", func(t *testing.T) {
+		r := startQuorum(t, 3, false)
+		time.Sleep(time.Second) // fresh servers: up for the delay first
+		l := r.locker(t, guard.TTL(500*time.Millisecond), guard.RestartDelay(time.Second))
+		ctx := ctxTimeout(t, 60*time.Second)
+		var last int64
+		for round := range 6 {
+			if round > 0 {
+				r.servers[round%3].Restart(t)
+			}
+			le := mustAcquire(t, l, ctx, "rise")
+			tok := le.Token()
+			mustRelease(t, le)
+			if round > 0 && tok <= last {
+				t.Fatalf("round %d (server %d restarted empty): token %d after %d", round, round%3, tok, last)
+			}
+			last = tok
+		}
+	})
+}
+
+// TestQuorumWakeWithServerDown: with one server dead, a waiter is still woken by the
+// release (the others announce it) and makes few attempts.
+func TestQuorumWakeWithServerDown(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	a := r.locker(t, guard.RestartDelay(0))
+	b := r.locker(t, guard.RestartDelay(0))
+	ctx := ctxTimeout(t, 20*time.Second)
+	r.servers[0].Kill(t)
+	le := mustAcquire(t, a, ctx, "wake")
+	type res struct {
+		le       *guard.Lease
+		attempts int
+		err      error
+	}
+	got := make(chan res, 1)
+	go func() {
+		w, err := b.Acquire(ctx, "wake", guard.Retry(guard.UntilCanceled(guard.Fixed(10*time.Second, 10*time.Second))))
+		got <- res{le: w, err: err}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	released := time.Now()
+	mustRelease(t, le)
+	w := <-got
+	if w.err != nil {
+		t.Fatalf("waiter: %v", w.err)
+	}
+	if d := time.Since(released); d > 2*time.Second {
+		t.Fatalf("waiter took %s after the release, want a notification from a live server", d)
+	}
+	mustRelease(t, w.le)
+}
