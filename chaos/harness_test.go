@@ -39,6 +39,8 @@ type config struct {
 	// replicas acknowledged it within SyncTimeout (guard.SyncReplicas).
 	SyncReplicas int           `json:"sync_replicas"`
 	SyncTimeout  time.Duration `json:"sync_timeout"`
+	// NoRestartCheck turns a quorum Locker's restart check off (guard.RestartDelay(0)).
+	NoRestartCheck bool `json:"no_restart_check,omitempty"`
 }
 
 func (c config) lockerOpts() []guard.Option {
@@ -166,6 +168,9 @@ type worker struct {
 	nested *guard.Locker         // another Locker for reentry with the same owner; nil for none
 	store  *redis.Client         // the storage Redis (fenced registers, plain counters)
 	probe  redis.UniversalClient // the lock deployment, directly, for I2 probes
+	// probes are a quorum's servers, directly (probe is then the first): a hold is
+	// confirmed when a majority of them has it.
+	probes []redis.UniversalClient
 	sink   sink
 	epoch  func() int64 // bumped whenever the lock Redis loses its data
 	calm   func() bool  // reports whether no fault is being injected
@@ -348,6 +353,9 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 	if !valid(le) {
 		return false
 	}
+	if len(w.probes) > 0 {
+		return w.checkQuorumHolds(le, holds, epoch, when)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	hash, count, token := holdFields(le)
@@ -363,6 +371,69 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 		return false
 	}
 	return true
+}
+
+// checkQuorumHolds is checkHolds on a quorum: a majority of the servers must have the
+// hold count and the token; nothing is concluded when fewer than a majority answer.
+func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	hash, count, token := holdFields(le)
+	type reply struct {
+		v   []any
+		err error
+	}
+	need := len(w.probes)/2 + 1
+	// A quorum call returns once a majority answered: the others (a slow server, one that
+	// granted after the majority) catch up a round trip later. Look again for a while
+	// before concluding.
+	settle := time.Now().Add(250 * time.Millisecond)
+	var seen []string
+	for {
+		replies := make([]reply, len(w.probes))
+		var wg sync.WaitGroup
+		for i, p := range w.probes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				v, err := p.HMGet(ctx, hash, count, token).Result()
+				replies[i] = reply{v, err}
+			}()
+		}
+		wg.Wait()
+		if !valid(le) || w.epoch() != epoch {
+			return false
+		}
+		answered, match := 0, 0
+		seen = seen[:0]
+		for _, r := range replies {
+			if r.err != nil {
+				continue
+			}
+			answered++
+			got, _ := r.v[0].(string)
+			tok, _ := r.v[1].(string)
+			if got == strconv.Itoa(holds) && tok == strconv.FormatInt(le.Token(), 10) {
+				match++
+			}
+			seen = append(seen, got+"/"+tok)
+		}
+		switch {
+		case match >= need:
+			return true
+		case answered < need, time.Now().After(settle):
+		default:
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if answered < need {
+			return false
+		}
+		break
+	}
+	w.violate(chaos.I2, le.Key(), []int64{le.Token()}, "%s: %s on %q, the quorum's servers have holds/token %v for a valid lease, want %d/%d on %d of them",
+		w.id, when, le.Key(), seen, holds, le.Token(), need)
+	return false
 }
 
 // holdFields names where Redis keeps le's hold: the lock's hash and the fields of the
@@ -453,8 +524,11 @@ type node struct {
 	name   string
 	client redis.UniversalClient
 	proxy  *redistest.Proxy // between client and Redis; nil when direct
-	locker *guard.Locker
-	idle   bool // runs no workers: the scenario uses its Locker itself
+	// A quorum Locker's node has a client per server, each behind a proxy of its own.
+	clients []redis.UniversalClient
+	proxies []*redistest.Proxy
+	locker  *guard.Locker
+	idle    bool // runs no workers: the scenario uses its Locker itself
 }
 
 // world is one scenario's setup: a lock deployment, a storage Redis that is never
@@ -468,6 +542,10 @@ type world struct {
 	lock     *redistest.Server
 	cluster  *redistest.Cluster
 	sentinel *redistest.Sentinel
+	// quorum, when set, is the independent servers of quorum Lockers (guard.NewQuorum);
+	// qprobes are direct clients of each, and probe is the first of them.
+	quorum  []*redistest.Server
+	qprobes []redis.UniversalClient
 	// dialTo, when set, rewrites the address a client of a Cluster dials: the lag row
 	// sends a primary's replication through a proxy by announcing the proxy's address,
 	// and its clients go to the primary directly.
@@ -555,10 +633,18 @@ func newWorldOn(t *testing.T, cfg config, start func(w *world)) *world {
 		}
 	})
 	w.sc = w.store.Client(w.tb, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	w.probe = w.client("", func(o *redis.Options) {
+	probeOpts := func(o *redis.Options) {
 		o.ContextTimeoutEnabled = true
 		o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, -1
-	})
+	}
+	if w.quorum != nil {
+		for _, s := range w.quorum {
+			w.qprobes = append(w.qprobes, s.Client(w.tb, probeOpts))
+		}
+		w.probe = w.qprobes[0]
+		return w
+	}
+	w.probe = w.client("", probeOpts)
 	return w
 }
 
@@ -603,6 +689,9 @@ func (w *world) client(addr string, set ...func(*redis.Options)) redis.Universal
 // (single server only).
 func (w *world) addNode(name string, proxied bool) *node {
 	w.t.Helper()
+	if w.quorum != nil {
+		return w.addQuorumNode(name)
+	}
 	n := &node{name: name}
 	addr := ""
 	if proxied {
@@ -745,7 +834,7 @@ func (w *world) run(ld load) (stop func()) {
 	for i, n := range busy {
 		for g := range ld.Workers {
 			wk := &worker{
-				id: fmt.Sprintf("%s/%d", n.name, g), locker: n.locker, store: w.sc, probe: w.probe,
+				id: fmt.Sprintf("%s/%d", n.name, g), locker: n.locker, store: w.sc, probe: w.probe, probes: w.qprobes,
 				sink: w.sink(), epoch: w.epoch.Load, calm: func() bool { return w.faulting.Load() == 0 }, cfg: w.cfg, load: ld,
 				rng: rand.New(rand.NewPCG(uint64(i), uint64(g))),
 			}
@@ -849,9 +938,20 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 		w.note("%d leases lost at their acknowledged validity: no replica acknowledged a renewal in time", n)
 	}
 	for _, n := range w.nodes {
-		_ = n.client.Close()
+		if n.client != nil {
+			_ = n.client.Close()
+		}
 		if n.proxy != nil {
 			n.proxy.Close()
+		}
+		for i, c := range n.clients {
+			_ = c.Close()
+			n.proxies[i].Close()
+		}
+	}
+	for _, p := range w.qprobes {
+		if p != w.probe {
+			_ = p.Close()
 		}
 	}
 	_ = w.probe.Close()
@@ -936,13 +1036,29 @@ func (w *world) checkOrphans(ctx context.Context) {
 				if isQueue(k) {
 					bound = queueBound
 				}
-				pttl, _ := w.probe.PTTL(ctx, k).Result()
+				pttl := w.pttl(ctx, k)
 				w.failf(chaos.I3, lockKey(k), 0, "%q still in Redis %s after the Lockers closed (PTTL %s)", k, bound, pttl)
 			}
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// pttl is the longest PTTL of Redis name k on the lock deployment (on a quorum, among
+// its servers).
+func (w *world) pttl(ctx context.Context, k string) time.Duration {
+	if w.quorum == nil {
+		d, _ := w.probe.PTTL(ctx, k).Result()
+		return d
+	}
+	var longest time.Duration
+	for _, p := range w.qprobes {
+		if d, err := p.PTTL(ctx, k).Result(); err == nil && d > longest {
+			longest = d
+		}
+	}
+	return longest
 }
 
 // isQueue reports whether name is a wait queue rather than a lock: the Lockers queued,
@@ -954,6 +1070,18 @@ func isQueue(name string) bool {
 // lockNames lists the Redis names of the locks and fences on every primary of the lock
 // deployment.
 func (w *world) lockNames(ctx context.Context) ([]string, error) {
+	if w.quorum != nil {
+		var all []string
+		for _, p := range w.qprobes {
+			keys, err := p.Keys(ctx, "guard:{*").Result()
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, keys...)
+		}
+		slices.Sort(all)
+		return slices.Compact(all), nil
+	}
 	cc, ok := w.probe.(*redis.ClusterClient)
 	if !ok {
 		return w.probe.Keys(ctx, "guard:{*").Result()

@@ -87,6 +87,13 @@ var scenarios = []scenario{
 	{name: "sentinel: planned failover (SENTINEL FAILOVER), SyncReplicas", run: sentinelFailover(true)},
 	{name: "sentinel: replica lag, then primary killed", run: sentinelLag(false), expected: []chaos.Invariant{chaos.I1}},
 	{name: "sentinel: replica lag, then primary killed, SyncReplicas", run: sentinelLag(true)},
+	{name: "quorum of 3: a server killed and restarted empty at once", smoke: true, run: quorumRestarted(3, true)},
+	{name: "quorum of 3: a server killed and restarted empty at once, no restart check", run: quorumRestarted(3, false), expected: []chaos.Invariant{chaos.I1}},
+	{name: "quorum of 5: two servers killed and restarted empty at once", run: quorumRestarted(5, true)},
+	{name: "quorum of 3: a server paused > TTL", smoke: true, run: quorumPaused(3, false)},
+	{name: "quorum of 5: two servers paused > TTL", run: quorumPaused(5, false)},
+	{name: "quorum of 3: a majority paused > TTL", run: quorumPaused(3, true)},
+	{name: "quorum of 3: latency above read timeout on a server", run: quorumLatency(3)},
 }
 
 // runScenarios runs the scenarios that pick selects, each as a subtest, and returns

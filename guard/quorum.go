@@ -191,6 +191,8 @@ func (e *QuorumError) Unwrap() []error {
 var (
 	errNotGranted = errors.New("held by another owner")
 	errNotHeld    = errors.New("not held there")
+	errUndone     = errors.New("granted, but no majority did: undone")
+	errNoAnswer   = errors.New("no answer before the outcome was decided")
 )
 
 // nodeReply is one server's answer in a round.
@@ -242,9 +244,54 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, call func
 
 // quorumGrant is one server's grant in an attempt.
 type quorumGrant struct {
-	i     int
-	token int64
-	holds int64
+	i         int
+	token     int64
+	holds     int64
+	confirmed int64 // the hold's token as a quorum confirmed it there (raise.lua), 0: none
+}
+
+// attemptReply is one server's reply to an attempt: the script's, and the owner's
+// confirmed token read just after it.
+type attemptReply struct {
+	v         any
+	confirmed int64
+}
+
+// nodeAttempt runs an attempt on one server, followed on the same connection by the read
+// of the owner's confirmed token (a reentry's token: see raise.lua).
+func nodeAttempt(ctx context.Context, c *conn, s *script, args []any, lock, confirmField string) (any, error) {
+	args = append([]any(nil), args...)
+	run := func(load bool) (*redis.Cmd, *redis.StringCmd) {
+		pipe := c.client.Pipeline()
+		args[0], args[1] = "evalsha", s.sha
+		if load {
+			args[0], args[1] = "eval", s.src
+		}
+		cmd := pipe.Do(ctx, args...)
+		conf := pipe.HGet(ctx, lock, confirmField)
+		_, _ = pipe.Exec(ctx)
+		return cmd, conf
+	}
+	cmd, conf := run(false)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd, conf = run(true)
+	}
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	confirmed, _ := conf.Int64()
+	return attemptReply{v: v, confirmed: confirmed}, nil
+}
+
+// tokenFields names the fields of h's lock hash that hold its token and its confirmed
+// token (see raise.lua).
+func tokenFields(h *held) (token, confirmed string) {
+	token = "#t"
+	if h.s.kind == KindRead {
+		token = string(h.hk.owner) + "#t"
+	}
+	return token, token + "q"
 }
 
 // Outcomes of a quorum attempt, for the calls that answer after it was decided.
@@ -266,7 +313,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		grants   []quorumGrant
 		errs     = make([]error, n)
 		undo     = make([]bool, n) // the server may hold a grant of this attempt
-		answered int               // servers that replied busy, refused or granted
+		failed   int               // servers that answered with an error, or not at all
 		refused  bool
 		pttl     = int64(-1) // the shortest TTL among the busy servers' holders, ms
 		outcome  atomic.Int32
@@ -274,44 +321,55 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		settled  = make(chan struct{})
 	)
 	defer close(settled)
+	_, confirmField := tokenFields(h)
 	call := func(ctx context.Context, c *conn) (any, error) {
-		return c.runScript(ctx, s, append([]any(nil), args...), true).Result()
+		return nodeAttempt(ctx, c, s, args, h.rk.lock, confirmField)
 	}
 	take := func(r nodeReply) bool {
 		switch {
 		case r.err != nil:
 			errs[r.i] = r.err
 			undo[r.i] = !isServerError(r.err)
+			failed++
 		default:
-			g, err := parseGranted(r.v)
+			a := r.v.(attemptReply)
+			g, err := parseGranted(a.v)
 			switch {
 			case err != nil:
 				errs[r.i] = err
+				failed++
 			case g.acquired:
-				answered++
 				undo[r.i] = true
-				grants = append(grants, quorumGrant{i: r.i, token: g.token, holds: g.holds})
+				grants = append(grants, quorumGrant{i: r.i, token: g.token, holds: g.holds, confirmed: a.confirmed})
 			case g.upgrade:
-				answered++
 				refused = true
 				errs[r.i] = ErrUpgrade
 			default:
-				answered++
 				errs[r.i] = errNotGranted
 				if ms := g.pttl.Milliseconds(); ms >= 0 && (pttl < 0 || ms < pttl) {
 					pttl = ms
 				}
 			}
 		}
-		replied := 0
+		replied, confirmed := 0, 0
 		for i := range errs {
 			if errs[i] != nil || undo[i] {
 				replied++
 			}
 		}
+		for _, g := range grants {
+			if g.confirmed > 0 {
+				confirmed++
+			}
+		}
+		// A hold the owner has on a majority already (its servers confirmed its token)
+		// is a reentry; grants none of which knew the owner are a fresh hold. Grants of
+		// both sorts wait for every server's answer: the owner's hold may be on a
+		// majority whose last server has not answered yet, or be left over on a minority
+		// from a hold that ended, which must not lend its older token (see raiseQuorum).
 		switch {
 		case refused:
-		case len(grants) >= q.need:
+		case confirmed >= q.need, len(grants) >= q.need && (confirmed == 0 || replied == n):
 			outcome.Store(attemptWon)
 			return true
 		case len(grants)+n-replied >= q.need:
@@ -322,12 +380,16 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	}
 	late := func(r nodeReply) {
 		<-settled
-		g, err := parseGranted(r.v)
+		var g granted
+		var err error
+		if r.err == nil {
+			g, err = parseGranted(r.v.(attemptReply).v)
+		}
 		switch {
 		case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
 		case outcome.Load() == attemptLost:
 			l.undoOn(q.nodes[r.i], h, nonce)
-		case r.err == nil && g.token != top:
+		case r.err == nil:
 			// A grant after the majority's: part of the hold (renewed and released
 			// with the others), carrying the hold's token like them.
 			_ = l.raiseOn(q.nodes[r.i], h, top)
@@ -338,7 +400,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	if outcome.Load() == attemptWon {
 		var v any
 		var err error
-		if top, v, err = l.raiseQuorum(h, grants); err == nil {
+		if top, v, err = l.raiseQuorum(h, nonce, grants); err == nil {
 			return acquireReply{v: v}
 		}
 		outcome.Store(attemptLost)
@@ -350,44 +412,51 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	switch {
 	case refused:
 		return acquireReply{v: []any{int64(acquireRefused)}}
-	case answered >= q.need:
+	case failed <= n-q.need:
+		// Busy: enough servers answered, or may still, for a majority to be reached
+		// once the lock is free.
 		return acquireReply{v: []any{int64(acquireBusy), pttl}}
 	}
 	for i := range errs {
-		if undo[i] && errs[i] == nil {
-			errs[i] = errors.New("granted, but no majority did: undone")
+		switch {
+		case errs[i] != nil:
+		case undo[i]:
+			errs[i] = errUndone
+		default:
+			errs[i] = errNoAnswer
 		}
 	}
 	return acquireReply{err: &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: errs}}
 }
 
 // raiseQuorum settles the token of a hold that a majority granted and returns it with
-// the attempt's merged reply. A hold the owner had already on a majority (a reentry
-// through Redis) keeps the token its servers carry, the highest among those that report
-// it. Any other hold is a fresh one, whose token is the highest of all the grants': a
-// server that reports a hold of the owner's there is then left over from an earlier
-// attempt of the owner's that failed (and is being undone), and its token, drawn before
-// holds that other owners may have had since, must not be the one handed out. Every
-// granting server whose token differs is told the hold's token (raise.lua, which also
-// raises its fence); the attempt fails when fewer than a majority carry it afterwards.
-func (l *Locker) raiseQuorum(h *held, grants []quorumGrant) (int64, any, error) {
+// the attempt's merged reply. A hold whose token a majority of the granting servers had
+// confirmed (raise.lua) is a reentry through Redis and keeps that token. Any other hold
+// is fresh: its token is the highest of all the grants' — a server that reports a hold
+// of the owner's nobody confirmed is left over from an attempt of the owner's that
+// failed, and one that confirms a hold a majority does not is left over from a hold that
+// ended; either token was drawn before holds other owners may have had since, and must
+// not be handed out. Every granting server that has not confirmed the token is told it
+// (raise.lua, which also raises its fence); the attempt fails, and is undone, when
+// fewer than a majority carry it afterwards.
+func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64, any, error) {
 	q := l.q
 	var top, holds int64 = 0, 1
-	reentries := 0
+	confirmed := 0
 	for _, g := range grants {
-		if g.holds > 1 {
-			reentries++
+		if g.confirmed > 0 {
+			confirmed++
 		}
 	}
-	reentry := reentries >= q.need
 	for _, g := range grants {
 		switch {
-		case !reentry:
+		case confirmed < q.need:
 			top = max(top, g.token)
-		case g.holds > 1:
-			top, holds = max(top, g.token), max(holds, g.holds)
+		case g.confirmed > 0:
+			top, holds = max(top, g.confirmed), max(holds, g.holds)
 		}
 	}
+	reentry := holds > 1
 	var reply any = top
 	if holds > 1 {
 		reply = []any{int64(acquireHeld), strconv.FormatInt(top, 10), holds}
@@ -395,7 +464,7 @@ func (l *Locker) raiseQuorum(h *held, grants []quorumGrant) (int64, any, error) 
 	errs := make([]error, len(q.nodes))
 	var wg sync.WaitGroup
 	for _, g := range grants {
-		if g.token == top {
+		if g.token == top && g.confirmed == top {
 			continue
 		}
 		wg.Add(1)
@@ -409,6 +478,10 @@ func (l *Locker) raiseQuorum(h *held, grants []quorumGrant) (int64, any, error) 
 	for _, g := range grants {
 		if errs[g.i] == nil {
 			carried++
+		} else if !reentry {
+			// Its hold carries a token that is not the hold's: drop it there, so that a
+			// reentry never reads it. The majority that carries the token keeps the lock.
+			l.undoQuorum(h, nonce, onlyAt(len(q.nodes), g.i))
 		}
 	}
 	if carried < q.need {
@@ -426,13 +499,18 @@ func (l *Locker) raiseQuorum(h *held, grants []quorumGrant) (int64, any, error) 
 	return top, reply, nil
 }
 
+// onlyAt returns n flags, set at i only.
+func onlyAt(n, i int) []bool {
+	on := make([]bool, n)
+	on[i] = true
+	return on
+}
+
 // raiseOn gives h's hold on one server the token top (raise.lua).
 func (l *Locker) raiseOn(c *conn, h *held, top int64) error {
-	tokenField, holderField, holderValue := "#t", string(h.hk.owner), ""
-	switch h.s.kind {
-	case KindRead:
-		tokenField = string(h.hk.owner) + "#t"
-	case KindWrite:
+	tokenField, _ := tokenFields(h)
+	holderField, holderValue := string(h.hk.owner), ""
+	if h.s.kind == KindWrite {
 		holderField, holderValue = "#W", string(h.hk.owner)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(l.cfg.releaseTimeout, h.s.ttl-h.s.driftMargin()))

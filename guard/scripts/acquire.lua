@@ -2,7 +2,8 @@
 --
 -- KEYS[1] lock hash:  <owner> = hold count; <owner>#a = nonces of the owner's last applied
 --                     acquires, newest first, space-separated (within 100 bytes); #t =
---                     fencing token; #w = present once someone had to wait
+--                     fencing token (#tq: the same, once a quorum Locker confirmed it, see
+--                     raise.lua); #w = present once someone had to wait
 -- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
 --                     releases, oldest first (see release.lua)
 -- KEYS[3] queue:      list of the IDs of the Lockers (processes) waiting for the lock, in

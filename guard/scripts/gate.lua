@@ -12,8 +12,10 @@
 -- like the locks: it protects only a server that loses both or keeps both.
 local mark = KEYS[#KEYS]
 if redis.call('EXISTS', mark) == 0 then
-  local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')
-  local left = tonumber(ARGV[#ARGV]) - 1000 * tonumber(up or 0)
+  -- uptime_in_seconds is a difference of whole seconds of the clock: it may read 1 a
+  -- moment after the start. The server has been up for more than one second less.
+  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or 0)
+  local left = tonumber(ARGV[#ARGV]) - 1000 * (up - 1)
   if left > 0 then
     return {0, left}
   end

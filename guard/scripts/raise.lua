@@ -8,6 +8,12 @@
 -- ARGV[4] the value that field must have, "" for any (a writer's owner)
 -- ARGV[5] fence retention in milliseconds
 --
+-- The token is also written to the confirmed field, the token field's name followed by
+-- 'q' ('#tq'), which only this script writes: a reentry through Redis reads the hold's
+-- token there, never from a server whose grant came after the majority's and that has
+-- not been told the hold's token yet (its token field has its own). Releases delete it
+-- with the hold.
+--
 -- The fence's last token is raised to the token when it is lower, so that this server's
 -- next token exceeds it: any majority that grants the lock next shares a server with the
 -- one that granted this hold. Returns 1 when the hold is still here and now carries the
@@ -26,5 +32,5 @@ local holder = redis.call('HGET', lock, ARGV[3])
 if not holder or (ARGV[4] ~= '' and holder ~= ARGV[4]) then
   return 0
 end
-redis.call('HSET', lock, ARGV[2], t)
+redis.call('HSET', lock, ARGV[2], t, ARGV[2] .. 'q', t)
 return 1

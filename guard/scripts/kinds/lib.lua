@@ -5,9 +5,11 @@
 -- KEYS[1] lock hash:   <owner> = the owner's hold count; <owner>#a = nonces of its last
 --                      applied acquires, <owner>#r = of its last releases that left it
 --                      holding (newest first, within 100 bytes); <owner>#t = the fencing
---                      token of its hold; #w = present once someone had to wait.
+--                      token of its hold (<owner>#tq: the same, once a quorum Locker
+--                      confirmed it: see raise.lua); #w = present once someone had to wait.
 --                      The read-write lock keeps its writer apart: #W = the writer's owner,
---                      #Wn its hold count, #Wa and #Wr its nonces, #t its token, and #ww =
+--                      #Wn its hold count, #Wa and #Wr its nonces, #t its token (#tq
+--                      once confirmed), and #ww =
 --                      until when (server time, ms) a waiting writer keeps new readers out.
 --                      The fair lock is the exclusive lock's hash (acquire.lua) plus #g =
 --                      the owner the lock was granted to and that has not yet claimed it.
@@ -125,9 +127,9 @@ local function prune(now)
   local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
   for _, o in ipairs(dead) do
     if o == '#W' then
-      redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t')
+      redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq')
     else
-      redis.call('HDEL', lock, o, o .. '#a', o .. '#r', o .. '#t')
+      redis.call('HDEL', lock, o, o .. '#a', o .. '#r', o .. '#t', o .. '#tq')
     end
   end
   if #dead > 0 then
@@ -200,7 +202,7 @@ local function drop(count, nonces, rnonces, token, member)
     redis.call('HSET', lock, rnonces, remember(v[3], nonce))
     return 2
   end
-  redis.call('HDEL', lock, count, nonces, rnonces, token)
+  redis.call('HDEL', lock, count, nonces, rnonces, token, token .. 'q')
   redis.call('ZREM', KEYS[4], member)
   record_release(v[4], nonce)
   return 1
