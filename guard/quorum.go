@@ -310,15 +310,15 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	s, args := q.acquireCall(h, nonce, manner)
 	ctx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
 	var (
-		grants   []quorumGrant
-		errs     = make([]error, n)
-		undo     = make([]bool, n) // the server may hold a grant of this attempt
-		failed   int               // servers that answered with an error, or not at all
-		refused  bool
-		pttl     = int64(-1) // the shortest TTL among the busy servers' holders, ms
-		outcome  atomic.Int32
-		top      int64 // the hold's token, once settled
-		settled  = make(chan struct{})
+		grants  []quorumGrant
+		errs    = make([]error, n)
+		undo    = make([]bool, n) // the server may hold a grant of this attempt
+		failed  int               // servers that answered with an error, or not at all
+		refused bool
+		pttl    = int64(-1) // the shortest TTL among the busy servers' holders, ms
+		outcome atomic.Int32
+		top     int64 // the hold's token, once settled
+		settled = make(chan struct{})
 	)
 	defer close(settled)
 	_, confirmField := tokenFields(h)
