@@ -591,3 +591,46 @@ func TestQuorumWakeWithServerDown(t *testing.T) {
 	}
 	mustRelease(t, w.le)
 }
+
+// TestQuorumReadWrite: the read-write lock on a quorum — readers share it, a writer
+// excludes them, a reader's reentry through another Locker keeps its token, and tokens
+// rise from the readers to the writer.
+func TestQuorumReadWrite(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	a := r.locker(t, guard.RestartDelay(0), guard.TTL(2*time.Second))
+	b := r.locker(t, guard.RestartDelay(0), guard.TTL(2*time.Second))
+	ctx := ctxTimeout(t, 20*time.Second)
+
+	r1 := mustAcquire(t, a, ctx, "rw", guard.Read())
+	r2 := mustAcquire(t, b, ctx, "rw", guard.Read())
+	in := mustAcquire(t, b, r1.Context(), "rw", guard.Read()) // r1's owner, through b
+	if !in.Reentrant() || in.Token() != r1.Token() {
+		t.Fatalf("reader's reentry through another Locker: reentrant %v, token %d, want true and %d", in.Reentrant(), in.Token(), r1.Token())
+	}
+	mustRelease(t, in)
+	if _, err := b.TryAcquire(ctx, "rw", guard.Write()); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("writer while two readers hold: %v, want ErrLocked", err)
+	}
+	got := make(chan *guard.Lease, 1)
+	go func() {
+		w, err := b.Acquire(ctx, "rw", guard.Write())
+		if err != nil {
+			t.Errorf("writer: %v", err)
+		}
+		got <- w
+	}()
+	time.Sleep(100 * time.Millisecond)
+	mustRelease(t, r1)
+	mustRelease(t, r2)
+	w := <-got
+	if w == nil {
+		return
+	}
+	if w.Token() <= max(r1.Token(), r2.Token()) {
+		t.Fatalf("writer's token %d not above the readers' %d and %d", w.Token(), r1.Token(), r2.Token())
+	}
+	if _, err := a.TryAcquire(ctx, "rw", guard.Read()); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("reader while the writer holds: %v, want ErrLocked", err)
+	}
+	mustRelease(t, w)
+}
