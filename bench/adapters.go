@@ -66,6 +66,9 @@ type libConfig struct {
 	// ttl is the lease time of the "best" configurations; "defaults" configurations
 	// keep the library's own where it has one.
 	ttl time.Duration
+	// quorum, when set, holds the addresses of independent servers: the quorum variants
+	// (quorum.go) run on one client per server, the others on addr.
+	quorum []string
 	// renew keeps held leases alive every ttl/3. Libraries without a watchdog get one
 	// goroutine per lease in the adapter, which is how their users do it.
 	renew bool
@@ -129,6 +132,15 @@ func variants() []variant {
 		{name: "rueidislock/defaults", lib: "rueidislock", isLock: true,
 			config: "defaults: KeyMajority 2 (3 keys), KeyValidity 5s, ExtendInterval 2.5s, tracking without NOLOOP",
 			new:    newRueidis(false)},
+		{name: "guardkit/quorum", lib: "guardkit", isLock: true,
+			config: "guard.NewQuorum(one client per server, guard.TTL(ttl)) over the independent servers of the quorum scenarios, clients with ContextTimeoutEnabled; the restart check on (RestartDelay = TTL; the fresh servers are marked ready before the runs)",
+			new:    newGuardQuorum},
+		{name: "redsync/quorum", lib: "redsync", isLock: true,
+			config: "redsync.New(one goredis v9 pool per server) over the independent servers of the quorum scenarios; best: WithExpiry(ttl), WithTries(2^30), WithRetryDelay(1ms); renewal: one goroutine per lease (Extend)",
+			new:    newRedsyncQuorum(true)},
+		{name: "redsync/quorum-defaults", lib: "redsync", isLock: true,
+			config: "as redsync/quorum with redsync's defaults: expiry 8s, 32 tries, retry delay rand(50ms, 250ms); an exhausted Lock is called again",
+			new:    newRedsyncQuorum(false)},
 		{name: "ceiling", lib: "ceiling",
 			config: "not a lock: go-redis EVALSHA of `return 1` for each half of a pair, the round-trip limit",
 			new:    newCeiling},

@@ -33,13 +33,17 @@ var scenarioVariants = map[string][]string{
 	"cluster-contended":   {"raw", "guardkit", "guardkit/locker-per-worker", "redislock"},
 	// One server with one replica: the price of SyncReplicas without a cluster.
 	"replicated-uncontended": {"raw", "guardkit", "guardkit/sync-replicas"},
+	// Independent servers (quorum.go): Redlock, guardkit's and redsync's, beside the
+	// single-server locks on one of the servers.
+	"quorum-uncontended": {"raw", "guardkit", "guardkit/quorum", "redsync/quorum"},
+	"quorum-contended":   {"raw", "guardkit/quorum", "redsync/quorum", "redsync/quorum-defaults"},
 	// The lock kinds (kinds.go): guardkit only.
 	"rw":        {"guardkit", "guardkit/exclusive"},
 	"semaphore": {"guardkit"},
 }
 
 var scenarioOrder = []string{"uncontended", "contended", "reentrant", "many", "rw", "semaphore",
-	"cluster-uncontended", "cluster-contended", "replicated-uncontended"}
+	"cluster-uncontended", "cluster-contended", "replicated-uncontended", "quorum-uncontended", "quorum-contended"}
 
 // uncontendedG are the cells of every uncontended scenario: goroutines.
 var uncontendedG = []int{1, 16, 64}
@@ -285,6 +289,21 @@ func run(o options) error {
 	deployed([]string{"replicated-uncontended"}, startReplicatedEnv, func(re *env) {
 		runCells("replicated-uncontended", uncontendedCells(re))
 	})
+	deployed([]string{"quorum-uncontended", "quorum-contended"}, startQuorumEnv, func(qe *env) {
+		if want("quorum-uncontended") {
+			runCells("quorum-uncontended", uncontendedCells(qe))
+		}
+		if want("quorum-contended") {
+			var cells []cell
+			for _, c := range clusterContended {
+				w, h := c.w, c.h
+				cells = append(cells, cell{fmt.Sprintf("W=%d H=%s", w, h), func(v variant) (map[string]float64, serverDelta, error) {
+					return qe.contended(v, w, h)
+				}})
+			}
+			runCells("quorum-contended", cells)
+		}
+	})
 
 	if o.memprofile != "" {
 		f, err := os.Create(o.memprofile)
@@ -421,9 +440,9 @@ func summarize(ms []measurement) []measurement {
 
 func rateMetric(scenario string) string {
 	switch scenario {
-	case "uncontended", "cluster-uncontended", "replicated-uncontended":
+	case "uncontended", "cluster-uncontended", "replicated-uncontended", "quorum-uncontended":
 		return "pairs_per_s"
-	case "contended", "cluster-contended":
+	case "contended", "cluster-contended", "quorum-contended":
 		return "acq_per_s"
 	}
 	return ""

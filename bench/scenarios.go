@@ -28,6 +28,9 @@ type env struct {
 	// share read apart.
 	cluster   []string
 	place     *placement
+	// quorum holds the addresses of the quorum scenarios' independent servers
+	// (quorum.go); addr is then the first of them, for the single-server variants.
+	quorum []string
 	primaries []*redis.Client
 	replicas  []*redis.Client
 }
@@ -154,7 +157,7 @@ func newLibs(v variant, cfg libConfig, n int) ([]Lib, error) {
 
 // uncontended runs g goroutines, each on its own key, doing try-acquire → release.
 func (e *env) uncontended(v variant, g int) (map[string]float64, serverDelta, error) {
-	libs, err := newLibs(v, libConfig{addr: e.addr, cluster: e.cluster, ttl: e.ttl}, 1)
+	libs, err := newLibs(v, libConfig{addr: e.addr, cluster: e.cluster, quorum: e.quorum, ttl: e.ttl}, 1)
 	if err != nil {
 		return nil, serverDelta{}, err
 	}
@@ -262,7 +265,7 @@ func (e *env) contended(v variant, w int, hold time.Duration) (map[string]float6
 	if v.perWorker {
 		n = w
 	}
-	libs, err := newLibs(v, libConfig{addr: e.addr, cluster: e.cluster, ttl: e.ttl}, n)
+	libs, err := newLibs(v, libConfig{addr: e.addr, cluster: e.cluster, quorum: e.quorum, ttl: e.ttl}, n)
 	if err != nil {
 		return nil, serverDelta{}, err
 	}
