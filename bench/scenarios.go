@@ -26,11 +26,11 @@ type env struct {
 	// the seed addresses of a Redis Cluster (addr is then empty), place puts keys on its
 	// primaries, and the server counters are summed over primaries, with the replicas'
 	// share read apart.
-	cluster   []string
-	place     *placement
+	cluster []string
+	place   *placement
 	// quorum holds the addresses of the quorum scenarios' independent servers
 	// (quorum.go); addr is then the first of them, for the single-server variants.
-	quorum []string
+	quorum    []string
 	primaries []*redis.Client
 	replicas  []*redis.Client
 }
