@@ -83,6 +83,8 @@ type variant struct {
 	// replicated marks a variant that needs a primary with replicas: it fails on a
 	// server without them.
 	replicated bool
+	// quorum marks a variant that needs the independent servers of the quorum scenarios.
+	quorum bool
 	// perWorker gives every contended worker its own instance (its own clients), the way
 	// separate processes would run.
 	perWorker bool
@@ -132,13 +134,13 @@ func variants() []variant {
 		{name: "rueidislock/defaults", lib: "rueidislock", isLock: true,
 			config: "defaults: KeyMajority 2 (3 keys), KeyValidity 5s, ExtendInterval 2.5s, tracking without NOLOOP",
 			new:    newRueidis(false)},
-		{name: "guardkit/quorum", lib: "guardkit", isLock: true,
+		{name: "guardkit/quorum", quorum: true, lib: "guardkit", isLock: true,
 			config: "guard.NewQuorum(one client per server, guard.TTL(ttl)) over the independent servers of the quorum scenarios, clients with ContextTimeoutEnabled; the restart check on (RestartDelay = TTL; the fresh servers are marked ready before the runs)",
 			new:    newGuardQuorum},
-		{name: "redsync/quorum", lib: "redsync", isLock: true,
+		{name: "redsync/quorum", quorum: true, lib: "redsync", isLock: true,
 			config: "redsync.New(one goredis v9 pool per server) over the independent servers of the quorum scenarios; best: WithExpiry(ttl), WithTries(2^30), WithRetryDelay(1ms); renewal: one goroutine per lease (Extend)",
 			new:    newRedsyncQuorum(true)},
-		{name: "redsync/quorum-defaults", lib: "redsync", isLock: true,
+		{name: "redsync/quorum-defaults", quorum: true, lib: "redsync", isLock: true,
 			config: "as redsync/quorum with redsync's defaults: expiry 8s, 32 tries, retry delay rand(50ms, 250ms); an exhausted Lock is called again",
 			new:    newRedsyncQuorum(false)},
 		{name: "ceiling", lib: "ceiling",

@@ -48,7 +48,7 @@ func newTestLib(t *testing.T, v variant, cfg libConfig) Lib {
 // The variants that need replicas are checked by TestReplicated.
 func TestConformance(t *testing.T) {
 	for _, v := range variants() {
-		if !v.isLock || v.replicated {
+		if !v.isLock || v.replicated || v.quorum {
 			continue
 		}
 		t.Run(v.name, func(t *testing.T) {
