@@ -142,6 +142,19 @@
 // after its lease ran out; a storage that rejects writes carrying a token lower than the
 // highest it has seen can.
 //
+// # Independent servers
+//
+// NewQuorum makes a Locker over several independent Redis servers (an odd number, 3 or
+// more) that holds each lock on a majority of them, the Redlock algorithm with this
+// package's guarantees: reentrancy, renewal with loss announced through the context,
+// wake-ups from any server, and fencing tokens that rise strictly per key however the
+// majority changes (the highest granting server's token, written back to the majority
+// before the lease is handed out). A server that restarted without its data stays out
+// for RestartDelay. It is used like a Locker made by New; the exclusive and read-write
+// kinds are served, the semaphore and the fair lock are not. Calls that a majority could
+// not confirm fail with a *QuorumError in the chain (ErrUnavailable). See NewQuorum, and
+// docs/RELIABILITY.md for the argument.
+//
 // # Redis data
 //
 // For key k and prefix p (default "guard:"), the lock is the hash p{k} (field per owner →
