@@ -46,8 +46,9 @@ type quorum struct {
 //   - An attempt runs on every server at once, with one nonce; it succeeds when a majority
 //     granted it within the lease's validity budget (TTL minus the time spent minus
 //     DriftMargin). Otherwise it is undone on every server that granted it or left its
-//     outcome unknown, and counts as a busy attempt (ErrUnavailable when too few servers
-//     answered at all, with a *QuorumError in the chain).
+//     outcome unknown, and counts as a busy attempt — or fails with ErrUnavailable, a
+//     *QuorumError in the chain, when so many servers failed that no majority could
+//     have answered.
 //   - The fencing token is the highest of the granting servers' tokens, written back to
 //     them (one more round trip per fresh hold) before the lease is handed out: any two
 //     majorities share a server, so every later hold's token exceeds it. A reentry
@@ -68,6 +69,8 @@ type quorum struct {
 // each server's queue keeps its own order. SyncReplicas is refused too: the servers are
 // independent primaries. Each client must reach one server (a *redis.Client, also one
 // made by NewFailoverClient); a Cluster client, a Ring and an auto-pipeliner are refused.
+// Build them with ContextTimeoutEnabled, as for New. Bad clients or options fail with a
+// *ConfigError naming them; Close does not close the clients.
 func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	n := len(clients)
 	if n < 3 || n%2 == 0 {
@@ -97,6 +100,11 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 	l, err := newLocker(nil, q, opts)
 	if err != nil {
 		return nil, err
+	}
+	// Calls run inline when every server's client gives up at its context's deadline.
+	l.honoursDeadlines = true
+	for _, c := range q.nodes {
+		l.honoursDeadlines = l.honoursDeadlines && c.honoursDeadlines
 	}
 	return l, nil
 }
@@ -389,6 +397,10 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
 		case outcome.Load() == attemptLost:
 			l.undoOn(q.nodes[r.i], h, nonce)
+		case r.err == nil && l.released(h):
+			// A grant after the majority's, on a server the hold's release reached
+			// first: it would stay until its TTL.
+			l.undoOn(q.nodes[r.i], h, nonce)
 		case r.err == nil:
 			// A grant after the majority's: part of the hold (renewed and released
 			// with the others), carrying the hold's token like them.
@@ -497,6 +509,13 @@ func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64
 		return 0, nil, &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: errs}
 	}
 	return top, reply, nil
+}
+
+// released reports whether h's hold was released already.
+func (l *Locker) released(h *held) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return h.state == stateReleased
 }
 
 // onlyAt returns n flags, set at i only.

@@ -634,3 +634,30 @@ func TestQuorumReadWrite(t *testing.T) {
 	}
 	mustRelease(t, w)
 }
+
+// TestQuorumNoStrayGrants: a process that takes and releases one key over and over on a
+// quorum is never refused. A server whose copy of an attempt arrives after the hold's
+// release (the release decided by the other servers first) would otherwise keep a stray
+// hold for the whole TTL, and two of them refuse the key to everyone.
+func TestQuorumNoStrayGrants(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	l := r.locker(t, guard.RestartDelay(0), guard.TTL(10*time.Second))
+	ctx := ctxTimeout(t, 60*time.Second)
+	refused := 0
+	for range 2000 {
+		le, err := l.TryAcquire(ctx, "loop")
+		if err != nil {
+			if refused++; refused == 1 {
+				t.Errorf("TryAcquire of a key this process released: %v", err)
+			}
+			continue
+		}
+		if err := le.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	if refused > 0 {
+		t.Errorf("%d of 2000 acquisitions refused", refused)
+	}
+	waitUntil(t, 2*time.Second, "no lock left on any server", func() bool { return r.holders(t, "loop") == 0 })
+}
