@@ -374,7 +374,8 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 }
 
 // checkQuorumHolds is checkHolds on a quorum: a majority of the servers must have the
-// hold count and the token; nothing is concluded when fewer than a majority answer.
+// hold count and the token; nothing is concluded while the servers that did not answer
+// could make up the difference.
 func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -418,15 +419,19 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 			}
 			seen = append(seen, got+"/"+tok)
 		}
+		// Servers that did not answer (paused, slowed) may be part of the majority
+		// that holds the lease: the check concludes only when even with them no
+		// majority could have the hold.
+		unanswered := len(w.probes) - answered
 		switch {
 		case match >= need:
 			return true
-		case answered < need, time.Now().After(settle):
+		case time.Now().After(settle):
 		default:
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if answered < need {
+		if match+unanswered >= need {
 			return false
 		}
 		break
