@@ -31,6 +31,7 @@ func TestQuorumVariants(t *testing.T) {
 	if m["errors"] != 0 || m["pairs_per_s"] <= 0 {
 		t.Errorf("uncontended: %v errors, %v pairs/s", m["errors"], m["pairs_per_s"])
 	}
-	// 3 per half, 3 for the write-back (the last of which may fall after the window).
-	near(t, m, "rt_per_pair_hook", 3*quorumServers-0.5, 0.6)
+	// 3 per half and 3 for the write-back: 9, give or take a write-back that falls after
+	// the window or a left-over grant undone in it.
+	near(t, m, "rt_per_pair_hook", 3*quorumServers, 1)
 }
