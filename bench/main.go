@@ -271,39 +271,28 @@ func run(o options) error {
 		defer stop()
 		body(de)
 	}
-	deployed([]string{"cluster-uncontended", "cluster-contended"}, startClusterEnv, func(ce *env) {
-		if want("cluster-uncontended") {
-			runCells("cluster-uncontended", uncontendedCells(ce))
+	// pairRuns runs prefix's uncontended and contended scenarios on de, the contended one
+	// at the two ends of the single server's cells.
+	pairRuns := func(prefix string, de *env) {
+		if s := prefix + "-uncontended"; want(s) {
+			runCells(s, uncontendedCells(de))
 		}
-		if want("cluster-contended") {
+		if s := prefix + "-contended"; want(s) {
 			var cells []cell
 			for _, c := range clusterContended {
 				w, h := c.w, c.h
 				cells = append(cells, cell{fmt.Sprintf("W=%d H=%s", w, h), func(v variant) (map[string]float64, serverDelta, error) {
-					return ce.contended(v, w, h)
+					return de.contended(v, w, h)
 				}})
 			}
-			runCells("cluster-contended", cells)
+			runCells(s, cells)
 		}
-	})
+	}
+	deployed([]string{"cluster-uncontended", "cluster-contended"}, startClusterEnv, func(ce *env) { pairRuns("cluster", ce) })
 	deployed([]string{"replicated-uncontended"}, startReplicatedEnv, func(re *env) {
 		runCells("replicated-uncontended", uncontendedCells(re))
 	})
-	deployed([]string{"quorum-uncontended", "quorum-contended"}, startQuorumEnv, func(qe *env) {
-		if want("quorum-uncontended") {
-			runCells("quorum-uncontended", uncontendedCells(qe))
-		}
-		if want("quorum-contended") {
-			var cells []cell
-			for _, c := range clusterContended {
-				w, h := c.w, c.h
-				cells = append(cells, cell{fmt.Sprintf("W=%d H=%s", w, h), func(v variant) (map[string]float64, serverDelta, error) {
-					return qe.contended(v, w, h)
-				}})
-			}
-			runCells("quorum-contended", cells)
-		}
-	})
+	deployed([]string{"quorum-uncontended", "quorum-contended"}, startQuorumEnv, func(qe *env) { pairRuns("quorum", qe) })
 
 	if o.memprofile != "" {
 		f, err := os.Create(o.memprofile)
