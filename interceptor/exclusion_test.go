@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -21,6 +22,27 @@ import (
 func TestSameKeySerialized(t *testing.T) {
 	srv := redistest.Start(t)
 	locker, _ := newLocker(t, srv)
+	checkSerialized(t, locker)
+}
+
+// TestSameKeySerializedQuorum is TestSameKeySerialized with a quorum Locker
+// (guard.NewQuorum over three servers): the interceptor takes it like any other.
+func TestSameKeySerializedQuorum(t *testing.T) {
+	var clients []redis.UniversalClient
+	for _, srv := range redistest.StartN(t, 3) {
+		clients = append(clients, srv.Client(t))
+	}
+	locker, err := guard.NewQuorum(clients, guard.RestartDelay(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locker.Close() })
+	checkSerialized(t, locker)
+}
+
+// checkSerialized sends 8 concurrent RPCs that lock one key through locker and checks
+// that their handlers ran one at a time, each with its own owner and a rising token.
+func checkSerialized(t *testing.T, locker *guard.Locker) {
 	type event struct {
 		start bool
 		token int64
