@@ -94,7 +94,7 @@ func (q *quorumClients) Close() error {
 // quorumGuard is guardkit's quorum Locker behind Lib.
 type quorumGuard struct {
 	*quorumClients
-	l *guard.Locker
+	g guardLib // the Locker's Lib methods (its goRedis unused)
 }
 
 func newGuardQuorum(cfg libConfig) (Lib, error) {
@@ -107,18 +107,18 @@ func newGuardQuorum(cfg libConfig) (Lib, error) {
 		q.Close()
 		return nil, err
 	}
-	return &quorumGuard{quorumClients: q, l: l}, nil
+	return &quorumGuard{quorumClients: q, g: guardLib{l: l}}, nil
 }
 
 func (g *quorumGuard) TryLock(ctx context.Context, key string) (Lease, error) {
-	return (&guardLib{l: g.l}).TryLock(ctx, key)
+	return g.g.TryLock(ctx, key)
 }
 
 func (g *quorumGuard) Lock(ctx context.Context, key string) (Lease, error) {
-	return (&guardLib{l: g.l}).Lock(ctx, key)
+	return g.g.Lock(ctx, key)
 }
 
-func (g *quorumGuard) Close() error { return errors.Join(g.l.Close(), g.quorumClients.Close()) }
+func (g *quorumGuard) Close() error { return errors.Join(g.g.l.Close(), g.quorumClients.Close()) }
 
 // quorumRedsync is redsync's mutex over one pool per server behind Lib.
 type quorumRedsync struct {
