@@ -507,7 +507,7 @@ func (w *waiters) everywhere(ch string, call func(context.Context, *conn, redisK
 		return
 	}
 	k := keysOfChannel(ch)
-	w.l.each(func(ctx context.Context, c *conn) error { return call(ctx, c, k) })
+	w.l.each(nil, false, func(ctx context.Context, c *conn) error { return call(ctx, c, k) })
 }
 
 // background runs a best-effort call about the lock of channel ch aside, bounded by the

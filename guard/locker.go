@@ -446,15 +446,7 @@ func (l *Locker) compensate(h *held, nonce string) {
 // undo drops the hold taken by the acquire attempt with nonce, if that attempt took effect.
 func (l *Locker) undo(h *held, nonce string) {
 	if l.q != nil {
-		var wg sync.WaitGroup
-		for _, c := range l.q.nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l.undoOn(c, h, nonce)
-			}()
-		}
-		wg.Wait()
+		l.undoQuorum(h, nonce, nil)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)

@@ -268,22 +268,10 @@ type attemptReply struct {
 // nodeAttempt runs an attempt on one server, followed on the same connection by the read
 // of the owner's confirmed token (a reentry's token: see raise.lua).
 func nodeAttempt(ctx context.Context, c *conn, s *script, args []any, lock, confirmField string) (any, error) {
-	args = append([]any(nil), args...)
-	run := func(load bool) (*redis.Cmd, *redis.StringCmd) {
-		pipe := c.client.Pipeline()
-		args[0], args[1] = "evalsha", s.sha
-		if load {
-			args[0], args[1] = "eval", s.src
-		}
-		cmd := pipe.Do(ctx, args...)
-		conf := pipe.HGet(ctx, lock, confirmField)
-		_, _ = pipe.Exec(ctx)
-		return cmd, conf
-	}
-	cmd, conf := run(false)
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd, conf = run(true)
-	}
+	var conf *redis.StringCmd
+	cmd := pipeScript(ctx, c.client, s, append([]any(nil), args...), func(pipe redis.Pipeliner) {
+		conf = pipe.HGet(ctx, lock, confirmField)
+	})
 	v, err := cmd.Result()
 	if err != nil {
 		return nil, err
@@ -333,7 +321,9 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	call := func(ctx context.Context, c *conn) (any, error) {
 		return nodeAttempt(ctx, c, s, args, h.rk.lock, confirmField)
 	}
+	replied, confirmed := 0, 0
 	take := func(r nodeReply) bool {
+		replied++
 		switch {
 		case r.err != nil:
 			errs[r.i] = r.err
@@ -349,6 +339,9 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 			case g.acquired:
 				undo[r.i] = true
 				grants = append(grants, quorumGrant{i: r.i, token: g.token, holds: g.holds, confirmed: a.confirmed})
+				if a.confirmed > 0 {
+					confirmed++
+				}
 			case g.upgrade:
 				refused = true
 				errs[r.i] = ErrUpgrade
@@ -357,17 +350,6 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 				if ms := g.pttl.Milliseconds(); ms >= 0 && (pttl < 0 || ms < pttl) {
 					pttl = ms
 				}
-			}
-		}
-		replied, confirmed := 0, 0
-		for i := range errs {
-			if errs[i] != nil || undo[i] {
-				replied++
-			}
-		}
-		for _, g := range grants {
-			if g.confirmed > 0 {
-				confirmed++
 			}
 		}
 		// A hold the owner has on a majority already (its servers confirmed its token)
@@ -395,12 +377,11 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		}
 		switch {
 		case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
-		case outcome.Load() == attemptLost:
-			l.undoOn(q.nodes[r.i], h, nonce)
-		case r.err == nil && l.released(h):
-			// A grant after the majority's, on a server the hold's release reached
-			// first: it would stay until its TTL.
-			l.undoOn(q.nodes[r.i], h, nonce)
+		case outcome.Load() == attemptLost, r.err == nil && l.gone(h):
+			// Undone: the attempt lost, or its grant on this server came after the
+			// acquisition was given up or the hold's release reached the server, and
+			// would stay there until its TTL.
+			l.undoQuorum(h, nonce, onlyAt(n, r.i))
 		case r.err == nil:
 			// A grant after the majority's: part of the hold (renewed and released
 			// with the others), carrying the hold's token like them.
@@ -511,11 +492,12 @@ func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64
 	return top, reply, nil
 }
 
-// released reports whether h's hold was released already.
-func (l *Locker) released(h *held) bool {
+// gone reports whether h is no longer this process's record of its owner's hold: its
+// acquisition failed or was given up (its context ended), or the hold was released.
+func (l *Locker) gone(h *held) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return h.state == stateReleased
+	return l.held[h.hk] != h
 }
 
 // onlyAt returns n flags, set at i only.
@@ -546,22 +528,11 @@ func (l *Locker) raiseOn(c *conn, h *held, top int64) error {
 }
 
 // undoQuorum undoes, aside, the attempt with nonce on the servers marked in on (all when
-// on is nil).
+// on is nil); on a closed Locker, at once.
 func (l *Locker) undoQuorum(h *held, nonce string, on []bool) {
-	for i, c := range l.q.nodes {
-		if on == nil || on[i] {
-			if !l.background(func() { l.undoOn(c, h, nonce) }) {
-				l.undoOn(c, h, nonce)
-			}
-		}
-	}
-}
-
-// undoOn drops, on one server, the hold taken by the attempt with nonce, if it took effect.
-func (l *Locker) undoOn(c *conn, h *held, nonce string) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
-	defer cancel()
-	_ = c.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
+	l.each(on, true, func(ctx context.Context, c *conn) error {
+		return c.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
+	})
 }
 
 // releaseQuorum runs a release on every server and merges the replies: decided once a
@@ -589,10 +560,13 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 		}
 		return ok >= q.need || ko > n-q.need
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	if d, has := ctx.Deadline(); has {
-		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
+	// The calls still running when a majority answered go on past the caller's return,
+	// within its deadline: a release that reaches the last server frees it there too.
+	d, bounded := ctx.Deadline()
+	if !bounded {
+		d = time.Now().Add(l.cfg.releaseTimeout)
 	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
 	l.round(rctx, cancel, call, take, nil)
 	if ok < q.need {
 		return 0, &QuorumError{Op: "release", Need: q.need, Addrs: q.addrs, Errs: errs}
@@ -619,15 +593,23 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	return releaseExpired, nil
 }
 
-// each runs call on every server at once, aside, bounded by the release timeout: the
-// best-effort calls (leaving a wait queue, passing a turn on, leaving a writer's wait).
-func (l *Locker) each(call func(ctx context.Context, c *conn) error) {
-	for _, c := range l.q.nodes {
-		l.background(func() {
+// each runs call on the servers marked in on (all when on is nil) at once, aside, each
+// bounded by the release timeout: undoing attempts and the best-effort calls (leaving a
+// wait queue, passing a turn on, a writer leaving its wait). On a closed Locker the
+// calls run at once when inline is set, else not at all.
+func (l *Locker) each(on []bool, inline bool, call func(ctx context.Context, c *conn) error) {
+	for i, c := range l.q.nodes {
+		if on != nil && !on[i] {
+			continue
+		}
+		run := func() {
 			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 			defer cancel()
 			_ = call(ctx, c)
-		})
+		}
+		if !l.background(run) && inline {
+			run()
+		}
 	}
 }
 

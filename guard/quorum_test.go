@@ -655,3 +655,33 @@ func TestQuorumNoStrayGrants(t *testing.T) {
 	}
 	waitUntil(t, 2*time.Second, "no lock left on any server", func() bool { return r.holders(t, "loop") == 0 })
 }
+
+// TestQuorumCancelledLeavesNothing: an acquisition whose context ends while every
+// server's reply is still on its way fails with the context's error, and the grants the
+// servers make after it are undone at once, not left for their TTL.
+func TestQuorumCancelledLeavesNothing(t *testing.T) {
+	r := startQuorum(t, 3, true)
+	l := r.locker(t, guard.RestartDelay(0), guard.TTL(10*time.Second))
+	// Connections dialled first, so that the attempts reach the servers at once.
+	mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up"))
+	for _, p := range r.proxies {
+		p.SetLatency(300 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := l.Acquire(ctx, "cancelled")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire: %v, want the context's deadline in the chain", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := r.holders(t, "cancelled"); n < 2 {
+		// (A server whose connection is still being dialled gets the attempt later.)
+		t.Fatalf("%d servers granted the abandoned attempt, want a majority at least: the test shows nothing", n)
+	}
+	for _, p := range r.proxies {
+		p.SetLatency(0)
+	}
+	waitUntil(t, 3*time.Second, "the late grants undone on every server (TTL 10s)", func() bool {
+		return r.holders(t, "cancelled") == 0
+	})
+}

@@ -28,26 +28,36 @@ func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, ma
 	if err != nil {
 		return acquireReply{err: err}
 	}
-	args := h.acquireArgs(nonce, manner)
-	run := func(load bool) (*redis.Cmd, *redis.Cmd) {
-		pipe := node.Pipeline()
-		args[0], args[1] = "evalsha", h.s.spec.acquire.sha
-		if load {
-			args[0], args[1] = "eval", h.s.spec.acquire.src
-		}
-		c := pipe.Do(ctx, args...)
-		w := pipe.Do(ctx, "wait", h.s.syncReplicas, h.s.syncTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx)
-		return c, w
-	}
-	c, w := run(false)
-	if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		c, w = run(true)
-	}
+	var w *redis.Cmd
+	c := pipeScript(ctx, node, h.s.spec.acquire, h.acquireArgs(nonce, manner), func(pipe redis.Pipeliner) {
+		w = pipe.Do(ctx, "wait", h.s.syncReplicas, h.s.syncTimeout.Milliseconds())
+	})
 	v, err := c.Result()
 	if err != nil {
 		return acquireReply{err: err}
 	}
 	acked, ackErr := w.Int64()
 	return acquireReply{v: v, synced: true, acked: acked, ackErr: ackErr}
+}
+
+// pipeScript runs s with args (whose first two slots it fills, as runScript does)
+// followed, in one pipeline on one connection of node, by the commands then queues; after
+// a NOSCRIPT reply it sends the whole pipeline again with EVAL, calling then anew.
+func pipeScript(ctx context.Context, node redis.Cmdable, s *script, args []any, then func(redis.Pipeliner)) *redis.Cmd {
+	run := func(load bool) *redis.Cmd {
+		pipe := node.Pipeline()
+		args[0], args[1] = "evalsha", s.sha
+		if load {
+			args[0], args[1] = "eval", s.src
+		}
+		cmd := pipe.Do(ctx, args...)
+		then(pipe)
+		_, _ = pipe.Exec(ctx)
+		return cmd
+	}
+	cmd := run(false)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = run(true)
+	}
+	return cmd
 }

@@ -238,7 +238,7 @@ func (w *waitRun) sleep() error {
 // gives up its place in a fair lock's queue, or a waiting writer's hold on new readers.
 func (l *Locker) leave(h *held) {
 	if l.q != nil {
-		l.each(func(ctx context.Context, c *conn) error {
+		l.each(nil, false, func(ctx context.Context, c *conn) error {
 			s, args := l.q.acquireCall(h, l.newNonce(), mannerLeave)
 			return c.runScript(ctx, s, args, true).Err()
 		})
