@@ -143,9 +143,18 @@ func variants() []variant {
 		{name: "redsync/quorum-defaults", quorum: true, lib: "redsync", isLock: true,
 			config: "as redsync/quorum with redsync's defaults: expiry 8s, 32 tries, retry delay rand(50ms, 250ms); an exhausted Lock is called again",
 			new:    newRedsyncQuorum(false)},
+		{name: "floor", lib: "floor", isLock: true,
+			config: "not a library: the fewest Redis calls of an owner-checked, reentrant lock with fencing tokens, a Lua script each way (acquire: HMGET, INCR of a token counter, HSET, PEXPIRE; release: HGET, DEL) on a client with ContextTimeoutEnabled — without guardkit's retry safety, token clock floor, wake-up queue, renewal or leases",
+			new:    newFloor},
+		{name: "floor/autopipeline", lib: "floor", isLock: true,
+			config: "not a library: the floor on go-redis's auto-pipelining client (client.AutoPipeline())",
+			new:    newFloorAutoPipelined},
 		{name: "ceiling", lib: "ceiling",
 			config: "not a lock: go-redis EVALSHA of `return 1` for each half of a pair, the round-trip limit",
 			new:    newCeiling},
+		{name: "ceiling/autopipeline", lib: "ceiling",
+			config: "not a lock: the ceiling on go-redis's auto-pipelining client (client.AutoPipeline()), the limit of any library on that client",
+			new:    newCeilingAutoPipelined},
 	}
 }
 
@@ -624,27 +633,156 @@ func (le *rueidisLease) Unlock(context.Context) error {
 
 func (le *rueidisLease) Lost() bool { return le.ctx.Err() != nil }
 
+// --- floor: the least script pair of a reentrant, owner-checked, fenced lock ---
+
+// floorAcquire takes a free lock (a hash: owner = hold count, #t = token) with a token one
+// above the key's counter, reenters the owner's hold, or answers -1 when another owner
+// holds it. Nothing else: no nonce (a retried call counts a hold twice), no clock floor (a
+// counter lost with the server's data starts again at 1), no queue.
+var floorAcquire = redis.NewScript(`local v = redis.call('HMGET', KEYS[1], ARGV[1], '#t')
+if v[1] then
+  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return tonumber(v[2])
+end
+if v[2] then return -1 end
+local t = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], ARGV[1], 1, '#t', t)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return t`)
+
+// floorRelease drops one of the owner's holds and deletes the lock at the last: 1 freed,
+// 2 still held, 0 not the owner's (no nonce: a retried release reports 0).
+var floorRelease = redis.NewScript(`local n = redis.call('HGET', KEYS[1], ARGV[1])
+if not n then return 0 end
+if n ~= '1' then
+  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+  return 2
+end
+redis.call('DEL', KEYS[1])
+return 1`)
+
+type floorLib struct {
+	*goRedis
+	s           redis.Scripter // the client, or its auto-pipelining face
+	prefix, ttl string
+	seq         *atomic.Uint64
+}
+
+// newFloor builds the floor on the raw row's client settings, with owners made as raw
+// makes its tokens.
+func newFloor(cfg libConfig) (Lib, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	g := newGoRedis(cfg, false)
+	return floorLib{goRedis: g, s: g.c, prefix: base64.RawURLEncoding.EncodeToString(b[:]) + ":",
+		ttl: strconv.FormatInt(cfg.ttl.Milliseconds(), 10), seq: new(atomic.Uint64)}, nil
+}
+
+// newFloorAutoPipelined is newFloor on go-redis's auto-pipelining face of the client.
+func newFloorAutoPipelined(cfg libConfig) (Lib, error) {
+	l, err := newFloor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	f := l.(floorLib)
+	if f.s, err = autoPipelined(f.goRedis); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil // closing the client closes the auto-pipeliner too
+}
+
+type floorLease struct {
+	s     redis.Scripter
+	keys  []string
+	owner string
+}
+
+func (l floorLib) TryLock(ctx context.Context, key string) (Lease, error) {
+	le := &floorLease{s: l.s, keys: []string{key, key + ":t"}, owner: l.prefix + strconv.FormatUint(l.seq.Add(1), 36)}
+	t, err := floorAcquire.Run(ctx, l.s, le.keys, le.owner, l.ttl).Int64()
+	if err != nil {
+		return nil, err
+	}
+	if t < 0 {
+		return nil, errBusy
+	}
+	return le, nil
+}
+
+// Lock polls every millisecond, as raw does.
+func (l floorLib) Lock(ctx context.Context, key string) (Lease, error) {
+	for {
+		le, err := l.TryLock(ctx, key)
+		if !errors.Is(err, errBusy) {
+			return le, err
+		}
+		if err := sleepCtx(ctx, time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (le *floorLease) Unlock(ctx context.Context) error {
+	n, err := floorRelease.Run(ctx, le.s, le.keys[:1], le.owner).Int64()
+	if err == nil && n != 1 {
+		err = errors.New("floor: lock not held")
+	}
+	return err
+}
+
+func (le *floorLease) Lost() bool { return false }
+
 // --- ceiling: two trivial round trips, no lock ---
 
 var trivial = redis.NewScript(`return 1`)
 
-type ceilingLib struct{ *goRedis }
+type ceilingLib struct {
+	*goRedis
+	s redis.Scripter // the client, or its auto-pipelining face
+}
 
-func newCeiling(cfg libConfig) (Lib, error) { return ceilingLib{newGoRedis(cfg, false)}, nil }
+func newCeiling(cfg libConfig) (Lib, error) {
+	g := newGoRedis(cfg, false)
+	return ceilingLib{g, g.c}, nil
+}
 
-type ceilingLease struct{ c redis.UniversalClient }
-
-func (l ceilingLib) TryLock(ctx context.Context, key string) (Lease, error) {
-	if err := trivial.Run(ctx, l.c, []string{key}).Err(); err != nil {
+// newCeilingAutoPipelined is newCeiling on go-redis's auto-pipelining face of the client.
+func newCeilingAutoPipelined(cfg libConfig) (Lib, error) {
+	g := newGoRedis(cfg, false)
+	ap, err := autoPipelined(g)
+	if err != nil {
+		g.Close()
 		return nil, err
 	}
-	return ceilingLease{l.c}, nil
+	return ceilingLib{g, ap}, nil // closing the client closes the auto-pipeliner too
+}
+
+// autoPipelined returns the auto-pipelining face of g's client, a single server's.
+func autoPipelined(g *goRedis) (redis.Scripter, error) {
+	c, ok := g.c.(*redis.Client)
+	if !ok {
+		return nil, errors.New("auto-pipelining: needs a single server's client")
+	}
+	return c.AutoPipeline()
+}
+
+type ceilingLease struct{ s redis.Scripter }
+
+func (l ceilingLib) TryLock(ctx context.Context, key string) (Lease, error) {
+	if err := trivial.Run(ctx, l.s, []string{key}).Err(); err != nil {
+		return nil, err
+	}
+	return ceilingLease{l.s}, nil
 }
 
 func (l ceilingLib) Lock(ctx context.Context, key string) (Lease, error) { return l.TryLock(ctx, key) }
 
 func (le ceilingLease) Unlock(ctx context.Context) error {
-	return trivial.Run(ctx, le.c, []string{"x"}).Err()
+	return trivial.Run(ctx, le.s, []string{"x"}).Err()
 }
 
 func (le ceilingLease) Lost() bool { return false }

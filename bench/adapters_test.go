@@ -171,25 +171,69 @@ func TestRenewal(t *testing.T) {
 	}
 }
 
-// TestCeiling checks that the ceiling variant makes its two round trips.
+// TestCeiling checks that the ceiling variants make their two round trips, the
+// auto-pipelined one included.
 func TestCeiling(t *testing.T) {
-	var ceiling variant
 	for _, v := range variants() {
-		if v.name == "ceiling" {
-			ceiling = v
+		if v.lib != "ceiling" {
+			continue
+		}
+		t.Run(v.name, func(t *testing.T) {
+			l := newTestLib(t, v, libConfig{ttl: time.Second})
+			le, err := l.TryLock(context.Background(), "ceiling")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := le.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if n := l.RoundTrips(); n < 2 {
+				t.Fatalf("round trips = %d, want ≥ 2", n)
+			}
+		})
+	}
+}
+
+// TestFloor checks the floor's scripts beyond what TestConformance does: a reentry
+// counts a hold that its release drops, and every fresh acquisition's token is above the
+// last.
+func TestFloor(t *testing.T) {
+	ctx := context.Background()
+	l := newTestLib(t, variantNamed(t, "floor"), libConfig{ttl: 10 * time.Second}).(floorLib)
+	key := "floor:reentry"
+	var last int64
+	for range 3 {
+		le, err := l.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fl := le.(*floorLease)
+		tok, err := floorAcquire.Run(ctx, l.s, fl.keys, fl.owner, l.ttl).Int64() // reenter
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok <= last {
+			t.Fatalf("token %d after %d, want it higher", tok, last)
+		}
+		last = tok
+		if n, err := floorRelease.Run(ctx, l.s, fl.keys[:1], fl.owner).Int64(); err != nil || n != 2 {
+			t.Fatalf("inner release: %d, %v; want 2 (still held)", n, err)
+		}
+		if err := le.Unlock(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
-	l := newTestLib(t, ceiling, libConfig{ttl: time.Second})
-	le, err := l.TryLock(context.Background(), "ceiling")
-	if err != nil {
-		t.Fatal(err)
+}
+
+func variantNamed(t *testing.T, name string) variant {
+	t.Helper()
+	for _, v := range variants() {
+		if v.name == name {
+			return v
+		}
 	}
-	if err := le.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if n := l.RoundTrips(); n < 2 {
-		t.Fatalf("round trips = %d, want ≥ 2", n)
-	}
+	t.Fatalf("no variant %q", name)
+	return variant{}
 }
 
 func TestHist(t *testing.T) {

@@ -1,6 +1,8 @@
 package guard
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -14,10 +16,67 @@ import (
 // sync.go (syncNode) and topology.go (refresh, the sharded flag).
 type conn struct {
 	client           redis.UniversalClient
-	honoursDeadlines bool         // client gives up on calls at their context's deadline
-	batching         bool         // client is an auto-pipeliner: calls may wait for a batch
-	refreshed        atomic.Int64 // when refresh last reloaded a Cluster client's map, in Unix ns
+	honoursDeadlines bool // client gives up on calls at their context's deadline
+	batching         bool // client is an auto-pipeliner: calls may wait for a batch
+	// deferred is the deferred (async) face of an auto-pipelining client: batched calls
+	// are submitted there and waited for with their context, so that they return at its
+	// deadline without a goroutine each (the blocking face waits for the batch whatever
+	// the context). Nil when the client does not batch, or has no deferred face.
+	deferred  *redis.AutoPipeliner
+	refreshed atomic.Int64 // when refresh last reloaded a Cluster client's map, in Unix ns
 	// classic makes the Locker use classic Pub/Sub on a Cluster too, as it does when the
 	// nodes run Redis 6.2: set by tests only (export_test.go), before the first wait.
 	classic bool
+}
+
+// init makes c client's. An auto-pipelining client's deferred face is asked of it here
+// (the client owns it and closes it with itself); without one, batched calls go through
+// the blocking face and wait for their batch.
+func (c *conn) init(client redis.UniversalClient) {
+	c.client, c.honoursDeadlines = client, honoursDeadlines(client)
+	if ap, ok := client.(*redis.AutoPipeliner); ok {
+		c.batching = true
+		if !ap.IsBlocking() {
+			c.deferred = ap
+		} else if d, err := ap.AsyncAutoPipeline(); err == nil {
+			c.deferred = d
+		}
+	}
+}
+
+// waitsWithContext reports whether a script call sent with runScript(…, urgent) returns
+// by its context's deadline: the client gives up on calls itself, or the call is batched
+// on the deferred face and waited for with the context.
+func (c *conn) waitsWithContext(urgent bool) bool {
+	return c.honoursDeadlines || (c.deferred != nil && !urgent)
+}
+
+// inFlight is the error of a batched call whose caller's context ended before its batch
+// ran: the call still runs, and wait returns once it has. It unwraps to the context's error.
+type inFlight struct {
+	err  error // the context's
+	wait func() error
+}
+
+func (e *inFlight) Error() string { return e.err.Error() + " (the call is still in a batch)" }
+func (e *inFlight) Unwrap() error { return e.err }
+
+// settled waits until the call that returned err has run, when it was left in a batch.
+func settled(err error) {
+	var f *inFlight
+	if errors.As(err, &f) {
+		_ = f.wait()
+	}
+}
+
+// submit sends cmd in the deferred face's next batch and waits for it with ctx.
+func (c *conn) submit(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
+	f := c.deferred.Submit(ctx, cmd)
+	if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The batch may still write cmd: answer with another command.
+		left := redis.NewCmd(ctx)
+		left.SetErr(&inFlight{err: err, wait: f.Wait})
+		return left
+	}
+	return cmd
 }

@@ -110,9 +110,13 @@
 // queued behind — join its batches, which saves the server and the client a system call
 // per command under concurrency; the steps of a handoff (an attempt after a wait, the
 // release a local waiter is queued behind, compensating releases) are sent at once, on a
-// connection of their own, so that a contended lock never waits for batches. That client
-// does not stop a call at its context's deadline, so calls with a deadline run on a helper
-// goroutine as above. It also hides what it wraps: on a Cluster, give New the
+// connection of their own, so that a contended lock never waits for batches. The batched
+// calls go through the client's deferred face (AsyncAutoPipeline, which the client owns
+// and closes with itself) and are waited for with their context, so they return at its
+// deadline without a helper goroutine (the blocking face waits for its batch whatever the
+// context); an attempt whose caller gave up while it waited in a batch is undone once it
+// has run, never before. The calls sent at once run on a helper goroutine as above. That
+// client also hides what it wraps: on a Cluster, give New the
 // *redis.ClusterClient itself, or guard falls back to classic Pub/Sub and cannot reload
 // the client's slot map after a failover.
 //

@@ -99,32 +99,48 @@ func TestAmbiguousAcquireCompensated(t *testing.T) {
 
 // TestAbandonedAttemptOnStalledRedis: with Redis stopped mid-attempt, Acquire returns when
 // its context ends (the client would wait out its 3s read timeout), and the attempt, once
-// Redis answers, undoes the hold it took for nobody.
+// Redis answers, undoes the hold it took for nobody. On go-redis's auto-pipelining client
+// too, where the attempt waits in a batch that a context cannot call back: the undo then
+// waits for that batch, so that it does not overtake the attempt.
 func TestAbandonedAttemptOnStalledRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	l, c := newLocker(t, srv, guard.TTL(time.Minute))
-	mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up"))
+	for _, batched := range []bool{false, true} {
+		t.Run(map[bool]string{false: "client", true: "auto-pipelined"}[batched], func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := srv.Client(t)
+			var l *guard.Locker
+			if batched {
+				ap, err := c.AutoPipeline()
+				if err != nil {
+					t.Fatal(err)
+				}
+				l = lockerOn(t, ap, guard.TTL(time.Minute))
+			} else {
+				l = lockerOn(t, c, guard.TTL(time.Minute))
+			}
+			mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up"))
 
-	srv.Pause(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := l.Acquire(ctx, "stalled")
-	if d := time.Since(start); d > 250*time.Millisecond {
-		t.Errorf("Acquire returned %s after start with a 200ms deadline", d)
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("err = %v, want context.DeadlineExceeded in the chain", err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	srv.Resume(t)
-	bg := context.Background()
-	waitUntil(t, 3*time.Second, "the abandoned attempt to undo itself", func() bool {
-		n, _ := c.Exists(bg, lockName("stalled")).Result()
-		return n == 0
-	})
-	if n, _ := c.Exists(bg, lockName("stalled")+":fence").Result(); n != 1 {
-		t.Fatal("the stalled acquire never ran; the test proves nothing")
+			srv.Pause(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := l.Acquire(ctx, "stalled")
+			if d := time.Since(start); d > 250*time.Millisecond {
+				t.Errorf("Acquire returned %s after start with a 200ms deadline", d)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want context.DeadlineExceeded in the chain", err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			srv.Resume(t)
+			bg := context.Background()
+			waitUntil(t, 3*time.Second, "the abandoned attempt to undo itself", func() bool {
+				n, _ := c.Exists(bg, lockName("stalled")).Result()
+				return n == 0
+			})
+			if n, _ := c.Exists(bg, lockName("stalled")+":fence").Result(); n != 1 {
+				t.Fatal("the stalled acquire never ran; the test proves nothing")
+			}
+		})
 	}
 }
 
@@ -158,5 +174,57 @@ func TestAbandonedAttemptThenSameOwner(t *testing.T) {
 	waitUntil(t, 3*time.Second, "the abandoned attempt's undo", func() bool {
 		n, _ := direct.Exists(ctx, lockName("retry")).Result()
 		return n == 0
+	})
+}
+
+// TestAbandonedAttemptQueuedInBatch: on go-redis's auto-pipelining client an attempt can
+// wait in the client's queue while an earlier batch is in flight. Its caller's context
+// ends there; the attempt is sent later and takes the lock. The undo must wait for it:
+// sent at once on a connection of its own, it would find nothing to undo, and the lock
+// would stay held for nobody until its TTL (a minute here).
+func TestAbandonedAttemptQueuedInBatch(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lockerOn(t, ap, guard.TTL(time.Minute))
+	mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up"))
+	direct := srv.Client(t)
+	bg := context.Background()
+
+	// A batch in flight for 700ms: the first attempt on another key.
+	proxy.DelayNextReply(700 * time.Millisecond)
+	first := make(chan error, 1)
+	go func() {
+		le, err := l.TryAcquire(bg, "first")
+		if err == nil {
+			err = le.Release(bg)
+		}
+		first <- err
+	}()
+	waitUntil(t, 2*time.Second, "the first attempt to run", func() bool {
+		n, _ := direct.Exists(bg, lockName("first")).Result()
+		return n == 1
+	})
+
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	defer cancel()
+	if _, err := l.Acquire(ctx, "queued"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want context.DeadlineExceeded in the chain", err)
+	}
+	if n, _ := direct.Exists(bg, lockName("queued")+":fence").Result(); n != 0 {
+		t.Fatal("the attempt ran before its caller gave up; the test proves nothing")
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 3*time.Second, "the queued attempt to run and be undone", func() bool {
+		n, _ := direct.Exists(bg, lockName("queued")+":fence").Result()
+		m, _ := direct.Exists(bg, lockName("queued")).Result()
+		return n == 1 && m == 0
 	})
 }

@@ -124,7 +124,7 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 		held: make(map[holdKey]*held),
 	}
 	if client != nil {
-		l.client, l.honoursDeadlines, l.batching = client, honoursDeadlines(client), isAutoPipeliner(client)
+		l.conn.init(client)
 	}
 	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
 	l.idArg = l.id
@@ -346,7 +346,7 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited boo
 		nonce = l.newNonce()
 	}
 	sent := time.Now()
-	if ctx.Done() == nil || l.honoursDeadlines {
+	if ctx.Done() == nil || l.honoursDeadlines || (l.q == nil && h.s.syncReplicas == 0 && l.waitsWithContext(waited)) {
 		// Nothing to return early for, or the client itself gives up at ctx's deadline
 		// (a cancellation without deadline is then noticed when the call returns).
 		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner, waited))
@@ -414,7 +414,7 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 		l.refresh(r.err)
 		if !isServerError(r.err) {
 			// The script may have run: undo it, if it did, so the lock is not left held.
-			l.compensate(h, nonce)
+			l.compensate(h, nonce, r.err)
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			return granted{}, fmt.Errorf("guard: acquire %s: %w", quoteKey(h.hk.key), errors.Join(cerr, r.err))
@@ -436,9 +436,12 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	return g, nil
 }
 
-// compensate undoes, in the background, the acquire attempt with nonce if it took effect.
-func (l *Locker) compensate(h *held, nonce string) {
-	if !l.background(func() { l.undo(h, nonce) }) {
+// compensate undoes, in the background, the acquire attempt with nonce if it took effect;
+// err is the attempt's, and an attempt still in a batch is waited for first, so that the
+// undo does not overtake it.
+func (l *Locker) compensate(h *held, nonce string, err error) {
+	if !l.background(func() { settled(err); l.undo(h, nonce) }) {
+		settled(err)
 		l.undo(h, nonce)
 	}
 }
@@ -500,7 +503,7 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 	if l.batching {
 		_, urgent, _ = l.waits.state(h.rk) // this process's waiters are next
 	}
-	if l.honoursDeadlines {
+	if l.honoursDeadlines || (l.q == nil && l.waitsWithContext(urgent)) {
 		r.code, r.err = l.runRelease(ctx, h, urgent)
 	} else {
 		call := func() reply {
@@ -548,13 +551,6 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 		r.code = releaseFreed
 	}
 	return r.code, nil
-}
-
-// isAutoPipeliner reports whether c batches concurrent calls (go-redis's auto-pipelining
-// client): a call may then wait for the batch in flight before it is sent.
-func isAutoPipeliner(c redis.UniversalClient) bool {
-	_, ok := c.(*redis.AutoPipeliner)
-	return ok
 }
 
 // honoursDeadlines reports whether c gives up on a call when its context's deadline

@@ -40,6 +40,9 @@ func (c *conn) send(ctx context.Context, args []any, urgent bool) *redis.Cmd {
 		return c.client.Do(ctx, args...) // an AutoPipeliner runs Do outside its batches
 	}
 	cmd := redis.NewCmd(ctx, args...)
+	if c.deferred != nil {
+		return c.submit(ctx, cmd)
+	}
 	_ = c.client.Process(ctx, cmd)
 	return cmd
 }
