@@ -95,7 +95,7 @@ type variant struct {
 }
 
 func variants() []variant {
-	return []variant{
+	vs := []variant{
 		{name: "raw", lib: "raw", isLock: true,
 			config: "SET NX PX + Lua compare-and-delete; blocking polls every 1 ms; renewal: one goroutine per lease (Lua compare-and-pexpire)",
 			new:    newRaw},
@@ -156,6 +156,28 @@ func variants() []variant {
 			config: "not a lock: the ceiling on go-redis's auto-pipelining client (client.AutoPipeline()), the limit of any library on that client",
 			new:    newCeilingAutoPipelined},
 	}
+	for _, c := range guaranteeCuts {
+		how := "as they are"
+		if len(c.edits) > 0 {
+			how = "without " + cutDescription(c.edits)
+		}
+		vs = append(vs, variant{name: c.name, lib: "scripts", isLock: true,
+			config: "not a library: guardkit's acquire.lua and release.lua run directly on the raw row's client settings, " + how + " (scenario guarantees)",
+			new:    newScriptsLib(c.edits)})
+	}
+	return vs
+}
+
+// cutDescription says what a guarantees variant's edits cut out.
+func cutDescription(edits []scriptEdit) string {
+	s := ""
+	for i, e := range edits {
+		if i > 0 {
+			s += " and "
+		}
+		s += e.describe
+	}
+	return s
 }
 
 // rtCounter is a go-redis hook that counts round trips: one per command, one per

@@ -39,11 +39,16 @@ var scenarioVariants = map[string][]string{
 	"quorum-uncontended": {"raw", "guardkit", "guardkit/quorum", "redsync/quorum"},
 	"quorum-contended":   {"raw", "guardkit/quorum", "redsync/quorum", "redsync/quorum-defaults"},
 	// The lock kinds (kinds.go): guardkit only.
-	"rw":        {"guardkit", "guardkit/exclusive"},
+	"rw": {"guardkit", "guardkit/exclusive"},
+	// What each guarantee costs the server (guarantees.go): guardkit's scripts run
+	// directly, whole and with one guarantee cut out, beside the bare lock, the floor and
+	// two empty scripts.
+	"guarantees": {"raw", "ceiling", "floor", "scripts", "scripts/no-release-nonce", "scripts/no-token-rewrite",
+		"scripts/no-clock-floor", "scripts/no-acquire-nonce", "scripts/no-queue-pop", "scripts/no-guarantees"},
 	"semaphore": {"guardkit"},
 }
 
-var scenarioOrder = []string{"uncontended", "contended", "reentrant", "many", "rw", "semaphore",
+var scenarioOrder = []string{"uncontended", "guarantees", "contended", "reentrant", "many", "rw", "semaphore",
 	"cluster-uncontended", "cluster-contended", "replicated-uncontended", "quorum-uncontended", "quorum-contended"}
 
 // uncontendedG are the cells of every uncontended scenario: goroutines.
@@ -193,6 +198,13 @@ func run(o options) error {
 	}
 	if want("uncontended") {
 		runCells("uncontended", uncontendedCells(e))
+	}
+	if want("guarantees") {
+		// One goroutine sending pairs back to back: the server's time per pair without
+		// the scheduling noise of many clients on two cores.
+		runCells("guarantees", []cell{{"G=1", func(v variant) (map[string]float64, serverDelta, error) {
+			return e.uncontended(v, 1)
+		}}})
 	}
 	if want("contended") {
 		var cells []cell
@@ -430,7 +442,7 @@ func summarize(ms []measurement) []measurement {
 
 func rateMetric(scenario string) string {
 	switch scenario {
-	case "uncontended", "cluster-uncontended", "replicated-uncontended", "quorum-uncontended":
+	case "uncontended", "guarantees", "cluster-uncontended", "replicated-uncontended", "quorum-uncontended":
 		return "pairs_per_s"
 	case "contended", "cluster-contended", "quorum-contended":
 		return "acq_per_s"

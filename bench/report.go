@@ -186,6 +186,7 @@ func (r *report) markdown() string {
 	r.replicatedSections(&b)
 	r.kindSections(&b)
 	r.quorumSection(&b)
+	r.guaranteesSection(&b)
 
 	b.WriteString("## Configurations\n\n")
 	for _, v := range r.variants {

@@ -243,6 +243,8 @@ func (e *env) uncontended(v variant, g int) (map[string]float64, serverDelta, er
 	}
 	m["nonscript_us_per_pair"] = float64(otherUsec) / float64(max(ops, 1))
 	m["set_us_per_pair"] = float64(d.usecBy["set"]) / float64(max(ops, 1))
+	// The lock's own time in Redis: its scripts (inner commands included) and SET NX.
+	m["redis_us_per_pair"] = m["script_us_per_pair"] + m["set_us_per_pair"]
 	return m, d, nil
 }
 

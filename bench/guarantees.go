@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The guarantees scenario prices each guarantee of guardkit's exclusive lock in server
+// time: guardkit's own acquire.lua and release.lua, read from ../guard/scripts, run
+// directly (no engine around them), whole and with one guarantee cut out at a time. The
+// cuts are textual edits of the real scripts; an edit that no longer applies (the script
+// changed) fails the run instead of measuring something else.
+
+// scriptsDir is where guardkit's scripts are read from; the bench runs in bench/.
+var scriptsDir = filepath.Join("..", "guard", "scripts")
+
+// scriptEdit cuts one guarantee out of acquire.lua (file "acquire") or release.lua.
+type scriptEdit struct {
+	file     string
+	re       *regexp.Regexp
+	with     string
+	describe string
+}
+
+// guaranteeCuts are the variants of the scenario: the guarantee cut out, by name.
+var guaranteeCuts = []struct {
+	name, guarantee string
+	edits           []scriptEdit
+}{
+	{"scripts", "none: guardkit's scripts as they are", nil},
+	{"scripts/no-release-nonce", "a retried release reports the truth", []scriptEdit{{
+		file: "release", re: regexp.MustCompile(`(?s)local fence, entry = KEYS\[2\].*?\nend\n`), with: "",
+		describe: "the release nonce APPENDed to the fence key and the key's retention renewed"}}},
+	{"scripts/no-token-rewrite", "tokens rise per key while the fence key lives, whatever the clock", []scriptEdit{{
+		file: "acquire", re: regexp.MustCompile(`(?s)local last = string\.match\(redis\.call\('GETRANGE'.*?'PX', ARGV\[4\]\)\nend\n`),
+		with:     "local t = string.format('%.0f', token)\n",
+		describe: "the last token read from the fence key and overwritten (the token is the clock alone)"}}},
+	{"scripts/no-clock-floor", "tokens rise after Redis restarts empty or fails over to a lagging replica", []scriptEdit{{
+		file: "acquire", re: regexp.MustCompile(`local now = redis\.call\('TIME'\)\nlocal token = now\[1\] \* 1000000 \+ now\[2\]\n`),
+		with: "local token = 0\n", describe: "TIME as the token's floor (the token is the fence key's last + 1)"}}},
+	{"scripts/no-acquire-nonce", "a retried acquire counts once", []scriptEdit{{
+		file: "acquire", re: regexp.MustCompile(`owner \.\. '#a', ARGV\[3\], `), with: "",
+		describe: "the attempt's nonce written into the lock hash"}}},
+	{"scripts/no-queue-pop", "a release wakes the next process queued for the lock", []scriptEdit{{
+		file: "release", re: regexp.MustCompile(`local next = redis\.call\('LPOP', KEYS\[3\]\)`), with: "local next = false",
+		describe: "the pop of the lock's wait queue"}}},
+}
+
+func init() {
+	var all []scriptEdit
+	for _, c := range guaranteeCuts {
+		all = append(all, c.edits...)
+	}
+	guaranteeCuts = append(guaranteeCuts, struct {
+		name, guarantee string
+		edits           []scriptEdit
+	}{"scripts/no-guarantees", "all five above", all})
+}
+
+// guardScripts returns guardkit's acquire and release scripts with edits applied.
+func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
+	src := map[string]string{}
+	for _, f := range []string{"acquire", "release"} {
+		b, err := os.ReadFile(filepath.Join(scriptsDir, f+".lua"))
+		if err != nil {
+			return "", "", fmt.Errorf("guardkit's scripts (run the bench from bench/): %w", err)
+		}
+		src[f] = string(b)
+	}
+	for _, e := range edits {
+		if !e.re.MatchString(src[e.file]) {
+			return "", "", fmt.Errorf("%s.lua no longer has %s (%s): update the cut in bench/guarantees.go", e.file, e.describe, e.re)
+		}
+		src[e.file] = e.re.ReplaceAllLiteralString(src[e.file], e.with)
+	}
+	return src["acquire"], src["release"], nil
+}
+
+// scriptsLib runs guardkit's scripts, whole or cut, as try-acquire and release.
+type scriptsLib struct {
+	*goRedis
+	acquire, release *redis.Script
+	locker, ttl      string
+	seq              *atomic.Uint64
+}
+
+func newScriptsLib(edits []scriptEdit) func(libConfig) (Lib, error) {
+	return func(cfg libConfig) (Lib, error) {
+		a, r, err := guardScripts(edits)
+		if err != nil {
+			return nil, err
+		}
+		var b [9]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		return scriptsLib{goRedis: newGoRedis(cfg, false), acquire: redis.NewScript(a), release: redis.NewScript(r),
+			locker: base64.RawURLEncoding.EncodeToString(b[:]), ttl: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
+			seq: new(atomic.Uint64)}, nil
+	}
+}
+
+type scriptsLease struct {
+	l     scriptsLib
+	keys  []string
+	owner string
+}
+
+// retention is guardkit's default FenceRetention, in milliseconds.
+const retention = "3600000"
+
+func (l scriptsLib) TryLock(ctx context.Context, key string) (Lease, error) {
+	n := strconv.FormatUint(l.seq.Add(1), 36)
+	le := &scriptsLease{l: l, keys: []string{key, key + ":fence", key + ":q"}, owner: l.locker + "." + n}
+	// ARGV: owner, TTL, attempt nonce, fence retention, "2" (a caller that will not wait), Locker.
+	v, err := l.acquire.Run(ctx, l.c, le.keys, le.owner, l.ttl, "a"+n, retention, "2", l.locker).Result()
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := v.(int64); !ok {
+		return nil, errBusy // {0, pttl}: held by another owner
+	}
+	return le, nil
+}
+
+// Lock polls every millisecond, as raw does.
+func (l scriptsLib) Lock(ctx context.Context, key string) (Lease, error) {
+	for {
+		le, err := l.TryLock(ctx, key)
+		if !errors.Is(err, errBusy) {
+			return le, err
+		}
+		if err := sleepCtx(ctx, time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (le *scriptsLease) Unlock(ctx context.Context) error {
+	// ARGV: owner, release nonce, no undo nonce, fence retention, Locker, classic Pub/Sub.
+	n, err := le.l.release.Run(ctx, le.l.c, le.keys, le.owner, "r"+le.owner, "", retention, le.l.locker, "0").Int64()
+	if err == nil && n != 1 && n != 3 && n != 4 {
+		err = fmt.Errorf("scripts: release returned %d, want the lock freed", n)
+	}
+	return err
+}
+
+func (le *scriptsLease) Lost() bool { return false }
