@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -157,3 +159,111 @@ func (le *scriptsLease) Unlock(ctx context.Context) error {
 }
 
 func (le *scriptsLease) Lost() bool { return false }
+
+// guarantees runs the guarantees scenario: rounds of pairs slices, one per variant in an
+// order rotated every round, on one goroutine each variant with a key of its own. Each
+// slice is a measurement (Rep = its round); the differences that section 9 reports —
+// what a cut saves against `scripts`, the ratio to `raw` — are taken within a round, so
+// that a slow phase of the machine, which lasts longer than a round, moves both sides of
+// a difference alike. record gets every slice, once all have run.
+func (e *env) guarantees(vs []variant, rounds, pairs int, record func(measurement)) error {
+	libs := make([]Lib, len(vs))
+	keys := make([]string, len(vs))
+	defer func() {
+		for _, l := range libs {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+	}()
+	base, raw := -1, -1
+	for i, v := range vs {
+		l, err := v.new(libConfig{addr: e.addr, ttl: e.ttl})
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.name, err)
+		}
+		libs[i], keys[i] = l, e.keyFor("g", i)
+		switch v.name {
+		case "scripts":
+			base = i
+		case "raw":
+			raw = i
+		}
+	}
+	ctx := context.Background()
+	slice := func(i, n int) (ok, failed int) {
+		for range n {
+			le, err := libs[i].TryLock(ctx, keys[i])
+			if err == nil {
+				err = le.Unlock(ctx)
+			}
+			if err != nil {
+				failed++
+				continue
+			}
+			ok++
+		}
+		return ok, failed
+	}
+	for i := range vs {
+		slice(i, pairs/5) // load the scripts, warm the connections
+	}
+	var all []measurement
+	for round := range rounds {
+		ms := make([]measurement, len(vs))
+		for j := range vs {
+			i := (j + round) % len(vs)
+			a, t0 := e.snap(), time.Now()
+			ok, failed := slice(i, pairs)
+			el, b := time.Since(t0), e.snap()
+			d := a.to(b)
+			n := float64(max(ok, 1))
+			var scriptUsec int64
+			for k, v := range d.usecBy {
+				if strings.HasPrefix(k, "eval") {
+					scriptUsec += v
+				}
+			}
+			ms[i] = measurement{Scenario: "guarantees", Cell: "G=1", Variant: vs[i].name, Rep: round + 1,
+				Commands: d.byCmd, Usec: d.usecBy, Metrics: map[string]float64{
+					"pairs_per_s":            float64(ok) / el.Seconds(),
+					"errors":                 float64(failed),
+					"cmds_per_pair":          float64(d.cmds) / n,
+					"server_cpu_us_per_pair": us(d.cpu) / n,
+					"redis_us_per_pair":      float64(scriptUsec+d.usecBy["set"]) / n,
+				}}
+		}
+		for i := range ms {
+			m := ms[i].Metrics
+			if base >= 0 {
+				for _, k := range []string{"redis_us_per_pair", "server_cpu_us_per_pair"} {
+					m["saved:"+k] = ms[base].Metrics[k] - m[k]
+				}
+			}
+			if raw >= 0 && ms[raw].Metrics["redis_us_per_pair"] > 0 {
+				m["redis_x_raw"] = m["redis_us_per_pair"] / ms[raw].Metrics["redis_us_per_pair"]
+			}
+		}
+		all = append(all, ms...)
+	}
+	// The spread of the within-round differences, beside their median: on a shared
+	// machine single rounds scatter by more than the smaller guarantees cost.
+	for i, v := range vs {
+		var saved []float64
+		for _, m := range all {
+			if m.Variant == v.name {
+				saved = append(saved, m.Metrics["saved:redis_us_per_pair"])
+			}
+		}
+		slices.Sort(saved)
+		for _, m := range all[i%len(vs):] {
+			if m.Variant == v.name {
+				m.Metrics["saved_p25"], m.Metrics["saved_p75"] = saved[len(saved)/4], saved[3*len(saved)/4]
+			}
+		}
+	}
+	for _, m := range all {
+		record(m)
+	}
+	return nil
+}

@@ -144,7 +144,6 @@ func (r *report) markdown() string {
 		strings.Join(os.Args[1:], " "), r.started.UTC().Format("2006-01-02 15:04 MST"), r.elapsed.Round(time.Second))
 	r.machine(&b)
 	r.method(&b)
-	r.addSaved()
 	r.addCeilingRatio()
 	r.targets(&b)
 	b.WriteString(r.analysis())
