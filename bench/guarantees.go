@@ -46,11 +46,11 @@ var guaranteeCuts = []struct {
 		describe: "the release nonce APPENDed to the fence key and the key's retention renewed"}}},
 	{"scripts/no-token-rewrite", "tokens rise per key while the fence key lives, whatever the clock", []scriptEdit{{
 		file: "acquire", re: regexp.MustCompile(`(?s)local last = string\.match\(redis\.call\('GETRANGE'.*?'PX', ARGV\[4\]\)\nend\n`),
-		with:     "local t = string.format('%.0f', token)\n",
+		with:     "",
 		describe: "the last token read from the fence key and overwritten (the token is the clock alone)"}}},
 	{"scripts/no-clock-floor", "tokens rise after Redis restarts empty or fails over to a lagging replica", []scriptEdit{{
-		file: "acquire", re: regexp.MustCompile(`local now = redis\.call\('TIME'\)\nlocal token = now\[1\] \* 1000000 \+ now\[2\]\n`),
-		with: "local token = 0\n", describe: "TIME as the token's floor (the token is the fence key's last + 1)"}}},
+		file: "acquire", re: regexp.MustCompile(`(?s)local now = redis\.call\('TIME'\)\n.*?local t = now\[1\] \.\. string\.rep\('0', 6 - #now\[2\]\) \.\. now\[2\]\n`),
+		with: "local t = '0'\n", describe: "TIME as the token's floor (the token is the fence key's last + 1)"}}},
 	{"scripts/no-acquire-nonce", "a retried acquire counts once", []scriptEdit{{
 		file: "acquire", re: regexp.MustCompile(`owner \.\. '#a', ARGV\[3\], `), with: "",
 		describe: "the attempt's nonce written into the lock hash"}}},

@@ -73,12 +73,14 @@ end
 -- (Integers up to 2^53 are exact in Lua's numbers; a token in microseconds has 16 digits.)
 local fence = KEYS[2]
 local now = redis.call('TIME')
-local token = now[1] * 1000000 + now[2]
+-- The clock in microseconds as digits, built from TIME's two replies (seconds, then
+-- microseconds padded to six) without number formatting, which costs Redis a printf.
+local t = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
 local last = string.match(redis.call('GETRANGE', fence, 0, 23), '^%d+')
-if last and tonumber(last) >= token then
-  token = tonumber(last) + 1
+-- Digit strings compare as their numbers when their widths are equal.
+if last and (#last > #t or (#last == #t and last >= t)) then
+  t = string.format('%.0f', tonumber(last) + 1)
 end
-local t = string.format('%.0f', token)
 if last and #last == #t then
   -- Overwrite the token in place, leaving the release nonces after it untouched.
   redis.call('SETRANGE', fence, 0, t)
@@ -89,4 +91,4 @@ else
 end
 redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t)
 redis.call('PEXPIRE', lock, ARGV[2])
-return token
+return tonumber(t)
