@@ -346,8 +346,14 @@ func (l *rawLib) TryLock(ctx context.Context, key string) (Lease, error) {
 }
 
 func (l *rawLib) Lock(ctx context.Context, key string) (Lease, error) {
+	return pollLock(ctx, key, l.TryLock)
+}
+
+// pollLock is a blocking Lock made of try: it tries again every millisecond until the
+// lock is free or ctx ends.
+func pollLock(ctx context.Context, key string, try func(context.Context, string) (Lease, error)) (Lease, error) {
 	for {
-		le, err := l.TryLock(ctx, key)
+		le, err := try(ctx, key)
 		if !errors.Is(err, errBusy) {
 			return le, err
 		}
@@ -737,15 +743,7 @@ func (l floorLib) TryLock(ctx context.Context, key string) (Lease, error) {
 
 // Lock polls every millisecond, as raw does.
 func (l floorLib) Lock(ctx context.Context, key string) (Lease, error) {
-	for {
-		le, err := l.TryLock(ctx, key)
-		if !errors.Is(err, errBusy) {
-			return le, err
-		}
-		if err := sleepCtx(ctx, time.Millisecond); err != nil {
-			return nil, err
-		}
-	}
+	return pollLock(ctx, key, l.TryLock)
 }
 
 func (le *floorLease) Unlock(ctx context.Context) error {

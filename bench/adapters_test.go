@@ -199,7 +199,7 @@ func TestCeiling(t *testing.T) {
 // last.
 func TestFloor(t *testing.T) {
 	ctx := context.Background()
-	l := newTestLib(t, variantNamed(t, "floor"), libConfig{ttl: 10 * time.Second}).(floorLib)
+	l := newTestLib(t, variantByName(t, "floor"), libConfig{ttl: 10 * time.Second}).(floorLib)
 	key := "floor:reentry"
 	var last int64
 	for range 3 {
@@ -223,17 +223,6 @@ func TestFloor(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-func variantNamed(t *testing.T, name string) variant {
-	t.Helper()
-	for _, v := range variants() {
-		if v.name == name {
-			return v
-		}
-	}
-	t.Fatalf("no variant %q", name)
-	return variant{}
 }
 
 func TestHist(t *testing.T) {

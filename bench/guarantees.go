@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -138,15 +137,7 @@ func (l scriptsLib) TryLock(ctx context.Context, key string) (Lease, error) {
 
 // Lock polls every millisecond, as raw does.
 func (l scriptsLib) Lock(ctx context.Context, key string) (Lease, error) {
-	for {
-		le, err := l.TryLock(ctx, key)
-		if !errors.Is(err, errBusy) {
-			return le, err
-		}
-		if err := sleepCtx(ctx, time.Millisecond); err != nil {
-			return nil, err
-		}
-	}
+	return pollLock(ctx, key, l.TryLock)
 }
 
 func (le *scriptsLease) Unlock(ctx context.Context) error {
