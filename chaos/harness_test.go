@@ -41,6 +41,26 @@ type config struct {
 	SyncTimeout  time.Duration `json:"sync_timeout"`
 	// NoRestartCheck turns a quorum Locker's restart check off (guard.RestartDelay(0)).
 	NoRestartCheck bool `json:"no_restart_check,omitempty"`
+	// AutoPipeline gives each Locker its client's auto-pipelining face
+	// (client.AutoPipeline()) instead of the client.
+	AutoPipeline bool `json:"auto_pipeline,omitempty"`
+}
+
+// newLocker builds a Locker with c's options on client, or on its auto-pipelining face
+// when c says so (closing client closes that face too).
+func (c config) newLocker(client redis.UniversalClient) (*guard.Locker, error) {
+	if c.AutoPipeline {
+		rc, ok := client.(*redis.Client)
+		if !ok {
+			return nil, fmt.Errorf("auto-pipelining needs a single server's client, got %T", client)
+		}
+		ap, err := rc.AutoPipeline()
+		if err != nil {
+			return nil, err
+		}
+		client = ap
+	}
+	return guard.New(client, c.lockerOpts()...)
 }
 
 func (c config) lockerOpts() []guard.Option {
@@ -707,7 +727,7 @@ func (w *world) addNode(name string, proxied bool) *node {
 		addr = n.proxy.Addr()
 	}
 	n.client = w.client(addr, w.cfg.clientOpts)
-	l, err := guard.New(n.client, w.cfg.lockerOpts()...)
+	l, err := w.cfg.newLocker(n.client)
 	if err != nil {
 		w.fatalf(setup, "", 0, "guard.New: %v", err)
 	}

@@ -112,7 +112,7 @@ func workerMain(spec string) int {
 		o := &redis.Options{Addr: ps.LockAddr}
 		ps.Config.clientOpts(o)
 		c := redis.NewClient(o)
-		l, err := guard.New(c, ps.Config.lockerOpts()...)
+		l, err := ps.Config.newLocker(c)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "chaos worker: guard.New: %v\n", err)
 			return 2

@@ -25,6 +25,14 @@ type scale struct {
 	waiters int           // waiters on one key in the waiters scenario
 	slack   chaos.Slack
 	kind    string // the lock kind of the contended load (see load.Kind); "" exclusive
+	// autoPipeline runs the scenario's Lockers on auto-pipelining clients (config.AutoPipeline).
+	autoPipeline bool
+}
+
+// tune applies the scale's client choices to a scenario's configuration.
+func (sc scale) tune(c config) config {
+	c.AutoPipeline = c.AutoPipeline || sc.autoPipeline
+	return c
 }
 
 var (
@@ -64,6 +72,9 @@ var scenarios = []scenario{
 	{name: "waiters on one key, half cancelled", smoke: true, run: waiters},
 	{name: "context-cancel storm", smoke: true, run: cancelStorm},
 	{name: "no ContextTimeoutEnabled, redis paused", run: noContextTimeout},
+	{name: "auto-pipelined: redis paused > TTL", run: withAutoPipeline(pausedLong)},
+	{name: "auto-pipelined: latency above read timeout", run: withAutoPipeline(latency)},
+	{name: "auto-pipelined: context-cancel storm", smoke: true, run: withAutoPipeline(cancelStorm)},
 	{name: "read-write: redis paused > TTL", smoke: true, run: withKind("read-write", pausedLong)},
 	{name: "read-write: latency above read timeout", run: withKind("read-write", latency)},
 	{name: "read-write: restart without persistence, immediate (fenced)", run: withKind("read-write", restartImmediate), expected: []chaos.Invariant{chaos.I1}},
@@ -200,6 +211,16 @@ func contended(sc scale) load {
 const kindPermits = 2
 
 // withKind runs a scenario with its contended load taking locks of kind (see load.Kind).
+// withAutoPipeline runs a scenario with every Locker on go-redis's auto-pipelining
+// client: first attempts and releases wait in its batches, so a caller's context can end
+// while its call is queued behind a batch in flight.
+func withAutoPipeline(run func(*testing.T, scale) (chaos.Row, []chaos.Report)) func(*testing.T, scale) (chaos.Row, []chaos.Report) {
+	return func(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+		sc.autoPipeline = true
+		return run(t, sc)
+	}
+}
+
 func withKind(kind string, run func(*testing.T, scale) (chaos.Row, []chaos.Report)) func(*testing.T, scale) (chaos.Row, []chaos.Report) {
 	return func(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 		sc.kind = kind
@@ -219,7 +240,7 @@ func baseline(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 
 // pausedFor stops the lock Redis for d, every gap, while two Lockers contend.
 func pausedFor(t *testing.T, sc scale, d time.Duration) (chaos.Row, []chaos.Report) {
-	cfg := baseConfig()
+	cfg := sc.tune(baseConfig())
 	w := newWorld(t, cfg)
 	w.addNode("a", false)
 	w.addNode("b", false)
@@ -294,7 +315,7 @@ func holderPaused(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 // Acquires become ambiguous (compensated), scripts are retried by the client, and every
 // section reenters through the other Locker with hold counts checked in Redis.
 func latency(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
-	cfg := baseConfig()
+	cfg := sc.tune(baseConfig())
 	cfg.TTL = time.Second
 	cfg.ReleaseTimeout = 500 * time.Millisecond
 	cfg.ReadTimeout = 100 * time.Millisecond

@@ -184,7 +184,7 @@ func heapInUse() int64 {
 // it stops everything at once, Lockers included. Nothing may be left: no lock after its
 // TTL, no goroutine.
 func cancelStorm(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
-	cfg := baseConfig()
+	cfg := sc.tune(baseConfig())
 	cfg.TTL = 300 * time.Millisecond
 	w := newWorld(t, cfg)
 	a := w.addNode("a", true)
