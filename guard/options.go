@@ -344,10 +344,12 @@ func MaxHold(d time.Duration) Option {
 	return Option{name: "MaxHold", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.maxHold = d }}
 }
 
-// FenceRetention is how long a key's fencing counter is kept after its last acquisition
-// or release. Tokens keep rising after it expires (they never fall below the Redis
-// server's clock in microseconds), so this only trades memory for robustness against a
-// server clock that steps backwards. It must be ≥ 1s.
+// FenceRetention is how long a key's fencing counter is kept after the key's last release
+// (or, until then, after its first acquisition; a counter that expires while a lock is
+// held is written again by the release, from the hold's token). Tokens keep rising after
+// it expires (they never fall below the Redis server's clock in microseconds), so this
+// only trades memory for robustness against a server clock that steps backwards. It
+// must be ≥ 1s.
 // Applies to New. Default 1h.
 func FenceRetention(d time.Duration) Option {
 	return Option{name: "FenceRetention", scope: scopeLocker, apply: func(s *settings) { s.fenceRetention = d }}
