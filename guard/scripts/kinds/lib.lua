@@ -57,12 +57,13 @@ end
 -- last, never below the server clock in microseconds. t is the reply of TIME.
 local function new_token(t)
   local fence = KEYS[2]
-  local token = t[1] * 1000000 + t[2]
+  -- The clock's digits from TIME's two replies; digit strings of one width compare as
+  -- their numbers, so a number is formatted only when the clock is behind the last token.
+  local s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
   local last = string.match(redis.call('GETRANGE', fence, 0, 23), '^%d+')
-  if last and tonumber(last) >= token then
-    token = tonumber(last) + 1
+  if last and (#last > #s or (#last == #s and last >= s)) then
+    s = string.format('%.0f', tonumber(last) + 1)
   end
-  local s = string.format('%.0f', token)
   if last and #last == #s then
     redis.call('SETRANGE', fence, 0, s)
   else
