@@ -321,7 +321,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	call := func(ctx context.Context, c *conn) (any, error) {
 		return nodeAttempt(ctx, c, s, args, h.rk.lock, confirmField)
 	}
-	replied, confirmed := 0, 0
+	replied, confirmed, held := 0, 0, 0
 	take := func(r nodeReply) bool {
 		replied++
 		switch {
@@ -342,6 +342,9 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 				if a.confirmed > 0 {
 					confirmed++
 				}
+				if g.holds > 1 {
+					held++
+				}
 			case g.upgrade:
 				refused = true
 				errs[r.i] = ErrUpgrade
@@ -352,14 +355,17 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 				}
 			}
 		}
-		// A hold the owner has on a majority already (its servers confirmed its token)
-		// is a reentry; grants none of which knew the owner are a fresh hold. Grants of
-		// both sorts wait for every server's answer: the owner's hold may be on a
-		// majority whose last server has not answered yet, or be left over on a minority
-		// from a hold that ended, which must not lend its older token (see raiseQuorum).
+		// A hold the owner has on a majority already is a reentry: its servers confirmed
+		// its token, or hold it and one of them confirmed the token (the others' write-
+		// back may still be on its way). Grants none of which knew the owner are a fresh
+		// hold. Grants of both sorts wait for every server's answer: the owner's hold may
+		// be on a majority whose last server has not answered yet, or be left over on a
+		// minority from a hold that ended, which must not lend its older token (see
+		// raiseQuorum).
 		switch {
 		case refused:
-		case confirmed >= q.need, len(grants) >= q.need && (confirmed == 0 || replied == n):
+		case confirmed >= q.need, held >= q.need && confirmed > 0,
+			len(grants) >= q.need && (confirmed == 0 || replied == n):
 			outcome.Store(attemptWon)
 			return true
 		case len(grants)+n-replied >= q.need:
@@ -424,8 +430,10 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 
 // raiseQuorum settles the token of a hold that a majority granted and returns it with
 // the attempt's merged reply. A hold whose token a majority of the granting servers had
-// confirmed (raise.lua) is a reentry through Redis and keeps that token. Any other hold
-// is fresh: its token is the highest of all the grants' — a server that reports a hold
+// confirmed (raise.lua) is a reentry through Redis and keeps that token; so is one that
+// a majority held already (the attempt reentered there) with the token confirmed on some
+// of them: that is the owner's current hold, whose write-back has not reached every
+// server yet, and it keeps the highest confirmed token. Any other hold is fresh: its token is the highest of all the grants' — a server that reports a hold
 // of the owner's nobody confirmed is left over from an attempt of the owner's that
 // failed, and one that confirms a hold a majority does not is left over from a hold that
 // ended; either token was drawn before holds other owners may have had since, and must
@@ -435,15 +443,19 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64, any, error) {
 	q := l.q
 	var top, holds int64 = 0, 1
-	confirmed := 0
+	confirmed, held := 0, 0
 	for _, g := range grants {
 		if g.confirmed > 0 {
 			confirmed++
 		}
+		if g.holds > 1 {
+			held++
+		}
 	}
+	current := confirmed >= q.need || held >= q.need && confirmed > 0
 	for _, g := range grants {
 		switch {
-		case confirmed < q.need:
+		case !current:
 			top = max(top, g.token)
 		case g.confirmed > 0:
 			top, holds = max(top, g.confirmed), max(holds, g.holds)

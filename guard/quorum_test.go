@@ -685,3 +685,56 @@ func TestQuorumCancelledLeavesNothing(t *testing.T) {
 		return r.holders(t, "cancelled") == 0
 	})
 }
+
+// TestQuorumReentryWhileConfirmationInFlight: a hold whose write-back has reached only a
+// minority of its servers — here server 1 still carries its own drawn token, unconfirmed,
+// as when its grant answered after the majority and the late write-back is on its way —
+// and whose other confirming server stops answering. A reentry through another Locker
+// finds the owner's hold on a majority (servers 0 and 1) but the token confirmed on one
+// only. It is still a reentry: it must get the lease's token and leave that token on the
+// servers, not draw a fresh one over the holder's (the fault suite saw that happen).
+func TestQuorumReentryWhileConfirmationInFlight(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	a := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
+	b := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
+	ctx := ctxTimeout(t, 20*time.Second)
+
+	le := mustAcquire(t, a, ctx, "inflight")
+	tok := strconv.FormatInt(le.Token(), 10)
+	c1 := r.servers[1].Client(t)
+	for _, s := range r.servers {
+		c := s.Client(t)
+		waitUntil(t, 2*time.Second, "the write-back on "+s.String(), func() bool {
+			return c.HGet(ctx, lockName("inflight"), "#tq").Val() == tok
+		})
+		_ = c.Close()
+	}
+	// Server 1 as before its late write-back: its own, higher token, not confirmed.
+	own := strconv.FormatInt(le.Token()+4000, 10)
+	if err := c1.HSet(ctx, lockName("inflight"), "#t", own).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.HDel(ctx, lockName("inflight"), "#tq").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c1.Close()
+	r.servers[2].Pause(t)
+
+	inner, err := b.Acquire(le.Context(), "inflight", guard.Retry(guard.Attempts(20, guard.Fixed(50*time.Millisecond, 0))))
+	if err != nil {
+		t.Fatalf("reentry: %v", err)
+	}
+	if !inner.Reentrant() || inner.Token() != le.Token() {
+		t.Fatalf("reentry: reentrant %v, token %d; want the lease's %d", inner.Reentrant(), inner.Token(), le.Token())
+	}
+	for _, s := range r.servers[:2] {
+		c := s.Client(t)
+		if got := c.HGet(ctx, lockName("inflight"), "#t").Val(); got != tok {
+			t.Fatalf("%s carries token %s for the hold, want the lease's %s", s, got, tok)
+		}
+		_ = c.Close()
+	}
+	mustRelease(t, inner)
+	r.servers[2].Resume(t)
+	mustRelease(t, le)
+}
