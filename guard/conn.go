@@ -44,28 +44,32 @@ func (c *conn) init(client redis.UniversalClient) {
 	}
 }
 
-// waitsWithContext reports whether a script call sent with runScript(…, urgent) returns
-// by its context's deadline: the client gives up on calls itself, or the call is batched
-// on the deferred face and waited for with the context.
-func (c *conn) waitsWithContext(urgent bool) bool {
-	return c.honoursDeadlines || (c.deferred != nil && !urgent)
+// waitsWithContext reports whether a call returns by its context's deadline by itself,
+// so that it can run on the caller's goroutine: the client gives up on calls at the
+// deadline, or the call is a batched script call (runScript, not urgent) that waits on
+// the deferred face with its context. alone is true for a call sent outside the batches:
+// an urgent script call, or a pipeline. (A quorum Locker has no client of its own, and so
+// no deferred face.)
+func (c *conn) waitsWithContext(alone bool) bool {
+	return c.honoursDeadlines || (c.deferred != nil && !alone)
 }
 
 // inFlight is the error of a batched call whose caller's context ended before its batch
 // ran: the call still runs, and wait returns once it has. It unwraps to the context's error.
 type inFlight struct {
 	err  error // the context's
-	wait func() error
+	wait func(context.Context) error
 }
 
 func (e *inFlight) Error() string { return e.err.Error() + " (the call is still in a batch)" }
 func (e *inFlight) Unwrap() error { return e.err }
 
-// settled waits until the call that returned err has run, when it was left in a batch.
-func settled(err error) {
+// settled waits until the call that returned err has run, when it was left in a batch,
+// or until ctx ends.
+func settled(ctx context.Context, err error) {
 	var f *inFlight
 	if errors.As(err, &f) {
-		_ = f.wait()
+		_ = f.wait(ctx)
 	}
 }
 
@@ -75,7 +79,7 @@ func (c *conn) submit(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
 	if err := f.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The batch may still write cmd: answer with another command.
 		left := redis.NewCmd(ctx)
-		left.SetErr(&inFlight{err: err, wait: f.Wait})
+		left.SetErr(&inFlight{err: err, wait: f.WaitContext})
 		return left
 	}
 	return cmd

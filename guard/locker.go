@@ -346,7 +346,9 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited boo
 		nonce = l.newNonce()
 	}
 	sent := time.Now()
-	if ctx.Done() == nil || l.honoursDeadlines || (l.q == nil && h.s.syncReplicas == 0 && l.waitsWithContext(waited)) {
+	// An attempt after a wait is sent alone (urgent), and so is one that WAITs for
+	// replicas (a pipeline).
+	if ctx.Done() == nil || l.waitsWithContext(waited || h.s.syncReplicas > 0) {
 		// Nothing to return early for, or the client itself gives up at ctx's deadline
 		// (a cancellation without deadline is then noticed when the call returns).
 		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner, waited))
@@ -437,12 +439,17 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 }
 
 // compensate undoes, in the background, the acquire attempt with nonce if it took effect;
-// err is the attempt's, and an attempt still in a batch is waited for first, so that the
-// undo does not overtake it.
+// err is the attempt's, and an attempt still in a batch is waited for first (for up to
+// the release timeout), so that the undo does not overtake it.
 func (l *Locker) compensate(h *held, nonce string, err error) {
-	if !l.background(func() { settled(err); l.undo(h, nonce) }) {
-		settled(err)
+	run := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+		settled(ctx, err)
+		cancel()
 		l.undo(h, nonce)
+	}
+	if !l.background(run) {
+		run()
 	}
 }
 
@@ -503,7 +510,7 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 	if l.batching {
 		_, urgent, _ = l.waits.state(h.rk) // this process's waiters are next
 	}
-	if l.honoursDeadlines || (l.q == nil && l.waitsWithContext(urgent)) {
+	if l.waitsWithContext(urgent) {
 		r.code, r.err = l.runRelease(ctx, h, urgent)
 	} else {
 		call := func() reply {

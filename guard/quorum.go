@@ -364,8 +364,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		// raiseQuorum).
 		switch {
 		case refused:
-		case confirmed >= q.need, held >= q.need && confirmed > 0,
-			len(grants) >= q.need && (confirmed == 0 || replied == n):
+		case q.current(confirmed, held), len(grants) >= q.need && (confirmed == 0 || replied == n):
 			outcome.Store(attemptWon)
 			return true
 		case len(grants)+n-replied >= q.need:
@@ -433,7 +432,8 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 // confirmed (raise.lua) is a reentry through Redis and keeps that token; so is one that
 // a majority held already (the attempt reentered there) with the token confirmed on some
 // of them: that is the owner's current hold, whose write-back has not reached every
-// server yet, and it keeps the highest confirmed token. Any other hold is fresh: its token is the highest of all the grants' — a server that reports a hold
+// server yet, and it keeps the highest confirmed token (see current). Any other hold is
+// fresh: its token is the highest of all the grants' — a server that reports a hold
 // of the owner's nobody confirmed is left over from an attempt of the owner's that
 // failed, and one that confirms a hold a majority does not is left over from a hold that
 // ended; either token was drawn before holds other owners may have had since, and must
@@ -452,7 +452,7 @@ func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64
 			held++
 		}
 	}
-	current := confirmed >= q.need || held >= q.need && confirmed > 0
+	current := q.current(confirmed, held)
 	for _, g := range grants {
 		switch {
 		case !current:
@@ -502,6 +502,15 @@ func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64
 		return 0, nil, &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: errs}
 	}
 	return top, reply, nil
+}
+
+// current reports whether an attempt's grants, of which confirmed carried a confirmed
+// token and held were reentries (the owner held the lock there already), are the
+// owner's current hold rather than a fresh one: a majority confirmed its token, or a
+// majority held it and some confirmed the token (the others' write-back still on its
+// way).
+func (q *quorum) current(confirmed, held int) bool {
+	return confirmed >= q.need || held >= q.need && confirmed > 0
 }
 
 // gone reports whether h is no longer this process's record of its owner's hold: its
