@@ -24,6 +24,9 @@ type conn struct {
 	// the context). Nil when the client does not batch, or has no deferred face.
 	deferred  *redis.AutoPipeliner
 	refreshed atomic.Int64 // when refresh last reloaded a Cluster client's map, in Unix ns
+	// legacy is set once a server could not parse a script's "#!lua" line (Redis 6.2):
+	// scripts are sent in their plain form from then on (see script).
+	legacy atomic.Bool
 	// classic makes the Locker use classic Pub/Sub on a Cluster too, as it does when the
 	// nodes run Redis 6.2: set by tests only (export_test.go), before the first wait.
 	classic bool

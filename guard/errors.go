@@ -118,6 +118,28 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 // Unwrap returns the last renewal error, if any.
 func (e *LeaseLostError) Unwrap() error { return e.Err }
 
+// ReleaseError reports, from Wrap, WrapE, Do and the adapters built on them, that the
+// guarded work ran to its end under a valid lease but its release did not complete:
+// Redis could not be reached (ErrUnavailable; the lock frees itself after its TTL), or
+// the release's reply came after the lease's validity had run out (ErrExpired, or
+// ErrNotHeld when another owner has taken the lock since) — Redis was paused or slow
+// after the work ended. Exclusivity held while the work ran: it never matches
+// ErrLeaseLost, and the work must not be redone for it.
+type ReleaseError struct {
+	// Key is the lock key.
+	Key string
+	// Err is the release's error.
+	Err error
+}
+
+// Error names the key and the release's error.
+func (e *ReleaseError) Error() string {
+	return "guard: the work under " + quoteKey(e.Key) + " ended under a valid lease, but its release failed: " + e.Err.Error()
+}
+
+// Unwrap returns the release's error.
+func (e *ReleaseError) Unwrap() error { return e.Err }
+
 // ConfigError reports an invalid option, naming the field.
 type ConfigError struct {
 	// Field is the option's name, such as "TTL" or "RenewEvery".

@@ -3,8 +3,6 @@ package guard
 import (
 	_ "embed"
 	"strconv"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Kind is what a lock's holders may share. Each kind of one key is a lock of its own in
@@ -63,7 +61,7 @@ type kindSpec struct {
 	suffix           string // appended to the lock's Redis name, after the hash tag
 	aux, aux2        string // suffixes of the fourth and fifth keys; "" for fewer keys
 	acquire, release *script
-	renew            *redis.Script
+	renew            *script
 	wait             waitStyle
 	leaves           bool // a waiter that gives up tells Redis (acquire manner "3")
 }
@@ -111,7 +109,7 @@ var (
 )
 
 // kindScript is a script of a kind beyond the exclusive one: lib.lua and the body.
-func kindScript(body string) *script { return newScript(kindLib + body) }
+func kindScript(flags, body string) *script { return newScript(flags, kindLib+body) }
 
 var (
 	exclusiveSpec = &kindSpec{
@@ -124,18 +122,18 @@ var (
 		kind:    KindRead,
 		suffix:  ":rw",
 		aux:     ":holders",
-		acquire: kindScript(readAcquireSrc),
-		release: kindScript(readReleaseSrc),
-		renew:   redis.NewScript(kindLib + readRenewSrc),
+		acquire: kindScript("", readAcquireSrc),
+		release: kindScript(mayRunOOM, readReleaseSrc),
+		renew:   kindScript(mayRunOOM, readRenewSrc),
 		wait:    waitOwn,
 	}
 	writeSpec = &kindSpec{
 		kind:    KindWrite,
 		suffix:  ":rw",
 		aux:     ":holders",
-		acquire: kindScript(writeAcquireSrc),
-		release: kindScript(writeReleaseSrc),
-		renew:   redis.NewScript(kindLib + writeRenewSrc),
+		acquire: kindScript("", writeAcquireSrc),
+		release: kindScript(mayRunOOM, writeReleaseSrc),
+		renew:   kindScript(mayRunOOM, writeRenewSrc),
 		wait:    waitOwn,
 		leaves:  true,
 	}
@@ -143,8 +141,8 @@ var (
 		kind:    KindSemaphore,
 		suffix:  ":sem",
 		aux:     ":holders",
-		acquire: kindScript(semAcquireSrc),
-		release: kindScript(semReleaseSrc),
+		acquire: kindScript("", semAcquireSrc),
+		release: kindScript(mayRunOOM, semReleaseSrc),
 		renew:   readSpec.renew,
 		wait:    waitShared,
 	}
@@ -153,8 +151,8 @@ var (
 		suffix:  ":fair",
 		aux:     ":owners",
 		aux2:    ":places",
-		acquire: kindScript(fairAcquireSrc),
-		release: kindScript(fairReleaseSrc),
+		acquire: kindScript("", fairAcquireSrc),
+		release: kindScript(mayRunOOM, fairReleaseSrc),
 		renew:   renewScript,
 		wait:    waitOwn,
 		leaves:  true,

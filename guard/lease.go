@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
@@ -51,7 +52,11 @@ type held struct {
 	handle0    [1]*Lease   // handles' first backing array
 	validUntil time.Time   // local validity deadline
 	timer      *time.Timer // fires at validUntil
-	renewErr   error       // last renewal error, cleared by a successful renewal
+	// due is validUntil as a monoNow reading while the hold is held, 0 after: read
+	// without l.mu by every check of the lease (overdue), so that a check made after the
+	// deadline sees the loss whether or not the timer has run.
+	due      atomic.Int64
+	renewErr error // last renewal error, cleared by a successful renewal
 
 	// Guarded by l.renew.mu.
 	next     time.Time     // next renewal
@@ -66,6 +71,7 @@ func (h *held) hold(g granted) {
 	h.acquired = g.sent
 	h.state = stateHeld
 	h.validUntil = h.validity(g.sent, h.s.ttl)
+	h.due.Store(monoAt(h.validUntil))
 	h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)
 	h.l.renew.add(h, g.sent)
 }
@@ -98,6 +104,7 @@ func (h *held) renewed(sent time.Time, ttl time.Duration) {
 	h.renewErr = nil
 	if v := h.validity(sent, ttl); v.After(h.validUntil) {
 		h.validUntil = v
+		h.due.Store(monoAt(v))
 		h.timer.Reset(time.Until(v))
 	}
 }
@@ -109,7 +116,26 @@ func (h *held) renewFailed(err error) {
 	h.l.mu.Unlock()
 }
 
-// expire runs when the validity timer fires.
+// monoBase is the origin of monoNow's readings.
+var monoBase = time.Now()
+
+// monoNow reads the monotonic clock as nanoseconds since monoBase (never 0).
+func monoNow() int64 { return int64(time.Since(monoBase)) + 1 }
+
+// monoAt is t as a monoNow reading.
+func monoAt(t time.Time) int64 { return int64(t.Sub(monoBase)) + 1 }
+
+// overdue ends the lease at once when its validity deadline has passed, without waiting
+// for the validity timer: a process that was stopped (SIGSTOP, a VM pause, a long GC)
+// past the deadline runs code before it runs timers, and whatever it asks the lease then
+// must not hear that it is still held. It costs an atomic load and a clock read.
+func (h *held) overdue() {
+	if d := h.due.Load(); d != 0 && monoNow() >= d {
+		h.expire()
+	}
+}
+
+// expire runs when the validity timer fires, or when a check finds the deadline passed.
 func (h *held) expire() {
 	h.l.mu.Lock()
 	if h.state != stateHeld || time.Now().Before(h.validUntil) {
@@ -134,6 +160,7 @@ func (h *held) lose(reason string, err error) {
 		return
 	}
 	h.state = stateLost
+	h.due.Store(0)
 	lost := &LeaseLostError{Key: h.hk.key, Reason: reason, Err: err}
 	h.cause = lost
 	if l.held[h.hk] == h {
@@ -178,6 +205,7 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	prev := h.state
 	lost := h.cause
 	h.state = stateReleased
+	h.due.Store(0)
 	if lost == nil {
 		h.cause = ErrReleased
 	}
@@ -290,6 +318,12 @@ func (le *Lease) Reentrant() bool { return le.reentrant }
 // and ends when the lease is lost (cause: a *LeaseLostError matching ErrLeaseLost) or
 // released (cause: ErrReleased). It carries the values of the context the lease was
 // acquired with, but not its cancellation.
+//
+// Its Err and Done read the validity deadline when they are called: once ValidUntil has
+// passed without a renewal, they report the loss at that call, even when the process was
+// stopped past the deadline and its timers have not run yet. Contexts derived from it
+// (context.WithTimeout and the like) learn of the loss when it is announced, by such a
+// call or by the validity timer.
 func (le *Lease) Context() context.Context {
 	le.mu.Lock()
 	defer le.mu.Unlock()
@@ -299,7 +333,9 @@ func (le *Lease) Context() context.Context {
 			parent = ctxid.NewContext(parent, le.h.hk.owner) // an owner made by Acquire
 		}
 		ctx := context.WithValue(context.WithoutCancel(parent), leaseKey{}, le)
-		le.ctx, le.cancel = context.WithCancelCause(ctx)
+		var inner context.Context
+		inner, le.cancel = context.WithCancelCause(ctx)
+		le.ctx = &leaseCtx{Context: inner, le: le}
 		if le.cause != nil {
 			le.cancel(le.cause)
 		}
@@ -307,8 +343,48 @@ func (le *Lease) Context() context.Context {
 	return le.ctx
 }
 
-// Err returns nil while the lease is held, and context.Cause of its Context after.
+// leaseCtx is the context of a lease (Context, Bind): its Err and Done first end the
+// lease if its validity deadline has passed (held.overdue). Done returns the inner
+// context's channel and Value reaches the inner context, so context.Cause and the
+// contexts derived from it work as on the inner one, without a goroutine each.
+type leaseCtx struct {
+	context.Context
+	le *Lease
+	// bound ends a Bind context with the lease's cause at once, where the lease's end
+	// reaches it otherwise through a context.AfterFunc goroutine; nil for Context's.
+	bound context.CancelCauseFunc
+}
+
+func (c *leaseCtx) Done() <-chan struct{} {
+	c.check()
+	return c.Context.Done()
+}
+
+func (c *leaseCtx) Err() error {
+	c.check()
+	return c.Context.Err()
+}
+
+func (c *leaseCtx) check() {
+	c.le.h.overdue()
+	if c.bound != nil {
+		if cause := c.le.ended(); cause != nil {
+			c.bound(cause)
+		}
+	}
+}
+
+// Err returns nil while the lease is held, and context.Cause of its Context after. It
+// reads the validity deadline when called: once ValidUntil has passed without a
+// renewal, it returns the lease's *LeaseLostError, even when the process was stopped
+// past the deadline and the validity timer has not run yet.
 func (le *Lease) Err() error {
+	le.h.overdue()
+	return le.ended()
+}
+
+// ended returns why the lease ended, nil while it is held.
+func (le *Lease) ended() error {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	return le.cause
@@ -323,8 +399,9 @@ func (le *Lease) ValidUntil() time.Time {
 }
 
 // Bind returns a context derived from ctx that carries the owner and the Lease and is
-// cancelled, with the lease's cause, when the lease ends. Call the returned function when
-// done with it.
+// cancelled, with the lease's cause, when the lease ends. Like Context's, its Err and
+// Done read the validity deadline when called. Call the returned function when done
+// with it.
 func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
 	if id, ok := ctxid.FromContext(ctx); !ok || id != le.h.hk.owner {
 		ctx = ctxid.NewContext(ctx, le.h.hk.owner)
@@ -333,7 +410,7 @@ func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc)
 	ctx, cancel := context.WithCancelCause(ctx)
 	lctx := le.Context()
 	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
-	return ctx, func() {
+	return &leaseCtx{Context: ctx, le: le, bound: cancel}, func() {
 		stop()
 		cancel(context.Canceled)
 	}

@@ -29,9 +29,9 @@ var (
 	//go:embed scripts/version.lua
 	versionSrc string
 
-	acquireScript = newScript(acquireSrc)
-	releaseScript = newScript(releaseSrc)
-	renewScript   = redis.NewScript(renewSrc)
+	acquireScript = newScript("", acquireSrc)
+	releaseScript = newScript(mayRunOOM, releaseSrc)
+	renewScript   = newScript(mayRunOOM, renewSrc)
 	wakeScript    = redis.NewScript(wakeSrc)
 	versionScript = redis.NewScript(versionSrc)
 )
@@ -143,9 +143,16 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 // (a downstream service reached with the same owner), Redis counts the hold. Each Lease
 // must be released; the lock is freed when the last hold is released.
 //
-// Errors: a *LockedError (ErrLocked) when the wait gave up, with ctx.Err() in its chain
-// when ctx ended it; ErrInvalidKey, ErrInvalidConfig, ErrUnavailable (a *RedisError),
-// ErrClosed.
+// While it waits, Redis being unreachable or its primary moving (a failover: refused
+// connections, timeouts, READONLY, LOADING, CLUSTERDOWN and the like) is waited out like
+// a busy lock, with the same backoff and within the same budget; a single attempt
+// (TryAcquire, NoRetry) fails at once.
+//
+// Errors: a *LockedError (ErrLocked) when the wait gave up with the lock busy, with
+// ctx.Err() in its chain when ctx ended it; a *RedisError (ErrUnavailable) when Redis
+// could not be reached or did not answer in time — when ctx ended while a call was
+// outstanding, ctx.Err() is in its chain too; ErrInvalidKey, ErrInvalidConfig,
+// ErrUpgrade, ErrClosed.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	s, err := l.callSettings(opts, "Acquire")
 	if err != nil {
@@ -375,7 +382,8 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited boo
 		return l.settle(ctx, h, nonce, sent, r)
 	case <-ctx.Done():
 		if state.CompareAndSwap(0, 2) {
-			return granted{}, fmt.Errorf("guard: acquire %s: %w", quoteKey(h.hk.key), ctx.Err())
+			// Redis did not answer before ctx ended: unavailable, for this caller.
+			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: ctx.Err()}
 		}
 		return l.settle(ctx, h, nonce, sent, <-replies)
 	}
@@ -418,8 +426,8 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 			// The script may have run: undo it, if it did, so the lock is not left held.
 			l.compensate(h, nonce, r.err)
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return granted{}, fmt.Errorf("guard: acquire %s: %w", quoteKey(h.hk.key), errors.Join(cerr, r.err))
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(r.err, cerr) {
+			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errors.Join(cerr, r.err)}
 		}
 		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: r.err}
 	}

@@ -55,6 +55,7 @@ type settings struct {
 	permits         int           // holders a semaphore admits (Permits)
 	restartDelay    time.Duration // RestartDelay, when restartDelaySet
 	restartDelaySet bool
+	outageFails     bool // WaitOutages(false)
 
 	spec     *kindSpec // kind's spec, set by validate
 	limitArg any       // acquire.lua's ARGV[7] for kinds with an aux key, boxed by validate
@@ -277,6 +278,18 @@ func MaxKeyLen(n int) Option {
 // a server's requests waiting without end.
 func Retry(p RetryPolicy) Option {
 	return Option{name: "Retry", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.retry, s.retrySet = p, true }}
+}
+
+// WaitOutages sets what an acquisition that may wait does when Redis cannot be reached or
+// its primary is moving (refused connections, timeouts, READONLY, LOADING, CLUSTERDOWN,
+// too few replicas or quorum servers): with true, it waits the outage out like a busy
+// lock, with the same backoff, while its Retry policy and context allow, and is granted
+// once Redis serves again (a failover completes); with false it fails at once with
+// ErrUnavailable. The Echo middleware and the gRPC interceptors set false on fail-open
+// routes and methods, which run their handler unlocked instead.
+// Applies to New and to each call. Default true.
+func WaitOutages(wait bool) Option {
+	return Option{name: "WaitOutages", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.outageFails = !wait }}
 }
 
 // DefaultMaxWait is how long the entry points that serve requests (Wrap, WrapE, Do, the

@@ -20,7 +20,7 @@ var (
 	//go:embed scripts/raise.lua
 	raiseSrc string
 
-	raiseScript = newScript(raiseSrc)
+	raiseScript = newScript("", raiseSrc)
 )
 
 // quorum is the Redis side of a Locker made by NewQuorum: one conn per independent
@@ -128,7 +128,7 @@ func (q *quorum) gate(s *script) *script {
 	defer q.mu.Unlock()
 	g := q.gated[s]
 	if g == nil {
-		g = newScript(gateSrc + s.src.(string))
+		g = newScript(s.flags, gateSrc+s.body)
 		q.gated[s] = g
 	}
 	return g
@@ -269,7 +269,7 @@ type attemptReply struct {
 // of the owner's confirmed token (a reentry's token: see raise.lua).
 func nodeAttempt(ctx context.Context, c *conn, s *script, args []any, lock, confirmField string) (any, error) {
 	var conf *redis.StringCmd
-	cmd := pipeScript(ctx, c.client, s, append([]any(nil), args...), func(pipe redis.Pipeliner) {
+	cmd := pipeScript(ctx, c.client, &c.legacy, s, append([]any(nil), args...), func(pipe redis.Pipeliner) {
 		conf = pipe.HGet(ctx, lock, confirmField)
 	})
 	v, err := cmd.Result()
@@ -647,7 +647,7 @@ func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, t
 	failed := make([][]error, len(batch))
 	open := len(idx)
 	call := func(ctx context.Context, c *conn) (any, error) {
-		g := &renewGroup{node: c.client, idx: idx}
+		g := &renewGroup{node: c.client, legacy: &c.legacy, idx: idx}
 		g.run(ctx, batch, ttls)
 		return g, nil
 	}

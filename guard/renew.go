@@ -3,8 +3,8 @@ package guard
 import (
 	"container/heap"
 	"context"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -273,7 +273,7 @@ func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration)
 			}
 		}
 		if g == nil {
-			g = &renewGroup{node: node}
+			g = &renewGroup{node: node, legacy: &r.c.legacy}
 			synced = append(synced, g)
 		}
 		g.idx = append(g.idx, i)
@@ -286,7 +286,7 @@ func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration)
 		}
 		return errs, ttls
 	}
-	plain.node = r.c.client
+	plain.node, plain.legacy = r.c.client, &r.c.legacy
 	var wg sync.WaitGroup
 	for _, g := range synced {
 		wg.Add(1)
@@ -321,7 +321,8 @@ func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration)
 // by WAIT want wait on the same connection.
 type renewGroup struct {
 	node    redis.Cmdable
-	idx     []int // indexes in the batch
+	legacy  *atomic.Bool // the conn's: the servers take the scripts' plain form (see script)
+	idx     []int        // indexes in the batch
 	want    int
 	wait    time.Duration
 	cmds    []*redis.Cmd // by position in idx
@@ -329,17 +330,25 @@ type renewGroup struct {
 	waitErr []error      // the WAIT's error, by position in idx (want > 0)
 }
 
-// run sends the group's renewals; renewals that met NOSCRIPT are sent again once the
-// script is loaded.
+// run sends the group's renewals; renewals that met NOSCRIPT are sent again with EVAL
+// (and once more in the scripts' plain form when the server cannot parse their "#!lua"
+// line, which legacy then records).
 func (g *renewGroup) run(ctx context.Context, batch []*held, ttls []time.Duration) {
 	g.cmds = make([]*redis.Cmd, len(g.idx))
 	g.acked = make([]int64, len(g.idx))
 	g.waitErr = make([]error, len(g.idx))
-	exec := func(pos []int) {
+	exec := func(pos []int, form func(*script) (string, any)) {
 		pipe := g.node.Pipeline()
 		for _, k := range pos {
 			h := batch[g.idx[k]]
-			g.cmds[k] = h.s.spec.renew.EvalSha(ctx, pipe, h.renewKeys(), string(h.hk.owner), ttls[g.idx[k]].Milliseconds())
+			cmd, src := form(h.s.spec.renew)
+			keys := h.renewKeys()
+			args := make([]any, 0, 5+len(keys))
+			args = append(args, cmd, src, len(keys))
+			for _, key := range keys {
+				args = append(args, key)
+			}
+			g.cmds[k] = pipe.Do(ctx, append(args, string(h.hk.owner), ttls[g.idx[k]].Milliseconds())...)
 		}
 		var w *redis.Cmd
 		if g.want > 0 {
@@ -353,26 +362,32 @@ func (g *renewGroup) run(ctx context.Context, batch []*held, ttls []time.Duratio
 			}
 		}
 	}
+	legacy := g.legacy.Load()
 	all := make([]int, len(g.idx))
 	for k := range all {
 		all[k] = k
 	}
-	exec(all)
-	var missing []int
-	for k, c := range g.cmds {
-		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			missing = append(missing, k)
-		}
-	}
-	if len(missing) > 0 {
-		loaded := map[*redis.Script]bool{}
-		for _, k := range missing {
-			if sc := batch[g.idx[k]].s.spec.renew; !loaded[sc] {
-				loaded[sc] = sc.Load(ctx, g.node).Err() == nil
+	exec(all, func(s *script) (string, any) { sha, _ := s.form(legacy); return "evalsha", sha })
+	if again := g.failed(all, func(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }); len(again) > 0 {
+		exec(again, func(s *script) (string, any) { _, src := s.form(legacy); return "eval", src })
+		if again = g.failed(again, flagsRefused); !legacy && len(again) > 0 {
+			exec(again, func(s *script) (string, any) { return "eval", s.src6 })
+			if len(g.failed(again, flagsRefused)) == 0 {
+				g.legacy.Store(true)
 			}
 		}
-		exec(missing)
 	}
+}
+
+// failed returns the positions among pos whose renewal's error matches.
+func (g *renewGroup) failed(pos []int, match func(error) bool) []int {
+	var out []int
+	for _, k := range pos {
+		if err := g.cmds[k].Err(); err != nil && match(err) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // renewHeap orders leases by next renewal.

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,7 +30,7 @@ func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, ma
 		return acquireReply{err: err}
 	}
 	var w *redis.Cmd
-	c := pipeScript(ctx, node, h.s.spec.acquire, h.acquireArgs(nonce, manner), func(pipe redis.Pipeliner) {
+	c := pipeScript(ctx, node, &l.legacy, h.s.spec.acquire, h.acquireArgs(nonce, manner), func(pipe redis.Pipeliner) {
 		w = pipe.Do(ctx, "wait", h.s.syncReplicas, h.s.syncTimeout.Milliseconds())
 	})
 	v, err := c.Result()
@@ -42,22 +43,28 @@ func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, ma
 
 // pipeScript runs s with args (whose first two slots it fills, as runScript does)
 // followed, in one pipeline on one connection of node, by the commands then queues; after
-// a NOSCRIPT reply it sends the whole pipeline again with EVAL, calling then anew.
-func pipeScript(ctx context.Context, node redis.Cmdable, s *script, args []any, then func(redis.Pipeliner)) *redis.Cmd {
-	run := func(load bool) *redis.Cmd {
+// a NOSCRIPT reply it sends the whole pipeline again with EVAL, calling then anew (and
+// once more with s's plain form when the server cannot parse its "#!lua" line, which
+// legacy then records).
+func pipeScript(ctx context.Context, node redis.Cmdable, legacy *atomic.Bool, s *script, args []any, then func(redis.Pipeliner)) *redis.Cmd {
+	run := func(cmd string, script any) *redis.Cmd {
 		pipe := node.Pipeline()
-		args[0], args[1] = "evalsha", s.sha
-		if load {
-			args[0], args[1] = "eval", s.src
-		}
-		cmd := pipe.Do(ctx, args...)
+		args[0], args[1] = cmd, script
+		c := pipe.Do(ctx, args...)
 		then(pipe)
 		_, _ = pipe.Exec(ctx)
-		return cmd
+		return c
 	}
-	cmd := run(false)
+	old := legacy.Load()
+	sha, src := s.form(old)
+	cmd := run("evalsha", sha)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = run(true)
+		cmd = run("eval", src)
+		if !old && flagsRefused(cmd.Err()) {
+			if cmd = run("eval", s.src6); !flagsRefused(cmd.Err()) {
+				legacy.Store(true)
+			}
+		}
 	}
 	return cmd
 }

@@ -3,8 +3,11 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -33,9 +36,15 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 		w.listen()
 		g, late, err := w.attempt(a)
 		switch {
-		case err != nil && w.attempts > 1 && ctx.Err() != nil:
+		case err != nil && w.attempts > 1 && ctx.Err() != nil && w.down == nil:
 			// The context ended the wait during an attempt: the lock was busy before.
 			return granted{}, w.busy(ctx.Err())
+		case err != nil && w.outage(err):
+			// Redis unreachable or its primary moving: wait it out like a busy lock.
+			if err := w.sleep(); err != nil {
+				return granted{}, err
+			}
+			continue
 		case err != nil || g.acquired:
 			w.acquired = g.acquired
 			return g, err
@@ -82,6 +91,7 @@ type waitRun struct {
 	// queuedRemote: an attempt found the lock busy and joined its Redis-side wait.
 	queuedRemote bool
 	attempts     int
+	down         error           // the last attempt's error when Redis was unavailable, nil after a reply
 	ttl          time.Duration   // the holder's TTL at the last busy attempt, <0 if unknown
 	woken        <-chan struct{} // a release notification since the last attempt
 	timer        *time.Timer
@@ -122,9 +132,48 @@ func (w *waitRun) end() {
 	}
 }
 
-// busy is the error of a wait that ended with the lock still busy.
+// busy is the error of a wait that ended with the lock still busy — or, when the last
+// attempt found Redis unavailable, with Redis still so: that attempt's error.
 func (w *waitRun) busy(cause error) error {
+	if w.down != nil {
+		if cause == nil {
+			return w.down
+		}
+		return fmt.Errorf("%w; gave up waiting for it after %d attempts: %w", w.down, w.attempts, cause)
+	}
 	return &LockedError{Key: w.h.hk.key, RetryAfter: max(w.ttl, 0), Attempts: w.attempts, Err: cause}
+}
+
+// outage records the error of an attempt and reports whether the wait should go on:
+// Redis was unreachable or its primary moving (transient), ctx has not ended and the
+// retry policy allows another attempt. A single attempt (TryAcquire, NoRetry) fails at
+// once.
+func (w *waitRun) outage(err error) bool {
+	w.down = nil
+	if !transient(err) {
+		return false
+	}
+	w.down = err
+	return !w.h.s.outageFails && w.ctx.Err() == nil && !w.exhausted()
+}
+
+// transient reports whether an attempt's error may clear by waiting: Redis could not be
+// reached or did not answer in time, its primary is moving (READONLY, LOADING,
+// CLUSTERDOWN, MASTERDOWN, TRYAGAIN: a failover), too few replicas acknowledged
+// (SyncReplicas), or too few servers of a quorum answered. A refusal that waiting does
+// not change (an error reply such as OOM, a closed client) is not. Whether the caller's
+// context has ended is the caller's check.
+func transient(err error) bool {
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var qe *QuorumError
+	var re *ReplicaError
+	if errors.As(err, &qe) || errors.As(err, &re) {
+		return true
+	}
+	var ce *RedisError
+	return errors.As(err, &ce) && !errors.Is(ce.Err, errLateGrant) && topologyError(ce.Err)
 }
 
 // listen picks the channel that tells of the next release notification: the gate
@@ -166,6 +215,7 @@ func (w *waitRun) attempt(a *acquisition) (g granted, late bool, err error) {
 		late, g = true, granted{pttl: -1}
 	}
 	if err == nil && !g.acquired {
+		w.down = nil
 		w.ttl = g.pttl
 		w.queuedRemote = w.queuedRemote || manner != mannerTry
 	}

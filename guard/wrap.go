@@ -59,10 +59,14 @@ var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard
 // and no Redis call, instead of deadlocking; on another key it acquires that one too.
 // Pass fn's context on, not the one the outer caller gave: that one may carry no owner.
 //
-// A release that finds the lock expired or taken in Redis counts as a lost lease: the
-// lock vanished while the lease was still valid here (a restarted or flushed Redis, a
-// failover), so fn may have run unprotected. A release that cannot reach Redis is not
-// reported: fn ran under a valid lease, and the lock frees itself after its TTL.
+// A release whose reply says the lock was expired or taken, and came back while the
+// lease was still valid here, counts as a lost lease: the lock vanished under a valid
+// lease (a restarted or flushed Redis, a failover), so fn may have run unprotected. A
+// release that is merely late (its reply came after the validity ran out: Redis paused or
+// slow after fn returned) or that cannot reach Redis is a *ReleaseError, never
+// ErrLeaseLost: fn ran under a valid lease, and the lock frees itself after its TTL. It
+// is returned joined to fn's own error, if any, so that a caller can tell the two apart
+// (errors.As) — and must not redo fn's work for it.
 //
 // When the Locker comes from Default, a call made while none is set fails with a
 // *ConfigError naming "Locker". Options are checked against the settings of the Locker
@@ -288,17 +292,22 @@ func (d *decorator) run(ctx context.Context, b *binding, key string, call func(c
 	returned = true
 	cancel()
 
-	lost := le.Err() // nil unless lost: le is not released yet
-	if rerr := d.release(ctx, b.l, le, acquired); lost == nil {
-		lost = lostAtRelease(key, rerr)
+	lost := le.Err() // reads the deadline: nil unless lost while fn ran
+	rerr := d.release(ctx, b.l, le, acquired)
+	if lost == nil && rerr != nil {
+		lost, rerr = lostAtRelease(key, rerr, le.ValidUntil(), time.Now())
 	}
 	switch {
-	case lost == nil:
-		return err
-	case err == nil:
+	case lost != nil && err == nil:
 		return lost
+	case lost != nil:
+		return fmt.Errorf("%w; the function returned: %w", lost, err)
+	case rerr != nil && err == nil:
+		return rerr
+	case rerr != nil:
+		return fmt.Errorf("%w; then %w", err, rerr)
 	}
-	return fmt.Errorf("%w; the function returned: %w", lost, err)
+	return err
 }
 
 // release releases le now, or in the background at acquired+MinHold. It returns the
@@ -331,20 +340,25 @@ func (l *Locker) releaseAfter(ctx context.Context, le *Lease, wait time.Duration
 	}
 }
 
-// lostAtRelease turns a release result that shows exclusivity was not kept into a lost
-// lease error, and every other result into nil.
-func lostAtRelease(key string, err error) error {
+// lostAtRelease sorts the error of a release made after fn returned under a valid lease.
+// Redis reporting the lock expired or taken before the lease's validity ran out
+// (replied before validUntil) means the lock vanished while the lease was valid here (a
+// restarted or flushed Redis, a failover): fn may have run unprotected, and that is a
+// lost lease. The same reply after the validity ran out says only that the release was
+// late, and an unreachable Redis says nothing of the lock: fn ran protected, and the
+// release's failure is returned as a *ReleaseError.
+func lostAtRelease(key string, err error, validUntil, replied time.Time) (lost, rerr error) {
 	switch {
-	case err == nil:
-		return nil
 	case errors.Is(err, ErrLeaseLost):
-		return err
-	case errors.Is(err, ErrExpired):
-		return &LeaseLostError{Key: key, Reason: "lock found expired in Redis at release"}
-	case errors.Is(err, ErrNotHeld):
-		return &LeaseLostError{Key: key, Reason: "lock found held by another owner at release"}
+		return err, nil
+	case (errors.Is(err, ErrExpired) || errors.Is(err, ErrNotHeld)) && replied.Before(validUntil):
+		reason := "lock found expired in Redis at release"
+		if errors.Is(err, ErrNotHeld) {
+			reason = "lock found held by another owner at release"
+		}
+		return &LeaseLostError{Key: key, Reason: reason}, nil
 	}
-	return nil // Redis unreachable: fn ran under a valid lease; the lock expires by itself
+	return nil, &ReleaseError{Key: key, Err: err}
 }
 
 // keyOf builds the key function of a Wrap from its key option.

@@ -44,7 +44,7 @@ func (e *optionError) Unwrap() error { return e.err }
 // compileAnnotations builds a rule for every method of files that carries the
 // (guardkit.v1.lock) option, by full method name. The methods are compiled in the
 // order of their names, so that the same mistake is reported first on every start.
-func compileAnnotations(locker *guard.Locker, files *protoregistry.Files) (map[string]*rule, error) {
+func compileAnnotations(locker *guard.Locker, files *protoregistry.Files, failOpen bool) (map[string]*rule, error) {
 	type annotated struct {
 		md   protoreflect.MethodDescriptor
 		lock *lockpb.Lock
@@ -64,7 +64,7 @@ func compileAnnotations(locker *guard.Locker, files *protoregistry.Files) (map[s
 	slices.SortFunc(found, func(a, b annotated) int { return strings.Compare(string(a.md.FullName()), string(b.md.FullName())) })
 	rules := make(map[string]*rule, len(found))
 	for _, a := range found {
-		r, err := compileAnnotation(locker, a.md, a.lock)
+		r, err := compileAnnotation(locker, a.md, a.lock, failOpen)
 		if err != nil {
 			return nil, err
 		}
@@ -98,13 +98,13 @@ func lockOption(md protoreflect.MethodDescriptor) *lockpb.Lock {
 
 // compileAnnotation checks md's option as compileRules checks a Rule and builds its
 // rule on locker.
-func compileAnnotation(locker *guard.Locker, md protoreflect.MethodDescriptor, lock *lockpb.Lock) (*rule, error) {
+func compileAnnotation(locker *guard.Locker, md protoreflect.MethodDescriptor, lock *lockpb.Lock, failOpen bool) (*rule, error) {
 	method := "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
 	fail := func(field, reason string, err error) error {
 		return &optionError{method: method, field: field, reason: reason,
 			err: &guard.ConfigError{Field: optionName + "." + field, Reason: reason, Err: err}}
 	}
-	r := &rule{method: method, failOpen: lock.GetFailOpen()}
+	r := &rule{method: method, failOpen: failOpen || lock.GetFailOpen()}
 	text := lock.GetKey()
 	if text == "" {
 		return nil, fail("key", "required", nil)

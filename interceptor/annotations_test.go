@@ -414,15 +414,17 @@ func TestAnnotationFailOpen(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = locker.Close() })
 	files := annotate(t, map[string]*lockpb.Lock{
-		"Hold":  {Key: "account:{from_account}", FailOpen: true},
-		"Debit": {Key: "account:{from_account}"},
+		"Hold": {Key: "account:{from_account}", FailOpen: true},
+		// The fail-closed methods wait out the outage for their budget, then fail.
+		"Debit": {Key: "account:{from_account}", Wait: &lockpb.Lock_MaxWait{MaxWait: durationpb.New(500 * time.Millisecond)}},
 	})
 	sd := service(map[string]unaryFunc{"Hold": ok, "Debit": ok, "Audit": ok, "Plain": ok}, nil)
 	conn := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker,
 		interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files),
 		interceptor.WithRules(
 			interceptor.Rule{Method: mAudit, Key: "account:{req.from_account}", FailOpen: true},
-			interceptor.Rule{Method: mPlain, Key: "account:{req.from_account}"},
+			interceptor.Rule{Method: mPlain, Key: "account:{req.from_account}",
+				Options: []guard.Option{guard.Retry(guard.MaxWait(500*time.Millisecond, nil))}},
 		)))))
 	ctx := ctxTimeout(t, 10*time.Second)
 	for _, m := range []string{mHold, mDebit, mAudit, mPlain} {

@@ -132,13 +132,13 @@ func newServer(locker *guard.Locker, opts []Option) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs, err := compileRules(locker, o.rules, o.files)
+	rs, err := compileRules(locker, o.rules, o.files, o.failOpen)
 	if err != nil {
 		return nil, err
 	}
 	s := &server{o: o, rules: rs}
 	if o.protoOptions {
-		if s.annotated, err = compileAnnotations(locker, o.files); err != nil {
+		if s.annotated, err = compileAnnotations(locker, o.files, o.failOpen); err != nil {
 			return nil, err
 		}
 	}
@@ -191,7 +191,7 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 	err = r.guard.Run(ctx, key, inv.handle)
 	switch {
 	case !inv.entered:
-		if (s.o.failOpen || r.failOpen) && errors.Is(err, guard.ErrUnavailable) {
+		if r.failOpen && errors.Is(err, guard.ErrUnavailable) {
 			return run(ctx)
 		}
 		return acquireStatus(c.method, err, rej)
@@ -199,6 +199,13 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 		return nil
 	case inv.herr != nil && err == error(inv.herr):
 		return inv.herr.err
+	case !errors.Is(err, guard.ErrLeaseLost):
+		// The handler ran under a valid lease and only the release failed (a
+		// *guard.ReleaseError): its result stands.
+		if inv.herr != nil {
+			return inv.herr.err
+		}
+		return nil
 	}
 	var herr error
 	if inv.herr != nil {

@@ -18,13 +18,17 @@ type rule struct {
 	prefix   string // for patterns, the text before "*"
 	key      *keyfunc.Template[*call]
 	paths    []*protoPath // the {req...} placeholders of key
-	failOpen bool
+	failOpen bool         // the rule's, or the interceptor's (WithFailOpen)
 	guard    *guard.Guard
 }
 
 // build makes r's guard on locker with opts, which name the lock and set its kind, TTL
-// and waiting; the Locker is set last, so that opts cannot override it.
+// and waiting; the Locker is set last, so that opts cannot override it. A fail-open
+// rule does not wait out a Redis outage: it runs the handler unlocked at once.
 func (r *rule) build(locker *guard.Locker, opts []guard.Option) error {
+	if r.failOpen {
+		opts = append(opts, guard.WaitOutages(false))
+	}
 	opts = append(opts, guard.Use(locker))
 	var err error
 	r.guard, err = guard.NewGuard(opts...)
@@ -52,14 +56,14 @@ func (rs *ruleSet) match(method string) *rule {
 // compileRules checks rules and builds their guarded runners on locker. The {req...}
 // paths of rules for methods that files describes are checked against their request
 // types.
-func compileRules(locker *guard.Locker, rules []Rule, files *protoregistry.Files) (*ruleSet, error) {
+func compileRules(locker *guard.Locker, rules []Rule, files *protoregistry.Files, failOpen bool) (*ruleSet, error) {
 	rs := &ruleSet{exact: make(map[string]*rule)}
 	seen := make(map[string]bool)
 	for i, rl := range rules {
 		fail := func(field, reason string, err error) error {
 			return fmt.Errorf("interceptor: rule %d (%q): %w", i, rl.Method, &guard.ConfigError{Field: "Rule." + field, Reason: reason, Err: err})
 		}
-		r := &rule{method: rl.Method, failOpen: rl.FailOpen}
+		r := &rule{method: rl.Method, failOpen: failOpen || rl.FailOpen}
 		pattern, problem := checkMethod(rl.Method)
 		if problem != "" {
 			return nil, fail("Method", problem, nil)

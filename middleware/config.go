@@ -234,6 +234,9 @@ func (config LockConfig) decorate(name ...guard.Option) (*guard.Guard, error) {
 		own = append(own, guard.Retry(guard.UntilCanceled(nil)))
 	}
 	fixed := []guard.Option{guard.Use(config.Locker)}
+	if config.FailOpen { // run the handler unlocked at once rather than wait out an outage
+		fixed = append(fixed, guard.WaitOutages(false))
+	}
 	build := func(opts ...[]guard.Option) (*guard.Guard, error) {
 		var all []guard.Option
 		for _, o := range opts {

@@ -68,6 +68,12 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 	if err == nil {
 		return herr
 	}
+	if ran && !errors.Is(err, guard.ErrLeaseLost) {
+		// The handler ran under a valid lease and only the release failed (a
+		// *guard.ReleaseError): its response stands.
+		c.Logger().Warn(err)
+		return herr
+	}
 	if ran { // the lease was lost while the handler ran
 		if herr != nil {
 			err = fmt.Errorf("%w; the handler returned: %w", err, herr)
