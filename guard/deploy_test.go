@@ -478,3 +478,54 @@ func TestClusterKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestWaiterRidesOutFailover: a waiter with budget left on a key of a killed primary
+// waits the failover out as it waits out a holder, and is granted the lock once a
+// replica is promoted — on a Cluster and under Sentinel.
+func TestWaiterRidesOutFailover(t *testing.T) {
+	t.Run("Cluster", func(t *testing.T) {
+		c := cluster.Get(t)
+		victim := c.Primaries()[0]
+		key := keyOn(t, c, victim, "ride")
+		rideOut(t, lockerOn(t, c.Client(t), guard.TTL(2*time.Second)), lockerOn(t, c.Client(t)), key, func() {
+			victim.Kill(t)
+			t.Logf("replica promoted %s after the kill", c.WaitHealthy(t, 30*time.Second))
+		})
+	})
+	t.Run("Sentinel", func(t *testing.T) {
+		g := sentinel.Get(t)
+		rideOut(t, lockerOn(t, g.Client(t), guard.TTL(2*time.Second)), lockerOn(t, g.Client(t)), "ride", func() {
+			old := g.Primary()
+			old.Kill(t)
+			_, took := g.WaitNewPrimary(t, old, 30*time.Second)
+			t.Logf("new primary agreed %s after the kill", took)
+		})
+	})
+}
+
+// rideOut holds key on holder while a waiter on waiter queues for it, kills the key's
+// primary (kill returns once a new one serves), and checks that the waiter, whose budget
+// outlasts the failover, is granted the lock rather than giving up at the first refused
+// connection.
+func rideOut(t *testing.T, holder, waiter *guard.Locker, key string, kill func()) {
+	t.Helper()
+	ctx := ctxTimeout(t, 90*time.Second)
+	le := mustAcquire(t, holder, ctx, key)
+	out := make(chan waitOutcome, 1)
+	go func() {
+		le, err := waiter.Acquire(ctx, key, guard.Retry(guard.MaxWait(45*time.Second, guard.Fixed(100*time.Millisecond, 50*time.Millisecond))))
+		out <- waitOutcome{le, err, time.Now()}
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter found the lock busy
+	killed := time.Now()
+	kill()
+	// The holder gives the lock up when it can; a grant the promoted replica never
+	// received is free already, and either way the TTL frees it.
+	_ = le.Release(context.Background())
+	o := <-out
+	if o.err != nil {
+		t.Fatalf("the waiter gave up %s after the kill: %v", o.at.Sub(killed), o.err)
+	}
+	t.Logf("the waiter was granted the lock %s after the kill", o.at.Sub(killed))
+	mustRelease(t, o.lease)
+}

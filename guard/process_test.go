@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -30,6 +31,12 @@ type holderSpec struct {
 	Permits int           `json:"permits"`
 	TTL     time.Duration `json:"ttl"`
 	Owner   string        `json:"owner"`
+	// Freeze makes the holder spin, once it holds the lock, until it sees its own clock
+	// jump by more than TTL (the test stopped it with SIGSTOP), and then say at once what
+	// its lease reports: "resumed lost=<Err matches ErrLeaseLost> ctx=<its Context ended
+	// with that cause>". It runs with GOMAXPROCS=1, so that nothing else of the process —
+	// the lease's validity timer included — runs between the resumption and that check.
+	Freeze bool `json:"freeze"`
 }
 
 func (s holderSpec) options() []guard.Option {
@@ -66,15 +73,40 @@ func runHolder(raw string) int {
 		return 1
 	}
 	fmt.Printf("held %d\n", le.Token())
+	if s.Freeze {
+		return frozen(le, s.TTL)
+	}
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the test closes stdin or kills us
 	_ = le.Release(context.Background())
 	return 0
 }
 
+// frozen is the holder's Freeze mode (see holderSpec).
+func frozen(le *guard.Lease, ttl time.Duration) int {
+	lctx := le.Context()
+	start := time.Now()
+	said := false
+	for last := start; ; {
+		now := time.Now()
+		if !said && now.Sub(start) > 50*time.Millisecond {
+			fmt.Println("spinning") // from inside the loop: a stop from now on is seen
+			said = true
+		}
+		if now.Sub(last) > ttl {
+			lost := errors.Is(le.Err(), guard.ErrLeaseLost)
+			ended := lctx.Err() != nil && errors.Is(context.Cause(lctx), guard.ErrLeaseLost)
+			fmt.Printf("resumed lost=%t ctx=%t\n", lost, ended)
+			return 0
+		}
+		last = now
+	}
+}
+
 // holder is a holder process started by startHolder.
 type holder struct {
-	cmd  *exec.Cmd
-	held chan int64 // the token, once the lock is held
+	cmd   *exec.Cmd
+	held  chan int64  // the token, once the lock is held
+	lines chan string // the other lines it prints
 }
 
 // startHolder starts a process that takes key as spec says (Addr, Key and TTL filled in).
@@ -87,6 +119,9 @@ func startHolder(t *testing.T, srv *redistest.Server, key string, spec holderSpe
 	raw, _ := json.Marshal(spec)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), holderEnv+"="+string(raw))
+	if spec.Freeze {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS=1")
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -99,7 +134,7 @@ func startHolder(t *testing.T, srv *redistest.Server, key string, spec holderSpe
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &holder{cmd: cmd, held: make(chan int64, 1)}
+	h := &holder{cmd: cmd, held: make(chan int64, 1), lines: make(chan string, 16)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -108,6 +143,11 @@ func startHolder(t *testing.T, srv *redistest.Server, key string, spec holderSpe
 			var token int64
 			if _, err := fmt.Sscanf(sc.Text(), "held %d", &token); err == nil {
 				h.held <- token
+			} else {
+				select {
+				case h.lines <- sc.Text():
+				default:
+				}
 			}
 		}
 	}()
