@@ -191,7 +191,11 @@ type worker struct {
 	// probes are a quorum's servers, directly (probe is then the first): a hold is
 	// confirmed when a majority of them has it.
 	probes []redis.UniversalClient
-	sink   sink
+	// primary, when set (Sentinel), returns a client of the server the sentinels name
+	// as the primary now: an I2 probe reads there, and only while it answers as a
+	// primary, never from a demoted primary's copy that a pooled connection still reaches.
+	primary func(ctx context.Context) (redis.Cmdable, error)
+	sink    sink
 	epoch  func() int64 // bumped whenever the lock Redis loses its data
 	calm   func() bool  // reports whether no fault is being injected
 	cfg    config
@@ -379,7 +383,7 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	hash, count, token := holdFields(le)
-	v, err := w.probe.HMGet(ctx, hash, count, token).Result()
+	v, err := w.readHolds(ctx, hash, count, token)
 	if err != nil || !valid(le) || w.epoch() != epoch {
 		return false
 	}
@@ -391,6 +395,34 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 		return false
 	}
 	return true
+}
+
+// readHolds reads fields of the lock hash for an I2 probe: from the deployment's probe
+// client, or, on a Sentinel group, from the primary the sentinels name, checking on the
+// same connection that it still is a primary (a server being demoted answers nothing
+// conclusive).
+func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) ([]any, error) {
+	if w.primary == nil {
+		return w.probe.HMGet(ctx, hash, fields...).Result()
+	}
+	c, err := w.primary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var role *redis.Cmd
+	var v *redis.SliceCmd
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		role = p.Do(ctx, "ROLE")
+		v = p.HMGet(ctx, hash, fields...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r, _ := role.Slice(); len(r) == 0 || r[0] != "master" {
+		return nil, errors.New("the probed server is no longer a primary")
+	}
+	return v.Result()
 }
 
 // checkQuorumHolds is checkHolds on a quorum: a majority of the servers must have the
@@ -578,6 +610,9 @@ type world struct {
 	store  *redistest.Server
 	sc     *redis.Client         // storage client
 	probe  redis.UniversalClient // lock deployment, directly: probes and fault injection
+	// primary is the workers' I2 probe of a Sentinel group (see worker.primary); nil
+	// elsewhere.
+	primary func(ctx context.Context) (redis.Cmdable, error)
 	hist   *chaos.History
 	epoch  atomic.Int64
 	// faulting counts faults being injected now; a fault's effects on the engine
@@ -670,7 +705,48 @@ func newWorldOn(t *testing.T, cfg config, start func(w *world)) *world {
 		return w
 	}
 	w.probe = w.client("", probeOpts)
+	if w.sentinel != nil {
+		w.primary = w.sentinelPrimary(probeOpts)
+	}
 	return w
+}
+
+// sentinelPrimary returns the I2 probe of a Sentinel group (see world.primary): it asks
+// a sentinel for the primary's address at each call and keeps one client per address.
+func (w *world) sentinelPrimary(set func(*redis.Options)) func(ctx context.Context) (redis.Cmdable, error) {
+	var mu sync.Mutex
+	clients := map[string]*redis.Client{}
+	sentinels := make([]*redis.SentinelClient, 0, len(w.sentinel.Sentinels()))
+	for _, addr := range w.sentinel.Sentinels() {
+		s := redis.NewSentinelClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+		w.tb.Cleanup(func() { _ = s.Close() })
+		sentinels = append(sentinels, s)
+	}
+	name := w.sentinel.MasterName()
+	return func(ctx context.Context) (redis.Cmdable, error) {
+		var addr []string
+		var err error
+		for _, s := range sentinels {
+			if addr, err = s.GetMasterAddrByName(ctx, name).Result(); err == nil && len(addr) == 2 {
+				break
+			}
+		}
+		if err != nil || len(addr) != 2 {
+			return nil, fmt.Errorf("no sentinel named the primary: %v", err)
+		}
+		a := net.JoinHostPort(addr[0], addr[1])
+		mu.Lock()
+		defer mu.Unlock()
+		c := clients[a]
+		if c == nil {
+			o := &redis.Options{Addr: a}
+			set(o)
+			c = redis.NewClient(o)
+			w.tb.Cleanup(func() { _ = c.Close() })
+			clients[a] = c
+		}
+		return c, nil
+	}
 }
 
 // client returns a new client of the lock deployment, closed at cleanup, with the
@@ -859,7 +935,7 @@ func (w *world) run(ld load) (stop func()) {
 	for i, n := range busy {
 		for g := range ld.Workers {
 			wk := &worker{
-				id: fmt.Sprintf("%s/%d", n.name, g), locker: n.locker, store: w.sc, probe: w.probe, probes: w.qprobes,
+				id: fmt.Sprintf("%s/%d", n.name, g), locker: n.locker, store: w.sc, probe: w.probe, probes: w.qprobes, primary: w.primary,
 				sink: w.sink(), epoch: w.epoch.Load, calm: func() bool { return w.faulting.Load() == 0 }, cfg: w.cfg, load: ld,
 				rng: rand.New(rand.NewPCG(uint64(i), uint64(g))),
 			}

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -157,4 +161,69 @@ func TestWaitOutages(t *testing.T) {
 	}
 	t.Logf("granted %s after Redis came back", o.at.Sub(back))
 	mustRelease(t, o.lease)
+}
+
+// TestDistinctKeysLeaveNothing: locks on distinct keys (keys from requests: order ids,
+// account ids) leave nothing in Redis once their fence retention has passed, so that
+// memory follows what is held, not every key ever locked. GUARDKIT_DISTINCT_KEYS sets how
+// many (default 5,000); the numbers are logged.
+func TestDistinctKeysLeaveNothing(t *testing.T) {
+	n := 5000
+	if v, err := strconv.Atoi(os.Getenv("GUARDKIT_DISTINCT_KEYS")); err == nil && v > 0 {
+		n = v
+	}
+	srv := redistest.Start(t)
+	const retention = time.Second
+	l, c := newLocker(t, srv, guard.FenceRetention(retention))
+	ctx := ctxTimeout(t, 10*time.Minute)
+	memory := func() int64 {
+		info := c.Info(ctx, "memory").Val()
+		for _, line := range strings.Split(info, "\r\n") {
+			if b, ok := strings.CutPrefix(line, "used_memory:"); ok {
+				m, _ := strconv.ParseInt(b, 10, 64)
+				return m
+			}
+		}
+		return -1
+	}
+	base := memory()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	const workers = 16
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				le, err := l.TryAcquire(ctx, fmt.Sprintf("order:%d", i))
+				if err == nil {
+					err = le.Release(ctx)
+				}
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	took := time.Since(start)
+	size, used := c.DBSize(ctx).Val(), memory()
+	t.Logf("%d distinct keys locked and released in %s: DBSIZE %d, used_memory +%d B (%d B a key) right after",
+		n, took.Round(time.Millisecond), size, used-base, (used-base)/max(int64(n), 1))
+	if size > int64(n) {
+		t.Fatalf("DBSIZE %d after %d distinct keys: more than one record a key", size, n)
+	}
+	waitUntil(t, retention+15*time.Second, "the fence records' expiry", func() bool { return c.DBSize(ctx).Val() == 0 })
+	t.Logf("DBSIZE 0 and used_memory +%d B %s after the last release (FenceRetention %s)",
+		memory()-base, (time.Since(start) - took).Round(time.Millisecond), retention)
 }
