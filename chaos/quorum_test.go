@@ -128,6 +128,54 @@ func quorumPaused(n int, majority bool) func(t *testing.T, sc scale) (chaos.Row,
 	}
 }
 
+// quorumPausedRate stops one server of three (SIGSTOP) for 2s, over and over, while two
+// quorum Lockers contend for the same keys, and notes their grant rate while the server
+// is stopped against the rate before the first stop: a quorum exists to ride out a
+// stopped minority, so the contenders must not wait for the silent server.
+func quorumPausedRate(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+	cfg := baseConfig()
+	w := newQuorumWorld(t, cfg, 3)
+	w.addNode("a", false)
+	w.addNode("b", false)
+	stop := w.run(contended(sc))
+	const pause = 2 * time.Second
+	calm := max(sc.run/4, pause)
+	before := chaos.Now()
+	time.Sleep(calm)
+	var stopped [][2]chaos.Mono
+	k := w.faultLoop(sc.run-calm, pause+700*time.Millisecond, func(int) {
+		w.fault("SIGSTOP a server", func() {
+			w.quorum[1].Pause(w.tb)
+			from := chaos.Now()
+			time.Sleep(pause)
+			stopped = append(stopped, [2]chaos.Mono{from, chaos.Now()})
+			w.quorum[1].Resume(w.tb)
+		})
+	})
+	stop()
+	var calmGrants, pausedGrants int
+	var pausedFor time.Duration
+	for _, p := range stopped {
+		pausedFor += p[1].Sub(p[0])
+	}
+	for _, s := range w.hist.Sections() {
+		if !s.Enter.Before(before) && s.Enter.Before(before.Add(calm)) {
+			calmGrants++
+		}
+		for _, p := range stopped {
+			if !s.Enter.Before(p[0]) && s.Enter.Before(p[1]) {
+				pausedGrants++
+			}
+		}
+	}
+	row, vs := w.finish("", fmt.Sprintf("%d× SIGSTOP 1 of 3 servers for %s while 2 Lockers contend (TTL %s)", k, pause, cfg.TTL), sc.slack)
+	calmRate := float64(calmGrants) / calm.Seconds()
+	pausedRate := float64(pausedGrants) / max(pausedFor.Seconds(), 1e-9)
+	addNote(&row, fmt.Sprintf("grant rate %.0f/s before the first stop, %.0f/s while a server was stopped (%.0f%%)",
+		calmRate, pausedRate, 100*pausedRate/max(calmRate, 1e-9)))
+	return row, vs
+}
+
 // quorumLatency slows a minority of the servers beyond the clients' read timeout, delays
 // and drops their replies, while two quorum Lockers contend.
 func quorumLatency(n int) func(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {

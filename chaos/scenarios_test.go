@@ -104,6 +104,7 @@ var scenarios = []scenario{
 	{name: "quorum of 3: a server paused > TTL", smoke: true, run: quorumPaused(3, false)},
 	{name: "quorum of 5: two servers paused > TTL", run: quorumPaused(5, false)},
 	{name: "quorum of 3: a majority paused > TTL", run: quorumPaused(3, true)},
+	{name: "quorum of 3: a server paused 2s while two Lockers contend", run: quorumPausedRate},
 	{name: "quorum of 3: latency above read timeout on a server", run: quorumLatency(3)},
 }
 
