@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -528,4 +532,120 @@ func rideOut(t *testing.T, holder, waiter *guard.Locker, key string, kill func()
 	}
 	t.Logf("the waiter was granted the lock %s after the kill", o.at.Sub(killed))
 	mustRelease(t, o.lease)
+}
+
+// TestClusterFeedsBounded: a process waiting on many keys of a Redis 7 Cluster, spread
+// over every primary and thousands of hash slots, reads their release notifications from
+// at most one sharded Pub/Sub connection per primary — and is still woken by each
+// release. GUARDKIT_WAITED_KEYS sets how many keys (default 2,000); the connection counts
+// and the nodes' memory are logged.
+func TestClusterFeedsBounded(t *testing.T) {
+	n := 2000
+	if v, err := strconv.Atoi(os.Getenv("GUARDKIT_WAITED_KEYS")); err == nil && v > 0 {
+		n = v
+	}
+	c := cluster.Get(t)
+	holder := lockerOn(t, c.Client(t), guard.TTL(time.Minute))
+	waiter := lockerOn(t, c.Client(t))
+	ctx := ctxTimeout(t, 5*time.Minute)
+	keys := make([]string, n)
+	leases := make([]*guard.Lease, n)
+	parallel(t, n, func(i int) error {
+		keys[i] = fmt.Sprintf("wide:%d", i)
+		le, err := holder.TryAcquire(ctx, keys[i])
+		leases[i] = le
+		return err
+	})
+	memory := func() (total int64) {
+		for _, p := range c.Primaries() {
+			total += p.Stat(t, "used_memory")
+		}
+		return total
+	}
+	before := memory()
+	outs := make([]<-chan waitOutcome, n)
+	for i, k := range keys {
+		outs[i] = waitFor(ctx, waiter, k)
+	}
+	slots := map[int]bool{}
+	for _, k := range keys {
+		slots[redistest.Slot(lockName(k))] = true
+	}
+	// Polled slowly: each poll lists every channel of every primary.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		total := int64(0)
+		for _, p := range c.Primaries() {
+			total += shardChannels(t, p)
+		}
+		if total >= int64(n) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d waited keys subscribed after 2 minutes", total, n)
+		}
+	}
+	for _, p := range c.Primaries() {
+		conns := pubsubClients(t, p)
+		t.Logf("%s: %d sharded channels on %d Pub/Sub connections", p, shardChannels(t, p), conns)
+		if conns > 1 {
+			t.Fatalf("%s has %d Pub/Sub connections for %d waited keys over %d slots, want 1 per primary", p, conns, n, len(slots))
+		}
+	}
+	t.Logf("%d waited keys over %d hash slots: the primaries' used_memory +%d B while subscribed", n, len(slots), memory()-before)
+	parallel(t, n, func(i int) error { return leases[i].Release(ctx) })
+	for i, out := range outs {
+		mustRelease(t, mustWoken(t, keys[i], out).lease)
+	}
+}
+
+// parallel runs f(0) … f(n-1) on 32 goroutines and fails t with the first error.
+func parallel(t *testing.T, n int, f func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 32 {
+				if err := f(i); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+}
+
+// shardChannels is how many sharded channels node s has subscribers for.
+func shardChannels(t *testing.T, s *redistest.Server) int64 {
+	t.Helper()
+	c := s.Client(t)
+	defer c.Close()
+	chs, _ := c.Do(context.Background(), "PUBSUB", "SHARDCHANNELS").StringSlice()
+	return int64(len(chs))
+}
+
+// pubsubClients is how many Pub/Sub connections node s has.
+func pubsubClients(t *testing.T, s *redistest.Server) int {
+	t.Helper()
+	c := s.Client(t)
+	defer c.Close()
+	list, _ := c.ClientList(context.Background()).Result()
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, "flags=P") {
+			n++
+		}
+	}
+	return n
 }

@@ -15,9 +15,13 @@ import (
 // single server, Sentinel and Redis 6.2 Cluster it reads them from one Pub/Sub connection
 // (one feed) shared by all keys. On a Redis 7 Cluster releases are announced with sharded
 // Pub/Sub (SPUBLISH), which reaches only the shard that owns the lock, and the process
-// reads them from one feed per hash slot it waits on, connected to that slot's primary:
-// a feed follows its slot to a new primary after a failover, and the loss of one node
-// silences only the feeds of the slots it served.
+// reads them from one feed per primary it waits on, however many keys and hash slots: a
+// key's channel is subscribed (SSUBSCRIBE, one slot at a time) on the feed of the primary
+// that owns its slot. guard, not go-redis, resubscribes a feed's channels when its
+// connection breaks or its node stops serving a slot (go-redis would resubscribe them in
+// one command, which a node refuses when they span slots): the feed is retired and each
+// channel subscribed again on the feed of its slot's primary now. The loss of one node
+// silences only its own feed.
 type waiters struct {
 	l        *Locker      // its ID, background calls and closing
 	c        *conn        // where subscriptions and queue calls go
@@ -29,7 +33,8 @@ type waiters struct {
 	keys   map[string]*keyWait    // by channel
 	yields map[string]time.Time   // by channel: until when newcomers are polite
 	turns  map[string]*time.Timer // by channel: a turn that came with nobody waiting
-	feeds  map[int]*feed          // by hash slot, or classicFeed
+	feeds  map[int]*feed          // by node (see nodes), or classicFeed (and below, a quorum's)
+	nodes  map[string]int         // a Cluster primary's address → its feeds key (≥ 0)
 	closed bool
 	loops  sync.WaitGroup
 }
@@ -39,10 +44,13 @@ const classicFeed = -1
 
 // feed is one Pub/Sub connection and the goroutine that reads it.
 type feed struct {
-	slot    int // the hash slot of its channels, or classicFeed
+	slot    int // its feeds key: a Cluster primary's (≥ 0), classicFeed, or a quorum server's
 	ps      *redis.PubSub
 	retired bool // replaced or emptied: its loop ends; guarded by waiters.mu
 }
+
+// sharded reports whether f is a Cluster primary's sharded feed.
+func (f *feed) sharded() bool { return f.slot >= 0 }
 
 // sharded reports whether release notifications for the lock of channel ch travel over
 // sharded Pub/Sub: on a Redis Cluster whose nodes run Redis 7 or newer (release.lua makes
@@ -179,50 +187,61 @@ func (w *waiters) subscribe(kw *keyWait) {
 		w.c.refresh(err)
 		return
 	}
-	slot := classicFeed
-	var fresh *redis.PubSub
 	if sharded {
-		slot = hashSlot(kw.channel)
-		if !w.hasFeed(slot) {
-			// A sharded connection goes to the primary of its first channel's slot: dial
-			// it with the channel, before its receive loop could dial a random node.
-			fresh = w.c.client.SSubscribe(ctx, kw.channel)
-		}
+		w.subscribeSharded(ctx, kw)
+		return
 	}
 	w.mu.Lock()
 	if w.closed || w.keys[kw.channel] != kw {
 		w.mu.Unlock()
-		if fresh != nil {
-			_ = fresh.Close()
-		}
 		return // closed, or swept meanwhile
 	}
-	f := w.feeds[slot]
-	switch {
-	case f != nil:
-	case fresh != nil:
-		f, fresh = &feed{slot: slot, ps: fresh}, nil
+	f := w.feeds[classicFeed]
+	if f == nil {
+		f = &feed{slot: classicFeed, ps: w.c.client.Subscribe(context.Background())}
 		w.start(f)
-		w.mu.Unlock()
-		return // subscribed by SSubscribe
-	case !sharded:
-		f = &feed{slot: slot, ps: w.c.client.Subscribe(context.Background())}
-		w.start(f)
-	default:
-		w.mu.Unlock()
-		w.subscribe(kw) // the slot's feed was retired meanwhile: start anew
-		return
 	}
 	w.mu.Unlock()
-	if fresh != nil {
-		_ = fresh.Close() // another goroutine started the slot's feed first
+	if err := f.ps.Subscribe(ctx, kw.channel); err != nil {
+		w.c.refresh(err)
 	}
-	if sharded {
-		err = f.ps.SSubscribe(ctx, kw.channel)
-	} else {
-		err = f.ps.Subscribe(ctx, kw.channel)
-	}
+}
+
+// subscribeSharded subscribes kw's channel with SSUBSCRIBE on the feed of the primary
+// that owns its slot, starting that feed if needed.
+func (w *waiters) subscribeSharded(ctx context.Context, kw *keyWait) {
+	node, err := w.c.client.(*redis.ClusterClient).MasterForKey(ctx, kw.channel)
 	if err != nil {
+		w.c.refresh(err)
+		return
+	}
+	addr := node.Options().Addr
+	w.mu.Lock()
+	if w.closed || w.keys[kw.channel] != kw {
+		w.mu.Unlock()
+		return // closed, or swept meanwhile
+	}
+	if w.nodes == nil {
+		w.nodes = make(map[string]int)
+	}
+	id, ok := w.nodes[addr]
+	if !ok {
+		id = len(w.nodes)
+		w.nodes[addr] = id
+	}
+	f := w.feeds[id]
+	if f == nil {
+		// A node's own client: the connection goes to that node, and a broken one is
+		// not redialled by go-redis, whose resubscription would send every channel in
+		// one SSUBSCRIBE (see receive).
+		f = &feed{slot: id, ps: node.Subscribe(context.Background())}
+		w.start(f)
+	}
+	kw.feed = f
+	w.mu.Unlock()
+	if err := f.ps.SSubscribe(ctx, kw.channel); err != nil {
+		// The channel stays unconfirmed: its waiters wake on their backoff or the
+		// holder's TTL. A broken connection is the receive loop's to replace.
 		w.c.refresh(err)
 	}
 }
@@ -258,17 +277,11 @@ func (w *waiters) subscribeQuorum(ctx context.Context, kw *keyWait) {
 	wg.Wait()
 }
 
-// carries reports whether feed f carries the notifications of channel ch: every feed
-// of a quorum Locker carries every channel.
-func (w *waiters) carries(f *feed, ch string) bool {
-	return w.l.q != nil || w.feedSlot(ch) == f.slot
-}
-
-// hasFeed reports whether a feed for slot is running.
-func (w *waiters) hasFeed(slot int) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.feeds[slot] != nil
+// carries reports whether feed f carries the notifications of kw's channel: a sharded
+// feed those of the keys subscribed on it, the classic feed and every feed of a quorum
+// Locker those of every key. w.mu is held.
+func (w *waiters) carries(f *feed, kw *keyWait) bool {
+	return !f.sharded() || kw.feed == f
 }
 
 // start records feed f and starts its receive loop. w.mu is held.
@@ -345,11 +358,17 @@ func (w *waiters) receive(f *feed) {
 		if err != nil {
 			var ne net.Error
 			if !(errors.As(err, &ne) && ne.Timeout()) {
-				// The connection broke; go-redis reconnects and resubscribes on the next
-				// receive, at the slot's primary after a failover once the client's map
-				// of the cluster is reloaded. Notifications sent meanwhile are lost:
-				// waiters then wake on their backoff or the holder's TTL.
 				w.c.refresh(err)
+				if f.sharded() {
+					// A primary's feed is not redialled: its channels are subscribed
+					// again, each on the feed of its slot's primary now, once the
+					// client's map of the cluster is reloaded.
+					w.replace(f, reconnectWait)
+					return
+				}
+				// The classic connection broke; go-redis reconnects and resubscribes on
+				// the next receive. Notifications sent meanwhile are lost: waiters then
+				// wake on their backoff or the holder's TTL.
 				w.unconfirm(f)
 				failures++
 				if !w.sleep(min(reconnectWait*time.Duration(failures), reconnectWaitMax)) {
@@ -410,8 +429,9 @@ func (w *waiters) replace(f *feed, delay time.Duration) {
 	}
 	var moved []*keyWait
 	for _, kw := range w.keys {
-		if w.carries(f, kw.channel) {
+		if w.carries(f, kw) {
 			kw.live = false
+			kw.feed = nil
 			moved = append(moved, kw)
 		}
 	}
@@ -424,14 +444,6 @@ func (w *waiters) replace(f *feed, delay time.Duration) {
 	for _, kw := range moved {
 		w.subscribeAside(kw, delay)
 	}
-}
-
-// feedSlot is the feeds key of the feed that carries channel ch.
-func (w *waiters) feedSlot(ch string) int {
-	if w.sharded.Load() == 2 {
-		return hashSlot(ch)
-	}
-	return classicFeed
 }
 
 // sleep waits d unless the Locker closes first; it reports whether it slept.
@@ -567,7 +579,7 @@ func (w *waiters) unconfirm(f *feed) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, kw := range w.keys {
-		if w.carries(f, kw.channel) {
+		if w.carries(f, kw) {
 			kw.live = false
 		}
 	}
@@ -580,7 +592,7 @@ func (w *waiters) sweep(f *feed) bool {
 	left := 0
 	w.mu.Lock()
 	for ch, kw := range w.keys {
-		if !w.carries(f, ch) {
+		if !w.carries(f, kw) {
 			continue
 		}
 		if kw.refs == 0 && time.Since(kw.idle) > idleUnsub {
@@ -591,7 +603,7 @@ func (w *waiters) sweep(f *feed) bool {
 		}
 	}
 	w.active.Store(int32(len(w.keys)))
-	retire := left == 0 && f.slot >= 0 // a sharded feed
+	retire := left == 0 && f.sharded()
 	if retire {
 		f.retired = true
 		delete(w.feeds, f.slot)
@@ -611,7 +623,7 @@ func (w *waiters) sweep(f *feed) bool {
 	switch {
 	case retire:
 		_ = f.ps.Close()
-	case len(drop) > 0 && f.slot < 0:
+	case len(drop) > 0 && !f.sharded():
 		_ = f.ps.Unsubscribe(context.Background(), drop...)
 	case len(drop) > 0:
 		_ = f.ps.SUnsubscribe(context.Background(), drop...)

@@ -331,6 +331,7 @@ type keyWait struct {
 	ok             chan struct{}                 // closed at the first confirmation of the subscription
 	okOnce         bool                          // ok is closed; guarded by waiters.mu
 	live           bool                          // the subscription is confirmed now; guarded by waiters.mu
+	feed           *feed                         // the sharded feed its channel is subscribed on; guarded by waiters.mu
 }
 
 func (kw *keyWait) drain() {
