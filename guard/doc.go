@@ -75,7 +75,7 @@
 // A busy attempt learns the holder's remaining TTL in the same round trip. The waiter then
 // sleeps until the earliest of: the lock's release being announced (one Pub/Sub
 // subscription per Locker, shared by all keys — on a Redis 7 Cluster, sharded Pub/Sub
-// with one connection per hash slot waited on, so a release reaches only its own shard —
+// with one connection per primary waited on, so a release reaches only its own shard —
 // plus a direct wake-up when this process releases), the Retry policy's backoff, the holder's TTL, the policy's or the context's
 // deadline. Within one process the goroutines waiting for a key form a queue: only the
 // one at its head makes attempts, so Redis sees one waiter per process however many

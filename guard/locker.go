@@ -41,7 +41,7 @@ var (
 //
 // A Locker keeps, per process, a table of the leases it holds, a Pub/Sub subscription
 // that wakes waiters when a lock is released (one connection for all keys; on a Redis 7
-// Cluster, one sharded connection per hash slot waited on, at that slot's primary), and
+// Cluster, one sharded connection per primary waited on, however many keys), and
 // one watchdog that renews every held lease in pipelined batches.
 type Locker struct {
 	conn           // the Redis side: the client and what is known of it
