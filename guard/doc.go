@@ -65,7 +65,14 @@
 // owner, or when its local validity — TTL minus DriftMargin from the moment the last
 // successful acquire or renewal was sent, on the monotonic clock — runs out. A renewal
 // that fails for a transient reason is retried until then. A lost lease's context is
-// cancelled with a *LeaseLostError (ErrLeaseLost) as its cause.
+// cancelled with a *LeaseLostError (ErrLeaseLost) as its cause. The lease also reads its
+// deadline whenever it is asked — Lease.Err, and Err and Done of the lease's contexts
+// (Context, Bind, the context Wrap and Do give the function) — so that a process stopped
+// past its deadline hears of the loss at its first check, before any timer has run.
+//
+// Wrap, Do and the adapters report ErrLeaseLost only for a loss while the function ran.
+// A release that comes back after the validity ran out (Redis stalled after the function
+// returned) or does not reach Redis is a *ReleaseError: the function ran protected.
 //
 // Release drops one hold; the last one deletes the lock in a script that checks the
 // owner, even when the caller's context is already cancelled.
@@ -98,6 +105,14 @@
 // the gRPC interceptors) wait at most DefaultMaxWait (5s) and then report the lock busy,
 // so that a stuck holder never keeps a server's requests waiting without end, even when
 // the client set no deadline. TryAcquire always makes one attempt.
+//
+// An outage is waited out like a busy lock: an attempt that finds Redis unreachable or
+// its primary moving (a refused connection, a timeout, READONLY, LOADING, CLUSTERDOWN,
+// too few replicas or quorum servers) is followed by another after the policy's backoff
+// while the policy and the context allow, so a waiter rides out a failover; then the call
+// fails with ErrUnavailable. TryAcquire, NoRetry and WaitOutages(false) fail at once.
+// On Redis 7 the scripts that write carry a "#!lua" line: a replica that a stale
+// connection still reaches (a demoted primary) refuses them with READONLY before they run.
 //
 // A context that ends while waiting ends the wait at once. Build the client with
 // ContextTimeoutEnabled so that it also gives up on a Redis call at the context's
@@ -141,7 +156,9 @@
 //
 // Each first acquisition of a key gets a fencing token greater than every token issued for
 // that key before, and reentrant holds share it. Tokens never fall below the Redis
-// server's clock in microseconds, so they keep rising after Redis restarts empty. A lock
+// server's clock in microseconds, so they keep rising after Redis restarts empty; a key's
+// fence record only keeps them rising while that clock is behind, and goes FenceRetention
+// (10s) after the key's last release, so locks on distinct keys leave nothing behind. A lock
 // held in Redis cannot by itself stop a paused or partitioned former holder from writing
 // after its lease ran out; a storage that rejects writes carrying a token lower than the
 // highest it has seen can.
