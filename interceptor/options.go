@@ -78,9 +78,10 @@ type Rule struct {
 	// never past the RPC's deadline; then the RPC fails with codes.Aborted.
 	Options []guard.Option
 
-	// FailOpen makes the methods of this rule run without their lock when Redis cannot
-	// be reached, as WithFailOpen does for every rule. Default false: fail closed,
-	// unless WithFailOpen(true) is given.
+	// FailOpen makes the methods of this rule run without their lock, at once, when Redis
+	// cannot be reached, as WithFailOpen does for every rule. Default false: fail closed
+	// (the wait for the lock rides out an outage within its budget, then
+	// codes.Unavailable), unless WithFailOpen(true) is given.
 	FailOpen bool
 }
 
@@ -156,8 +157,9 @@ func WithMetadataKey(key string) Option {
 	return func(o *options) { o.mdKey = strings.ToLower(key) }
 }
 
-// WithFailOpen makes a guarded RPC run without its lock when Redis cannot be reached,
-// instead of failing with codes.Unavailable: availability over exclusion. The handler can
+// WithFailOpen makes a guarded RPC run without its lock, at once, when Redis cannot be
+// reached, instead of waiting the outage out and failing with codes.Unavailable:
+// availability over exclusion. The handler can
 // tell from guard.LeaseFromContext, which then reports no lease. It applies to every
 // rule and annotated method; Rule.FailOpen and the option's fail_open choose it for
 // some only.

@@ -93,9 +93,12 @@ type LockConfig struct {
 	Signer *ctxid.Signer
 
 	// FailOpen makes a request whose lock cannot be taken because Redis is unreachable
-	// (guard.ErrUnavailable) run its handler without the lock instead of failing. Only
-	// choose it for work that stays correct without mutual exclusion.
-	// Optional. Default value false: ErrorHandler answers (503 by default).
+	// (guard.ErrUnavailable) run its handler without the lock instead of failing, at
+	// once (guard.WaitOutages(false)): a fail-closed route waits an outage out within
+	// MaxWait instead. Only choose it for work that stays correct without mutual
+	// exclusion.
+	// Optional. Default value false: the wait for the lock rides out the outage while
+	// MaxWait lasts, then ErrorHandler answers (503 by default).
 	FailOpen bool
 
 	// DenyHandler builds the response to a request denied because another owner held
