@@ -38,6 +38,13 @@ type quorum struct {
 	mu      sync.Mutex
 	gated   map[*script]*script // acquire scripts with gate.lua prepended
 	holders map[*held][]bool    // the servers known to carry each hold (see releaseQuorum)
+	lanes   map[laneKey]chan struct{}
+}
+
+// laneKey names the lane of this Locker's calls about one lock on one server (see inLane).
+type laneKey struct {
+	lock string
+	i    int
 }
 
 // NewQuorum returns a Locker whose locks are held on a majority of independent Redis
@@ -80,7 +87,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 	if n < 3 || n%2 == 0 {
 		return nil, &ConfigError{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 or more, got %d", n)}
 	}
-	q := &quorum{need: n/2 + 1, gated: make(map[*script]*script), holders: make(map[*held][]bool), rtt: make([]rttEstimate, n)}
+	q := &quorum{need: n/2 + 1, gated: make(map[*script]*script), holders: make(map[*held][]bool), lanes: make(map[laneKey]chan struct{}), rtt: make([]rttEstimate, n)}
 	seen := make(map[string]int)
 	for i, c := range clients {
 		field := "clients[" + strconv.Itoa(i) + "]"
@@ -477,6 +484,16 @@ func (t *attemptTally) take(r nodeReply) (decided, won bool) {
 	return true, false
 }
 
+// mayHold returns the servers that granted the attempt, or may have: all but those that
+// answered without a grant.
+func (t *attemptTally) mayHold() []bool {
+	on := make([]bool, len(t.undo))
+	for i := range on {
+		on[i] = t.undo[i] || t.errs[i] == nil || t.silent[i]
+	}
+	return on
+}
+
 // count counts a server's reply to the attempt script.
 func (t *attemptTally) count(r nodeReply) {
 	a := r.v.(attemptReply)
@@ -528,8 +545,11 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	)
 	defer close(settled)
 	_, confirmField := tokenFields(h)
+	lanes := q.enterAll(h.rk.lock)
 	call := func(ctx context.Context, i int) (any, error) {
-		return nodeAttempt(ctx, q.nodes[i], s, args, h.rk.lock, confirmField)
+		return lanes[i].run(ctx, func() (any, error) {
+			return nodeAttempt(ctx, q.nodes[i], s, args, h.rk.lock, confirmField)
+		})
 	}
 	take := func(r nodeReply) bool {
 		decided, won := t.take(r)
@@ -550,10 +570,13 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		}
 		switch {
 		case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
-		case outcome.Load() == attemptLost, l.gone(h):
-			// Undone: the attempt lost, or its grant (or unknown outcome) on this server
-			// came after the acquisition was given up or the hold's release reached the
-			// server, and would stay there until its TTL.
+		case outcome.Load() == attemptLost:
+			// Undone already: the attempt's undo followed this call in its lane.
+		case l.gone(h):
+			// A grant (or an unknown outcome) after the acquisition was given up or the
+			// hold released: undone there (the release or undo that ended the hold
+			// followed this call in its lane too; this one costs a call and covers a hold
+			// that ended some other way).
 			l.undoQuorum(h, nonce, onlyAt(n, r.i))
 		case r.err == nil:
 			// A grant after the majority's: part of the hold (renewed and released
@@ -576,7 +599,9 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		return acquireReply{err: err}
 	}
 	outcome.Store(attemptLost) // also when every server answered without a decision
-	l.undoQuorum(h, nonce, t.undo)
+	// Undone on every server that granted it or may still: the undo waits in the lanes
+	// for the calls still on their way.
+	l.undoQuorum(h, nonce, t.mayHold())
 	return t.lost(ctx, manner, limits)
 }
 
@@ -762,9 +787,77 @@ func (l *Locker) undoQuorum(h *held, nonce string, on []bool) {
 	if on == nil {
 		l.q.forget(h)
 	}
-	l.each(on, true, func(ctx context.Context, c *conn) error {
-		return c.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
-	})
+	for i := range l.q.nodes {
+		if on != nil && !on[i] {
+			continue
+		}
+		ln := l.q.enter(h.rk.lock, i)
+		l.each(onlyAt(len(l.q.nodes), i), true, func(ctx context.Context, c *conn) error {
+			_, err := ln.run(ctx, func() (any, error) {
+				return nil, c.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
+			})
+			return err
+		})
+	}
+}
+
+// lane is a call's place in the lane of this Locker's calls about one lock on one
+// server that may take, keep or drop a hold there (attempts, undos, releases). Calls
+// sent on different connections may reach a server in any order: an attempt that
+// overtook the release or the undo of this process's previous hold would find the lock
+// still held there, refused by this process's own leftovers, and a release or an undo
+// that overtook a straggling attempt would leave its grant behind. A lane runs its calls
+// in the order they entered it, which is the order of the rounds that made them: enter
+// is called on the goroutine that starts the round, before its calls go aside.
+type lane struct {
+	q          *quorum
+	k          laneKey
+	prev, mine chan struct{}
+}
+
+// enter takes the next place in the lane of lock on server i. Its call must be run.
+func (q *quorum) enter(lock string, i int) *lane {
+	ln := &lane{q: q, k: laneKey{lock: lock, i: i}, mine: make(chan struct{})}
+	q.mu.Lock()
+	ln.prev = q.lanes[ln.k]
+	q.lanes[ln.k] = ln.mine
+	q.mu.Unlock()
+	return ln
+}
+
+// enterAll takes a place in the lanes of lock on every server.
+func (q *quorum) enterAll(lock string) []*lane {
+	lanes := make([]*lane, len(q.nodes))
+	for i := range lanes {
+		lanes[i] = q.enter(lock, i)
+	}
+	return lanes
+}
+
+// run makes call once the calls ahead in the lane are over. When ctx ends first, call
+// is not made and ctx's error is returned; the calls behind still wait for the ones
+// ahead.
+func (ln *lane) run(ctx context.Context, call func() (any, error)) (any, error) {
+	defer func() {
+		if ln.prev != nil {
+			<-ln.prev
+		}
+		ln.q.mu.Lock()
+		if ln.q.lanes[ln.k] == ln.mine {
+			delete(ln.q.lanes, ln.k)
+		}
+		ln.q.mu.Unlock()
+		close(ln.mine)
+	}()
+	if ln.prev != nil {
+		select {
+		case <-ln.prev:
+			ln.prev = nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return call()
 }
 
 // releaseQuorum runs a release on every server and merges the replies. It is decided
@@ -790,9 +883,11 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 			wanted++
 		}
 	}
+	lanes := q.enterAll(h.rk.lock)
 	call := func(ctx context.Context, i int) (any, error) {
-		code, err := decodeRelease(q.nodes[i].runScript(ctx, h.s.spec.release, append([]any(nil), args...), true))
-		return code, err
+		return lanes[i].run(ctx, func() (any, error) {
+			return decodeRelease(q.nodes[i].runScript(ctx, h.s.spec.release, append([]any(nil), args...), true))
+		})
 	}
 	take := func(r nodeReply) bool {
 		switch {
@@ -941,7 +1036,7 @@ const (
 	budgetFloor    = 5 * time.Millisecond   // the least a server is given to answer
 	budgetShare    = 10                     // the most is the TTL divided by this
 	patienceFactor = 8                      // a server's patience in budgets
-	patienceFloor  = 100 * time.Millisecond // the least patience, below the cap
+	patienceFloor  = 250 * time.Millisecond // the least patience, below the cap
 )
 
 // rttEstimate is the smoothed round trip of one server and its mean deviation, after
