@@ -1033,10 +1033,10 @@ func countErrs(errs []error) int {
 
 // The bounds of a server's reply budget in a quorum round (see budgets).
 const (
-	budgetFloor    = 5 * time.Millisecond   // the least a server is given to answer
-	budgetShare    = 10                     // the most is the TTL divided by this
-	patienceFactor = 8                      // a server's patience in budgets
-	patienceFloor  = 250 * time.Millisecond // the least patience, below the cap
+	budgetFloor    = 5 * time.Millisecond // the least a server is given to answer
+	budgetShare    = 10                   // the most is the TTL divided by this
+	patienceFactor = 8                    // a server's patience in budgets
+	patienceFloor  = time.Second          // the least patience, below the cap
 )
 
 // rttEstimate is the smoothed round trip of one server and its mean deviation, after
