@@ -36,12 +36,12 @@ type quorum struct {
 	rtt []rttEstimate // each server's round trips, for the reply budgets (see budgets)
 
 	mu      sync.Mutex
-	gated   map[*script]*script // acquire scripts with gate.lua prepended
-	holders map[*held][]bool    // the servers known to carry each hold (see releaseQuorum)
-	lanes   map[laneKey]chan struct{}
+	gated   map[*script]*script       // acquire scripts with gate.lua prepended
+	holders map[*held][]bool          // the servers known to carry each hold (see releaseQuorum)
+	lanes   map[laneKey]chan struct{} // the last call entered in each lane (see lane)
 }
 
-// laneKey names the lane of this Locker's calls about one lock on one server (see inLane).
+// laneKey names the lane of this Locker's calls about one lock on one server (see lane).
 type laneKey struct {
 	lock string
 	i    int
@@ -60,6 +60,23 @@ type laneKey struct {
 //     outcome unknown, and counts as a busy attempt — or fails with ErrUnavailable, a
 //     *QuorumError in the chain, when so many servers failed that no majority could
 //     have answered.
+//   - Each server has a reply budget per call: four times its smoothed round trip, or
+//     the smoothed round trip plus four mean deviations when its replies vary more
+//     (measured on the Locker's own calls), at least 5ms and at most TTL/10; a server
+//     that never answered yet gets the largest of the others'. A server silent past its
+//     budget counts as failed for the attempt: a decision the other replies can make is
+//     made without it. So with one server of three paused, a free lock is taken on the
+//     other two at once, and an attempt that won one live server while another attempt
+//     won the other (a split vote) is undone and reported busy within the budget —
+//     TryAcquire returns then, and a waiting caller tries again after a random pause of
+//     up to the budget — instead of waiting for the paused server. Only a verdict of
+//     ErrUnavailable waits for the silent servers' patience: eight budgets, at least 1s,
+//     at most TTL/10 (so a machine too loaded to read replies in time is not taken for
+//     a majority down). A silent server's call goes on aside: a grant it makes later
+//     joins the hold, or is undone when the attempt lost or the hold has ended.
+//   - A Locker's calls that take, keep or drop a hold (attempts, undos, releases) reach
+//     each server in the order they were made, per lock: a release or an undo never
+//     overtakes a straggling attempt there, and the next attempt never overtakes them.
 //   - The fencing token is the highest of the granting servers' tokens, written back to
 //     them (one more round trip per fresh hold) before the lease is handed out: any two
 //     majorities share a server, so every later hold's token exceeds it. A reentry
@@ -68,7 +85,8 @@ type laneKey struct {
 //     it in time, and is lost (its context cancelled with ErrLeaseLost) as soon as a
 //     majority reports it gone, or when its validity runs out without a majority.
 //   - A release runs on every server; it succeeds when a majority confirms it, else it
-//     fails with a *QuorumError saying what each server answered.
+//     fails with a *QuorumError saying what each server answered. It returns once every
+//     server known to carry the hold has answered too, or is past its budget.
 //   - Waiters subscribe to every server: a release announced by any of them wakes them.
 //   - A server that restarted without its data grants nothing until it has been up for
 //     RestartDelay (default: the Locker's TTL), so that it cannot, with a minority of the
