@@ -77,6 +77,8 @@ type laneKey struct {
 //   - A Locker's calls that take, keep or drop a hold (attempts, undos, releases) reach
 //     each server in the order they were made, per lock: a release or an undo never
 //     overtakes a straggling attempt there, and the next attempt never overtakes them.
+//     An attempt's call still waiting for its turn when the attempt is decided (behind
+//     the calls of a silent server) is not sent.
 //   - The fencing token is the highest of the granting servers' tokens, written back to
 //     them (one more round trip per fresh hold) before the lease is handed out: any two
 //     majorities share a server, so every later hold's token exceeds it. A reentry
@@ -564,8 +566,9 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	defer close(settled)
 	_, confirmField := tokenFields(h)
 	lanes := q.enterAll(h.rk.lock)
+	decided := make(chan struct{}) // a call still waiting for its turn then is not made
 	call := func(ctx context.Context, i int) (any, error) {
-		return lanes[i].run(ctx, func() (any, error) {
+		return lanes[i].run(ctx, decided, func() (any, error) {
 			return nodeAttempt(ctx, q.nodes[i], s, args, h.rk.lock, confirmField)
 		})
 	}
@@ -587,7 +590,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 			g, err = parseGranted(r.v.(attemptReply).v)
 		}
 		switch {
-		case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
+		case errors.Is(r.err, errNotSent), r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
 		case outcome.Load() == attemptLost:
 			// Undone already: the attempt's undo followed this call in its lane.
 		case l.gone(h):
@@ -605,6 +608,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		}
 	}
 	l.round(actx, cancel, limits, call, take, late)
+	close(decided)
 
 	if outcome.Load() == attemptWon {
 		var v any
@@ -811,7 +815,7 @@ func (l *Locker) undoQuorum(h *held, nonce string, on []bool) {
 		}
 		ln := l.q.enter(h.rk.lock, i)
 		l.each(onlyAt(len(l.q.nodes), i), true, func(ctx context.Context, c *conn) error {
-			_, err := ln.run(ctx, func() (any, error) {
+			_, err := ln.run(ctx, nil, func() (any, error) {
 				return nil, c.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
 			})
 			return err
@@ -852,10 +856,14 @@ func (q *quorum) enterAll(lock string) []*lane {
 	return lanes
 }
 
+// errNotSent is the error of an attempt's call that was still waiting for its turn in
+// its lane when the attempt was decided: it was not made, and took nothing.
+var errNotSent = errors.New("not sent: the attempt was decided before its turn on this server")
+
 // run makes call once the calls ahead in the lane are over. When ctx ends first, call
-// is not made and ctx's error is returned; the calls behind still wait for the ones
-// ahead.
-func (ln *lane) run(ctx context.Context, call func() (any, error)) (any, error) {
+// is not made and ctx's error is returned; when moot is closed first, call is not made
+// and errNotSent is returned. The calls behind still wait for the ones ahead.
+func (ln *lane) run(ctx context.Context, moot <-chan struct{}, call func() (any, error)) (any, error) {
 	defer func() {
 		if ln.prev != nil {
 			<-ln.prev
@@ -873,6 +881,8 @@ func (ln *lane) run(ctx context.Context, call func() (any, error)) (any, error) 
 			ln.prev = nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-moot:
+			return nil, errNotSent
 		}
 	}
 	return call()
@@ -903,7 +913,7 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	}
 	lanes := q.enterAll(h.rk.lock)
 	call := func(ctx context.Context, i int) (any, error) {
-		return lanes[i].run(ctx, func() (any, error) {
+		return lanes[i].run(ctx, nil, func() (any, error) {
 			return decodeRelease(q.nodes[i].runScript(ctx, h.s.spec.release, append([]any(nil), args...), true))
 		})
 	}
