@@ -3,9 +3,11 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -737,4 +739,204 @@ func TestQuorumReentryWhileConfirmationInFlight(t *testing.T) {
 	mustRelease(t, inner)
 	r.servers[2].Resume(t)
 	mustRelease(t, le)
+}
+
+// warm makes a few acquisitions on l, so that it has measured every server's round trip.
+func warm(t *testing.T, l *guard.Locker) {
+	t.Helper()
+	for range 5 {
+		mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 10*time.Second), "warm-up"))
+	}
+}
+
+// TestQuorumTryAcquireWithServerPaused: with one server of three paused, TryAcquire is
+// decided by the other two within the paused server's reply budget, not the lease's
+// validity (10s here): a lone grant facing another owner's is a lost split vote, undone
+// at once; two Lockers racing for a free key both hear back promptly, and at most one
+// of them wins; a free key is taken on the two live servers.
+func TestQuorumTryAcquireWithServerPaused(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	a := r.locker(t, guard.RestartDelay(0), guard.TTL(10*time.Second))
+	b := r.locker(t, guard.RestartDelay(0), guard.TTL(10*time.Second))
+	warm(t, a)
+	warm(t, b)
+	ctx := ctxTimeout(t, 30*time.Second)
+	r.servers[2].Pause(t)
+	defer r.servers[2].Resume(t)
+	budget := slices.Max(guard.QuorumBudgets(a))
+	t.Logf("reply budgets: %v", guard.QuorumBudgets(a))
+	// Generous: the budget plus scheduling on a loaded machine, far below the validity.
+	limit := budget + 2*time.Second
+
+	t.Run("split vote", func(t *testing.T) {
+		foreign := holdOn(t, r.servers[1], "split")
+		defer mustRelease(t, foreign)
+		start := time.Now()
+		_, err := a.TryAcquire(ctx, "split")
+		took := time.Since(start)
+		t.Logf("TryAcquire against a grant on server 1, server 2 paused: %v after %s (budget %s)", err, took, budget)
+		var locked *guard.LockedError
+		if !errors.As(err, &locked) {
+			t.Fatalf("TryAcquire: %v, want a *LockedError", err)
+		}
+		if took > limit {
+			t.Errorf("decided after %s, want within the paused server's budget (%s) plus slack", took, budget)
+		}
+		// The split's retry hint is a pause of at most the largest budget, not the foreign
+		// hold's TTL.
+		if locked.RetryAfter > budget+time.Millisecond {
+			t.Errorf("RetryAfter %s, want at most the largest budget %s", locked.RetryAfter, budget)
+		}
+		c := r.servers[0].Client(t)
+		defer func() { _ = c.Close() }()
+		waitUntil(t, 2*time.Second, "the lone grant on server 0 undone", func() bool {
+			return c.Exists(context.Background(), lockName("split")).Val() == 0
+		})
+	})
+
+	t.Run("race for a free key", func(t *testing.T) {
+		type res struct {
+			le   *guard.Lease
+			err  error
+			took time.Duration
+		}
+		for round := range 5 {
+			key := "race" + strconv.Itoa(round)
+			out := make(chan res, 2)
+			startAt := make(chan struct{})
+			for _, l := range []*guard.Locker{a, b} {
+				go func() {
+					<-startAt
+					start := time.Now()
+					le, err := l.TryAcquire(ctx, key)
+					out <- res{le, err, time.Since(start)}
+				}()
+			}
+			close(startAt)
+			won := 0
+			for range 2 {
+				x := <-out
+				t.Logf("round %d: %v, %v after %s", round, x.le != nil, x.err, x.took)
+				switch {
+				case x.err == nil:
+					won++
+					defer mustRelease(t, x.le)
+				case !errors.Is(x.err, guard.ErrLocked):
+					t.Errorf("TryAcquire: %v, want success or ErrLocked", x.err)
+				}
+				if x.took > limit {
+					t.Errorf("TryAcquire took %s, want within the paused server's budget (%s) plus slack", x.took, budget)
+				}
+			}
+			if won > 1 {
+				t.Fatalf("round %d: both Lockers won", round)
+			}
+		}
+	})
+
+	t.Run("free key", func(t *testing.T) {
+		start := time.Now()
+		le, err := a.TryAcquire(ctx, "free")
+		if err != nil {
+			t.Fatalf("TryAcquire of a free key with one server paused: %v", err)
+		}
+		if took := time.Since(start); took > limit {
+			t.Errorf("took %s, want the two live servers' round trips", took)
+		}
+		mustRelease(t, le)
+	})
+}
+
+// TestQuorumContendedWithServerPaused: two Lockers (processes) taking one key in turn
+// keep taking it while one server of three is paused — their split votes are undone and
+// retried instead of waiting for the paused server — and never overlap.
+func TestQuorumContendedWithServerPaused(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	const window = 2 * time.Second
+	var lockers []*guard.Locker
+	for range 2 {
+		l := r.locker(t, guard.RestartDelay(0), guard.TTL(2*time.Second))
+		warm(t, l)
+		lockers = append(lockers, l)
+	}
+	ctx := ctxTimeout(t, 60*time.Second)
+	var (
+		mu        sync.Mutex
+		intervals []interval
+		grants    atomic.Int64
+		failures  atomic.Int64
+		wg        sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for _, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				le, err := l.Acquire(ctx, "contended", guard.Retry(guard.MaxWait(time.Second, guard.Fixed(20*time.Millisecond, 20*time.Millisecond))))
+				if err != nil {
+					failures.Add(1)
+					continue
+				}
+				enter := time.Now()
+				time.Sleep(time.Millisecond)
+				exit := time.Now()
+				lost := le.Err() != nil
+				_ = le.Release(context.Background())
+				if !lost {
+					grants.Add(1)
+					mu.Lock()
+					intervals = append(intervals, interval{enter: enter, exit: exit, token: le.Token()})
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // both running
+	before := grants.Load()
+	time.Sleep(window)
+	before = grants.Load() - before
+	r.servers[2].Pause(t)
+	during := grants.Load()
+	time.Sleep(window)
+	during = grants.Load() - during
+	r.servers[2].Resume(t)
+	close(stop)
+	wg.Wait()
+	t.Logf("grants in %s: %d before the pause, %d with server 2 paused (%.0f%%); %d acquisitions failed",
+		window, before, during, 100*float64(during)/float64(max(before, 1)), failures.Load())
+	if during == 0 {
+		t.Errorf("no grant in %s with one server of three paused", window)
+	}
+	checkIntervals(t, intervals)
+}
+
+// TestQuorumMajorityPausedUnavailable: with two servers of three paused, Acquire gives up
+// with ErrUnavailable within the servers' reply budgets and its MaxWait, not after the
+// lease's validity (the default TTL, 30s).
+func TestQuorumMajorityPausedUnavailable(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	l := r.locker(t, guard.RestartDelay(0))
+	warm(t, l)
+	r.servers[0].Pause(t)
+	r.servers[1].Pause(t)
+	defer r.servers[0].Resume(t)
+	defer r.servers[1].Resume(t)
+	budgets := guard.QuorumBudgets(l)
+	start := time.Now()
+	_, err := l.Acquire(ctxTimeout(t, 60*time.Second), "majority", guard.Retry(guard.MaxWait(500*time.Millisecond, guard.Fixed(50*time.Millisecond, 0))))
+	took := time.Since(start)
+	t.Logf("Acquire with 2 of 3 servers paused: %v after %s (budgets %v)", err, took, budgets)
+	var qe *guard.QuorumError
+	if !errors.Is(err, guard.ErrUnavailable) || !errors.As(err, &qe) {
+		t.Fatalf("Acquire: %v, want ErrUnavailable with a *QuorumError", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("took %s, want about the reply budget (%s), far below the TTL", took, slices.Max(budgets))
+	}
 }
