@@ -558,12 +558,8 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	limits := q.limits(h.s.ttl)
 	actx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
 	t := &attemptTally{q: q, errs: make([]error, n), undo: make([]bool, n), silent: make([]bool, n), pttl: -1}
-	var (
-		outcome atomic.Int32
-		top     int64 // the hold's token, once settled
-		settled = make(chan struct{})
-	)
-	defer close(settled)
+	e := &attemptEnd{l: l, h: h, nonce: nonce, settled: make(chan struct{})}
+	defer close(e.settled)
 	_, confirmField := tokenFields(h)
 	lanes := q.enterAll(h.rk.lock)
 	decided := make(chan struct{}) // a call still waiting for its turn then is not made
@@ -576,55 +572,69 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		decided, won := t.take(r)
 		switch {
 		case won:
-			outcome.Store(attemptWon)
+			e.outcome.Store(attemptWon)
 		case decided:
-			outcome.Store(attemptLost)
+			e.outcome.Store(attemptLost)
 		}
 		return decided
 	}
-	late := func(r nodeReply) {
-		<-settled
-		var g granted
-		var err error
-		if r.err == nil {
-			g, err = parseGranted(r.v.(attemptReply).v)
-		}
-		switch {
-		case errors.Is(r.err, errNotSent), r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
-		case outcome.Load() == attemptLost:
-			// Undone already: the attempt's undo followed this call in its lane.
-		case l.gone(h):
-			// A grant (or an unknown outcome) after the acquisition was given up or the
-			// hold released: undone there (the release or undo that ended the hold
-			// followed this call in its lane too; this one costs a call and covers a hold
-			// that ended some other way).
-			l.undoQuorum(h, nonce, onlyAt(n, r.i))
-		case r.err == nil:
-			// A grant after the majority's: part of the hold (renewed and released
-			// with the others), carrying the hold's token like them.
-			if l.raiseOn(q.nodes[r.i], h, top) == nil {
-				q.carries(h, r.i)
-			}
-		}
-	}
-	l.round(actx, cancel, limits, call, take, late)
+	l.round(actx, cancel, limits, call, take, e.late)
 	close(decided)
 
-	if outcome.Load() == attemptWon {
+	if e.outcome.Load() == attemptWon {
 		var v any
 		var err error
-		if top, v, err = l.raiseQuorum(h, nonce, t.grants); err == nil {
+		if e.top, v, err = l.raiseQuorum(h, nonce, t.grants); err == nil {
 			return acquireReply{v: v}
 		}
-		outcome.Store(attemptLost)
+		e.outcome.Store(attemptLost)
 		l.undoQuorum(h, nonce, nil)
 		return acquireReply{err: err}
 	}
-	outcome.Store(attemptLost) // also when every server answered without a decision
+	e.outcome.Store(attemptLost) // also when every server answered without a decision
 	// Undone on every server that granted it or may still: the undo waits in the lanes
 	// for the calls still on their way.
 	l.undoQuorum(h, nonce, t.mayHold())
 	return t.lost(ctx, manner, limits)
+}
+
+// attemptEnd is what the replies that come after an attempt was decided need of it: its
+// outcome and, once won, the hold's token; both are final when settled is closed.
+type attemptEnd struct {
+	l       *Locker
+	h       *held
+	nonce   string
+	outcome atomic.Int32
+	top     int64 // the hold's token
+	settled chan struct{}
+}
+
+// late handles a reply that came after the attempt was decided.
+func (e *attemptEnd) late(r nodeReply) {
+	<-e.settled
+	l, h := e.l, e.h
+	var g granted
+	var err error
+	if r.err == nil {
+		g, err = parseGranted(r.v.(attemptReply).v)
+	}
+	switch {
+	case errors.Is(r.err, errNotSent), r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
+	case e.outcome.Load() == attemptLost:
+		// Undone already: the attempt's undo followed this call in its lane.
+	case l.gone(h):
+		// A grant (or an unknown outcome) after the acquisition was given up or the
+		// hold released: undone there (the release or undo that ended the hold
+		// followed this call in its lane too; this one costs a call and covers a hold
+		// that ended some other way).
+		l.undoQuorum(h, e.nonce, onlyAt(len(l.q.nodes), r.i))
+	case r.err == nil:
+		// A grant after the majority's: part of the hold (renewed and released
+		// with the others), carrying the hold's token like them.
+		if l.raiseOn(l.q.nodes[r.i], h, e.top) == nil {
+			l.q.carries(h, r.i)
+		}
+	}
 }
 
 // lost is the reply of an attempt that a majority did not grant (see acquireQuorum).
@@ -736,15 +746,7 @@ func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64
 			l.undoQuorum(h, nonce, onlyAt(len(q.nodes), g.i))
 		}
 	}
-	if carried >= q.need {
-		on := make([]bool, len(q.nodes))
-		for _, g := range grants {
-			on[g.i] = errs[g.i] == nil
-		}
-		q.mu.Lock()
-		q.holders[h] = on
-		q.mu.Unlock()
-	} else {
+	if carried < q.need {
 		granted := make([]bool, len(errs))
 		for _, g := range grants {
 			granted[g.i] = true
@@ -756,6 +758,7 @@ func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64
 		}
 		return 0, nil, &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: errs}
 	}
+	q.record(h, grants, errs)
 	return top, reply, nil
 }
 
@@ -945,6 +948,14 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	if ok < q.need {
 		return 0, &QuorumError{Op: "release", Need: q.need, Addrs: q.addrs, Errs: errs}
 	}
+	return q.releaseVerdict(codes, errs), nil
+}
+
+// releaseVerdict merges the codes of the servers that answered a release (no error in
+// errs) into the release's: still held when a majority still holds for the owner, else
+// freed (handed on, or with this Locker next, when a server says so), else not held,
+// else expired.
+func (q *quorum) releaseVerdict(codes []releaseReply, errs []error) releaseReply {
 	var count [releaseOwnTurn - releaseNotHeld + 1]int
 	for i := range codes {
 		if errs[i] == nil {
@@ -954,17 +965,17 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	at := func(c releaseReply) int { return count[c-releaseNotHeld] }
 	switch {
 	case at(releaseStillHeld) >= q.need:
-		return releaseStillHeld, nil
+		return releaseStillHeld
 	case at(releaseOwnTurn) > 0:
-		return releaseOwnTurn, nil
+		return releaseOwnTurn
 	case at(releaseHandedOn) > 0:
-		return releaseHandedOn, nil
+		return releaseHandedOn
 	case at(releaseFreed) > 0 || at(releaseStillHeld) > 0:
-		return releaseFreed, nil
+		return releaseFreed
 	case at(releaseNotHeld) > 0:
-		return releaseNotHeld, nil
+		return releaseNotHeld
 	}
-	return releaseExpired, nil
+	return releaseExpired
 }
 
 // each runs call on the servers marked in on (all when on is nil) at once, aside, each
@@ -1138,6 +1149,18 @@ func (q *quorum) holding(h *held) []bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return append([]bool(nil), q.holders[h]...)
+}
+
+// record records the servers that carry h's hold: those of grants whose write-back of
+// the token succeeded (no error in errs).
+func (q *quorum) record(h *held, grants []quorumGrant, errs []error) {
+	on := make([]bool, len(q.nodes))
+	for _, g := range grants {
+		on[g.i] = errs[g.i] == nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.holders[h] = on
 }
 
 // carries records that server i carries h's hold, when h's holders are recorded.
