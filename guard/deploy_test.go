@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -540,10 +537,7 @@ func rideOut(t *testing.T, holder, waiter *guard.Locker, key string, kill func()
 // release. GUARDKIT_WAITED_KEYS sets how many keys (default 2,000); the connection counts
 // and the nodes' memory are logged.
 func TestClusterFeedsBounded(t *testing.T) {
-	n := 2000
-	if v, err := strconv.Atoi(os.Getenv("GUARDKIT_WAITED_KEYS")); err == nil && v > 0 {
-		n = v
-	}
+	n := envInt("GUARDKIT_WAITED_KEYS", 2000)
 	c := cluster.Get(t)
 	holder := lockerOn(t, c.Client(t), guard.TTL(time.Minute))
 	waiter := lockerOn(t, c.Client(t))
@@ -595,34 +589,6 @@ func TestClusterFeedsBounded(t *testing.T) {
 	parallel(t, n, func(i int) error { return leases[i].Release(ctx) })
 	for i, out := range outs {
 		mustRelease(t, mustWoken(t, keys[i], out).lease)
-	}
-}
-
-// parallel runs f(0) … f(n-1) on 32 goroutines and fails t with the first error.
-func parallel(t *testing.T, n int, f func(i int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, 1)
-	for w := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 32 {
-				if err := f(i); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		t.Fatal(err)
-	default:
 	}
 }
 

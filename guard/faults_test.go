@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -168,56 +164,22 @@ func TestWaitOutages(t *testing.T) {
 // memory follows what is held, not every key ever locked. GUARDKIT_DISTINCT_KEYS sets how
 // many (default 5,000); the numbers are logged.
 func TestDistinctKeysLeaveNothing(t *testing.T) {
-	n := 5000
-	if v, err := strconv.Atoi(os.Getenv("GUARDKIT_DISTINCT_KEYS")); err == nil && v > 0 {
-		n = v
-	}
+	n := envInt("GUARDKIT_DISTINCT_KEYS", 5000)
 	srv := redistest.Start(t)
 	const retention = time.Second
 	l, c := newLocker(t, srv, guard.FenceRetention(retention))
 	ctx := ctxTimeout(t, 10*time.Minute)
-	memory := func() int64 {
-		info := c.Info(ctx, "memory").Val()
-		for _, line := range strings.Split(info, "\r\n") {
-			if b, ok := strings.CutPrefix(line, "used_memory:"); ok {
-				m, _ := strconv.ParseInt(b, 10, 64)
-				return m
-			}
-		}
-		return -1
-	}
-	base := memory()
+	base := srv.Stat(t, "used_memory")
 	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, 1)
-	const workers = 16
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += workers {
-				le, err := l.TryAcquire(ctx, fmt.Sprintf("order:%d", i))
-				if err == nil {
-					err = le.Release(ctx)
-				}
-				if err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		t.Fatal(err)
-	default:
-	}
+	parallel(t, n, func(i int) error {
+		le, err := l.TryAcquire(ctx, fmt.Sprintf("order:%d", i))
+		if err == nil {
+			err = le.Release(ctx)
+		}
+		return err
+	})
 	took := time.Since(start)
-	size, used := c.DBSize(ctx).Val(), memory()
+	size, used := c.DBSize(ctx).Val(), srv.Stat(t, "used_memory")
 	t.Logf("%d distinct keys locked and released in %s: DBSIZE %d, used_memory +%d B (%d B a key) right after",
 		n, took.Round(time.Millisecond), size, used-base, (used-base)/max(int64(n), 1))
 	if size > int64(n) {
@@ -225,5 +187,5 @@ func TestDistinctKeysLeaveNothing(t *testing.T) {
 	}
 	waitUntil(t, retention+15*time.Second, "the fence records' expiry", func() bool { return c.DBSize(ctx).Val() == 0 })
 	t.Logf("DBSIZE 0 and used_memory +%d B %s after the last release (FenceRetention %s)",
-		memory()-base, (time.Since(start) - took).Round(time.Millisecond), retention)
+		srv.Stat(t, "used_memory")-base, (time.Since(start) - took).Round(time.Millisecond), retention)
 }

@@ -228,3 +228,40 @@ func TestAbandonedAttemptQueuedInBatch(t *testing.T) {
 		return n == 1 && m == 0
 	})
 }
+
+// TestAmbiguousAttemptRetried: an Acquire whose first attempt took the lock but lost its
+// reply tries again, as it waits out any outage, with the same nonce: it adopts the hold
+// the first attempt made rather than counting a second one, so the lease holds the lock
+// once, is not reentrant, and its release frees it.
+func TestAmbiguousAttemptRetried(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	pc := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = pc.Close() })
+	l := lockerOn(t, pc, guard.TTL(time.Minute))
+	c := srv.Client(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
+
+	before := srv.CommandCalls(t)["evalsha"]
+	proxy.DropNextReply()
+	le, err := l.Acquire(ctx, "ambiguous", guard.Retry(guard.MaxWait(5*time.Second, guard.Fixed(10*time.Millisecond, 0))))
+	if err != nil {
+		t.Fatalf("Acquire after a lost reply: %v", err)
+	}
+	if holds := c.HGet(ctx, lockName("ambiguous"), string(le.Owner())).Val(); holds != "1" || le.Reentrant() {
+		t.Fatalf("after a retried attempt Redis counts %q holds (reentrant %t), want 1 and a fresh lease", holds, le.Reentrant())
+	}
+	time.Sleep(200 * time.Millisecond) // time for a compensating release, were one sent
+	if err := le.Err(); err != nil {
+		t.Fatalf("lease lost: %v", err)
+	}
+	mustRelease(t, le)
+	if n := c.Exists(ctx, lockName("ambiguous")).Val(); n != 0 {
+		t.Fatal("lock left after the release")
+	}
+	// The attempt, its retry and the release: no compensating release was needed.
+	if calls := srv.CommandCalls(t)["evalsha"] - before; calls != 3 {
+		t.Fatalf("%d script calls for a retried attempt and a release, want 3 (no undo)", calls)
+	}
+}

@@ -38,6 +38,11 @@ type held struct {
 
 	// Written by the acquiring goroutine before the hold is published under l.mu.
 	releaseNonce string // nonce of the release that ends the hold, made with the first attempt's
+	// unsure is the nonce of the last attempt when its outcome is unknown (the call
+	// failed, but the script may have run): the next attempt is sent with it, and a wait
+	// that ends without one undoes it (Locker.settleUnsure). unsureErr is its error.
+	unsure    string
+	unsureErr error
 
 	// Written under l.mu before ready is closed, read-only after.
 	token    int64

@@ -347,9 +347,14 @@ func waitReady(ctx context.Context, ready <-chan struct{}, deadline time.Time, d
 // on aside and undoes itself if it turns out to have taken the lock.
 func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited bool) (granted, error) {
 	var nonce string
-	if h.releaseNonce == "" {
+	switch {
+	case h.unsure != "":
+		// The last attempt's outcome is unknown: send it again, with its nonce, so that
+		// if it took effect this one adopts its hold instead of counting a second.
+		nonce, h.unsure, h.unsureErr = h.unsure, "", nil
+	case h.releaseNonce == "":
 		nonce, h.releaseNonce = l.newNonces()
-	} else {
+	default:
 		nonce = l.newNonce()
 	}
 	sent := time.Now()
@@ -423,8 +428,14 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	if r.err != nil {
 		l.refresh(r.err)
 		if !isServerError(r.err) {
-			// The script may have run: undo it, if it did, so the lock is not left held.
-			l.compensate(h, nonce, r.err)
+			// The script may have run. A quorum's attempts undo themselves; here, the
+			// next attempt of this wait, if any, sends it again (attempt), and a wait
+			// that ends first undoes it (settleUnsure), so the lock is not left held.
+			if l.q != nil {
+				l.compensate(h, nonce, r.err)
+			} else {
+				h.unsure, h.unsureErr = nonce, r.err
+			}
 		}
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(r.err, cerr) {
 			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errors.Join(cerr, r.err)}
@@ -444,6 +455,15 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	}
 	g.sent, g.nonce = sent, nonce
 	return g, nil
+}
+
+// settleUnsure undoes, in the background, the last attempt of h's acquisition if its
+// outcome is unknown and no later attempt sent it again: called when the wait ends.
+func (l *Locker) settleUnsure(h *held) {
+	if h.unsure != "" {
+		l.compensate(h, h.unsure, h.unsureErr)
+		h.unsure, h.unsureErr = "", nil
+	}
 }
 
 // compensate undoes, in the background, the acquire attempt with nonce if it took effect;

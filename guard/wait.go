@@ -121,6 +121,7 @@ func (w *waitRun) end() {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
+	w.l.settleUnsure(w.h)
 	if w.entered {
 		w.kw.exit(w.acquired)
 	}
