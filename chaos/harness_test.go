@@ -318,7 +318,7 @@ func (w *worker) section(ctx context.Context) bool {
 	case err == nil:
 	case !typed(err):
 		w.sink.Untyped("release", key, err)
-	case confirmed && stillValid && w.epoch() == epoch && (errors.Is(err, guard.ErrNotHeld) || errors.Is(err, guard.ErrExpired)):
+	case confirmed && stillValid && w.stable(epoch) && (errors.Is(err, guard.ErrNotHeld) || errors.Is(err, guard.ErrExpired)):
 		// Redis had the lock as ours just before, and the lease was valid: the release
 		// took effect, and a retry of it reported someone else's state.
 		w.sink.Mark("misreported release")
@@ -342,14 +342,14 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64, opts
 		if !typed(err) {
 			w.sink.Untyped("nested acquire", le.Key(), err)
 		}
-		if errors.Is(err, guard.ErrLocked) && valid(le) && w.epoch() == epoch && calm && w.calm() {
+		if errors.Is(err, guard.ErrLocked) && valid(le) && w.stable(epoch) && calm && w.calm() {
 			// With Redis reachable, it counts this hold at once: only the engine can have
 			// kept the reentry waiting.
 			w.sink.Mark("reentry refused")
 		}
 		return errors.Is(err, guard.ErrLocked) && !errors.Is(err, context.DeadlineExceeded)
 	}
-	if valid(le) && w.epoch() == epoch {
+	if valid(le) && w.stable(epoch) {
 		if !in.Reentrant() {
 			w.violate(chaos.I2, le.Key(), []int64{le.Token(), in.Token()}, "%s: reentry on %q through another Locker was not reentrant while the outer lease was valid", w.id, le.Key())
 		}
@@ -369,6 +369,12 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64, opts
 	return true
 }
 
+// stable reports whether the lock Redis kept its data from when the worker read epoch
+// until now: no data-losing fault (world.forget) ended meanwhile, and none was under way
+// then — a section that began while one was (a failover switching primaries: a grant then
+// may go to a primary that is being demoted) proves nothing about what Redis keeps.
+func (w *worker) stable(epoch int64) bool { return epoch%2 == 0 && w.epoch() == epoch }
+
 // checkHolds probes the lock hash for le's owner while le is valid (I2): the owner's
 // hold count and the token must be what this worker made them. Nothing is concluded
 // when Redis does not answer, when the lease stops being valid meanwhile, or when Redis
@@ -384,7 +390,7 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 	defer cancel()
 	hash, count, token := holdFields(le)
 	v, err := w.readHolds(ctx, hash, count, token)
-	if err != nil || !valid(le) || w.epoch() != epoch {
+	if err != nil || !valid(le) || !w.stable(epoch) {
 		return false
 	}
 	got, _ := v[0].(string)
@@ -454,7 +460,7 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 			}()
 		}
 		wg.Wait()
-		if !valid(le) || w.epoch() != epoch {
+		if !valid(le) || !w.stable(epoch) {
 			return false
 		}
 		answered, match := 0, 0
@@ -967,7 +973,8 @@ func (w *world) fault(kind string, do func()) {
 }
 
 // forget bumps the data epoch around lose, which makes the lock Redis lose its data:
-// the probes of sections that began before it ended must not expect their locks there.
+// the probes of sections that began before it ended (during it too: the epoch is odd
+// then) must not expect their locks there.
 func (w *world) forget(lose func()) {
 	w.epoch.Add(1)
 	lose()
