@@ -31,16 +31,3 @@ func ClassicPubSub(l *Locker) {
 	l.classic = true
 	l.waits.sharded.Store(1)
 }
-
-// QuorumBudgets returns the reply budget that l's next attempt gives each server of its
-// quorum, for l's TTL (nil for a Locker made by New).
-func QuorumBudgets(l *Locker) []time.Duration {
-	if l.q == nil {
-		return nil
-	}
-	var out []time.Duration
-	for _, lim := range l.q.limits(l.cfg.ttl) {
-		out = append(out, lim.budget)
-	}
-	return out
-}
