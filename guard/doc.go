@@ -108,7 +108,7 @@
 //
 // An outage is waited out like a busy lock: an attempt that finds Redis unreachable or
 // its primary moving (a refused connection, a timeout, READONLY, LOADING, CLUSTERDOWN,
-// too few replicas or quorum servers) is followed by another after the policy's backoff
+// too few quorum servers) is followed by another after the policy's backoff
 // while the policy and the context allow, so a waiter rides out a failover; then the call
 // fails with ErrUnavailable. TryAcquire, NoRetry and WaitOutages(false) fail at once.
 // On Redis 7 the scripts that write carry a "#!lua" line: a replica that a stale

@@ -282,7 +282,7 @@ func Retry(p RetryPolicy) Option {
 
 // WaitOutages sets what an acquisition that may wait does when Redis cannot be reached or
 // its primary is moving (refused connections, timeouts, READONLY, LOADING, CLUSTERDOWN,
-// too few replicas or quorum servers): with true, it waits the outage out like a busy
+// too few quorum servers): with true, it waits the outage out like a busy
 // lock, with the same backoff, while its Retry policy and context allow, and is granted
 // once Redis serves again (a failover completes); with false it fails at once with
 // ErrUnavailable. The Echo middleware and the gRPC interceptors set false on fail-open

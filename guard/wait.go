@@ -160,8 +160,10 @@ func (w *waitRun) outage(err error) bool {
 
 // transient reports whether an attempt's error may clear by waiting: Redis could not be
 // reached or did not answer in time, its primary is moving (READONLY, LOADING,
-// CLUSTERDOWN, MASTERDOWN, TRYAGAIN: a failover), too few replicas acknowledged
-// (SyncReplicas), or too few servers of a quorum answered. A refusal that waiting does
+// CLUSTERDOWN, MASTERDOWN, TRYAGAIN: a failover), or too few servers of a quorum
+// answered. Too few replica acknowledgements (SyncReplicas, a *ReplicaError) are not
+// waited out: each try would grant, WAIT and undo, and the undo of one begun near the
+// deadline would outlast it. A refusal that waiting does
 // not change (an error reply such as OOM, a closed client) is not. Whether the caller's
 // context has ended is the caller's check.
 func transient(err error) bool {
@@ -170,7 +172,10 @@ func transient(err error) bool {
 	}
 	var qe *QuorumError
 	var re *ReplicaError
-	if errors.As(err, &qe) || errors.As(err, &re) {
+	if errors.As(err, &re) {
+		return false
+	}
+	if errors.As(err, &qe) {
 		return true
 	}
 	var ce *RedisError
