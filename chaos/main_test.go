@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/guardkit/guardkit/internal/redistest"
+
 	"github.com/guardkit/guardkit/chaos"
 )
 
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 		fmt.Println(int64(chaos.Now()))
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, redistest.IgnoreRedial)
 }
 
 // clockEnv, when set, makes the test binary print chaos.Now() and exit, so that a test

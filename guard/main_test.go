@@ -13,5 +13,5 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(holderEnv); spec != "" {
 		os.Exit(runHolder(spec)) // this binary is a holder process of a kinds test
 	}
-	goleak.VerifyTestMain(redistest.StopAfter(m, cluster, sentinel))
+	goleak.VerifyTestMain(redistest.StopAfter(m, cluster, sentinel), redistest.IgnoreRedial)
 }

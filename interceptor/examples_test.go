@@ -126,8 +126,9 @@ func ExampleUnaryClientInterceptor() {
 	// Output: /bank.v1.Ledger/Debit carries the caller's owner: true, after 1 hop
 }
 
-// When Redis cannot be reached, a guarded RPC fails with codes.Unavailable, or, with
-// WithFailOpen, runs without its lock.
+// When Redis cannot be reached, a guarded RPC waits the outage out for its budget (here
+// 100ms) and then fails with codes.Unavailable, or, with WithFailOpen, runs at once
+// without its lock.
 func ExampleWithFailOpen() {
 	// Nothing listens on port 1: every Redis call fails at once.
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
@@ -137,7 +138,8 @@ func ExampleWithFailOpen() {
 		log.Fatal(err)
 	}
 	defer locker.Close()
-	rules := interceptor.WithRules(interceptor.Rule{Method: "/bank.v1.Ledger/Debit", Key: "account:{req.value}"})
+	rules := interceptor.WithRules(interceptor.Rule{Method: "/bank.v1.Ledger/Debit", Key: "account:{req.value}",
+		Options: []guard.Option{guard.Retry(guard.MaxWait(100*time.Millisecond, nil))}})
 	info := &grpc.UnaryServerInfo{FullMethod: "/bank.v1.Ledger/Debit"}
 	handler := func(ctx context.Context, _ any) (any, error) {
 		_, locked := guard.LeaseFromContext(ctx)
