@@ -359,16 +359,13 @@ func (w *waiters) receive(f *feed) {
 			var ne net.Error
 			if !(errors.As(err, &ne) && ne.Timeout()) {
 				w.c.refresh(err)
-				if f.sharded() {
-					// A primary's feed is not redialled: its channels are subscribed
-					// again, each on the feed of its slot's primary now, once the
-					// client's map of the cluster is reloaded.
+				if f.sharded() { // not redialled: its channels move to their primaries' feeds
 					w.replace(f, reconnectWait)
 					return
 				}
-				// The classic connection broke; go-redis reconnects and resubscribes on
-				// the next receive. Notifications sent meanwhile are lost: waiters then
-				// wake on their backoff or the holder's TTL.
+				// The classic connection broke; go-redis reconnects and resubscribes on the
+				// next receive. Notifications meanwhile are lost: waiters wake on their
+				// backoff or the holder's TTL.
 				w.unconfirm(f)
 				failures++
 				if !w.sleep(min(reconnectWait*time.Duration(failures), reconnectWaitMax)) {
