@@ -161,6 +161,18 @@ func TestReplicated(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer stop()
+		// One acknowledged write first, with time to spare: the variant's WAIT allows
+		// 100ms, which a replica that has just synced may need for its first reply on a
+		// loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pc := e.primaries[0]
+		if err := pc.Set(ctx, "replicated:warm", "1", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := pc.Do(ctx, "WAIT", 1, 5000).Int64(); err != nil || n != 1 {
+			t.Fatalf("WAIT 1 for a warm-up write: %d, %v", n, err)
+		}
 		cfg := libConfig{addr: e.addr, ttl: 10 * time.Second}
 		checkLock(t, newLib(t, v, cfg), newLib(t, v, cfg), "replicated:lock")
 		m, _, err := e.uncontended(v, 2)
