@@ -196,12 +196,12 @@ type worker struct {
 	// primary, never from a demoted primary's copy that a pooled connection still reaches.
 	primary func(ctx context.Context) (redis.Cmdable, error)
 	sink    sink
-	epoch  func() int64 // bumped whenever the lock Redis loses its data
-	calm   func() bool  // reports whether no fault is being injected
-	cfg    config
-	load   load
-	rng    *rand.Rand
-	seq    int
+	epoch   func() int64 // bumped whenever the lock Redis loses its data
+	calm    func() bool  // reports whether no fault is being injected
+	cfg     config
+	load    load
+	rng     *rand.Rand
+	seq     int
 }
 
 func (w *worker) run(ctx context.Context) {
@@ -619,8 +619,8 @@ type world struct {
 	// primary is the workers' I2 probe of a Sentinel group (see worker.primary); nil
 	// elsewhere.
 	primary func(ctx context.Context) (redis.Cmdable, error)
-	hist   *chaos.History
-	epoch  atomic.Int64
+	hist    *chaos.History
+	epoch   atomic.Int64
 	// faulting counts faults being injected now; a fault's effects on the engine
 	// (queued commands, timeouts) may last a little longer.
 	faulting atomic.Int32
