@@ -72,14 +72,7 @@ func TestRetriedScriptsTakeEffectOnce(t *testing.T) {
 // TestAmbiguousAcquireCompensated: an acquire whose reply never arrives (and is not
 // retried) is undone in the background, long before the TTL.
 func TestAmbiguousAcquireCompensated(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
-	pc := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = pc.Close() })
-	l := lockerOn(t, pc, guard.TTL(time.Minute))
-	c := srv.Client(t)
-	ctx := ctxTimeout(t, 10*time.Second)
-	mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
+	_, proxy, l, c, ctx := ambiguousRig(t)
 
 	proxy.DropNextReply()
 	_, err := l.TryAcquire(ctx, "ambiguous") // a single attempt: an Acquire would try again
@@ -234,14 +227,7 @@ func TestAbandonedAttemptQueuedInBatch(t *testing.T) {
 // the first attempt made rather than counting a second one, so the lease holds the lock
 // once, is not reentrant, and its release frees it.
 func TestAmbiguousAttemptRetried(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
-	pc := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = pc.Close() })
-	l := lockerOn(t, pc, guard.TTL(time.Minute))
-	c := srv.Client(t)
-	ctx := ctxTimeout(t, 10*time.Second)
-	mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
+	srv, proxy, l, c, ctx := ambiguousRig(t)
 
 	before := srv.CommandCalls(t)["evalsha"]
 	proxy.DropNextReply()
@@ -264,4 +250,19 @@ func TestAmbiguousAttemptRetried(t *testing.T) {
 	if calls := srv.CommandCalls(t)["evalsha"] - before; calls != 3 {
 		t.Fatalf("%d script calls for a retried attempt and a release, want 3 (no undo)", calls)
 	}
+}
+
+// ambiguousRig starts a server and a Locker (TTL 1m) whose client reaches it through a
+// fault proxy without go-redis retries, with its scripts loaded: a dropped reply is then
+// an acquire of unknown outcome. c reaches the server directly.
+func ambiguousRig(t *testing.T) (*redistest.Server, *redistest.Proxy, *guard.Locker, *redis.Client, context.Context) {
+	t.Helper()
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	pc := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = pc.Close() })
+	l := lockerOn(t, pc, guard.TTL(time.Minute))
+	ctx := ctxTimeout(t, 10*time.Second)
+	mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
+	return srv, proxy, l, srv.Client(t), ctx
 }
