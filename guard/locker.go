@@ -301,10 +301,8 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 		}
 		h.acquireEnded()
 		l.mu.Unlock()
-		if g.acquired { // closed while acquiring: give it back
-			rctx, cancel := l.releaseCtx(ctx)
-			_, _ = l.releaseRemote(rctx, h)
-			cancel()
+		if g.acquired { // closed while acquiring: give it back, within ctx's deadline
+			l.compensate(ctx, h, g.nonce, nil)
 		}
 		return nil, err
 	}
@@ -380,7 +378,9 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited boo
 		}
 	})
 	if !started {
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner, waited))
+		// Closed meanwhile: nothing was sent, and nothing may wait on Redis past the
+		// caller's deadline on a client that ignores it.
+		return granted{}, fmt.Errorf("guard: acquire %s: %w", quoteKey(h.hk.key), ErrClosed)
 	}
 	select {
 	case r := <-replies:
@@ -432,7 +432,7 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 			// next attempt of this wait, if any, sends it again (attempt), and a wait
 			// that ends first undoes it (settleUnsure), so the lock is not left held.
 			if l.q != nil {
-				l.compensate(h, nonce, r.err)
+				l.compensate(ctx, h, nonce, r.err)
 			} else {
 				h.unsure, h.unsureErr = nonce, r.err
 			}
@@ -450,7 +450,7 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 		return granted{}, fmt.Errorf("guard: acquire %s for writing: %w", quoteKey(h.hk.key), ErrUpgrade)
 	}
 	if r.synced && g.acquired && g.holds == 1 && (r.ackErr != nil || r.acked < int64(h.s.syncReplicas)) {
-		l.undo(h, nonce)
+		l.undoNow(ctx, h, nonce)
 		return granted{}, &ReplicaError{Key: h.hk.key, Want: h.s.syncReplicas, Acked: int(r.acked), Err: r.ackErr}
 	}
 	g.sent, g.nonce = sent, nonce
@@ -459,36 +459,73 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 
 // settleUnsure undoes, in the background, the last attempt of h's acquisition if its
 // outcome is unknown and no later attempt sent it again: called when the wait ends.
-func (l *Locker) settleUnsure(h *held) {
+func (l *Locker) settleUnsure(ctx context.Context, h *held) {
 	if h.unsure != "" {
-		l.compensate(h, h.unsure, h.unsureErr)
+		l.compensate(ctx, h, h.unsure, h.unsureErr)
 		h.unsure, h.unsureErr = "", nil
 	}
 }
 
 // compensate undoes, in the background, the acquire attempt with nonce if it took effect;
 // err is the attempt's, and an attempt still in a batch is waited for first (for up to
-// the release timeout), so that the undo does not overtake it.
-func (l *Locker) compensate(h *held, nonce string, err error) {
-	run := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
-		settled(ctx, err)
-		cancel()
-		l.undo(h, nonce)
-	}
-	if !l.background(run) {
-		run()
+// the release timeout), so that the undo does not overtake it. The caller, whose
+// context is ctx, does not wait for it. Once the Locker is closed nothing more runs
+// aside: the undo then runs here, within what is left of ctx's deadline (a caller is
+// never made late by it), and a hold it cannot drop in that time ends with its TTL,
+// which no renewal extends.
+func (l *Locker) compensate(ctx context.Context, h *held, nonce string, err error) {
+	l.compensated(ctx, h, nonce, err)
+}
+
+// undoNow undoes the attempt with nonce, as compensate, and waits for the undo until ctx
+// ends: a caller told that its attempt failed finds the lock free after it, unless its
+// own deadline came first (the undo then finishes aside).
+func (l *Locker) undoNow(ctx context.Context, h *held, nonce string) {
+	select {
+	case <-l.compensated(ctx, h, nonce, nil):
+	case <-ctx.Done():
 	}
 }
 
-// undo drops the hold taken by the acquire attempt with nonce, if that attempt took effect.
+// compensated is compensate, returning a channel closed when the undo is done.
+func (l *Locker) compensated(ctx context.Context, h *held, nonce string, err error) <-chan struct{} {
+	done := make(chan struct{})
+	run := func(ctx context.Context) {
+		defer close(done)
+		settled(ctx, err)
+		l.undoWithin(ctx, h, nonce)
+	}
+	if l.background(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+		defer cancel()
+		run(ctx)
+	}) {
+		return done
+	}
+	if ctx.Err() != nil {
+		close(done)
+		return done
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.releaseTimeout)
+	defer cancel()
+	run(ctx)
+	return done
+}
+
+// undo drops the hold taken by the acquire attempt with nonce, if that attempt took
+// effect, within the release timeout.
 func (l *Locker) undo(h *held, nonce string) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+	defer cancel()
+	l.undoWithin(ctx, h, nonce)
+}
+
+// undoWithin is undo bounded by ctx.
+func (l *Locker) undoWithin(ctx context.Context, h *held, nonce string) {
 	if l.q != nil {
 		l.undoQuorum(h, nonce, nil)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
-	defer cancel()
 	err := l.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
 	l.refresh(err)
 }

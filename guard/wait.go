@@ -121,7 +121,7 @@ func (w *waitRun) end() {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
-	w.l.settleUnsure(w.h)
+	w.l.settleUnsure(w.ctx, w.h)
 	if w.entered {
 		w.kw.exit(w.acquired)
 	}
@@ -217,7 +217,9 @@ func (w *waitRun) attempt(a *acquisition) (g granted, late bool, err error) {
 		// that the lease's validity, measured from the send, has already run out: give
 		// the hold back rather than hand out a lost lease. It was an attempt like any
 		// other: the policy decides whether another one follows.
-		w.l.undo(h, g.nonce)
+		// It is undone before any next attempt, unless the caller's deadline comes
+		// first: its TTL, counted from the same send, ends soon after anyway.
+		w.l.undoNow(w.ctx, h, g.nonce)
 		late, g = true, granted{pttl: -1}
 	}
 	if err == nil && !g.acquired {

@@ -5,7 +5,8 @@
 --                     fencing token (#tq: the same, once a quorum Locker confirmed it, see
 --                     raise.lua); #w = present once someone had to wait
 -- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
---                     releases, oldest first (see release.lua)
+--                     releases and ":!<nonce>" for each attempt undone before it was
+--                     applied, oldest first (see release.lua): such an attempt is refused
 -- KEYS[3] queue:      list of the IDs of the Lockers (processes) waiting for the lock, in
 --                     the order they found it busy; a release wakes the first
 -- ARGV[1] owner ID
@@ -33,6 +34,10 @@ if v[1] then
   local applied = redis.call('HGET', lock, afield)
   local holds = tonumber(v[1])
   if not applied or not string.find(' ' .. applied .. ' ', ' ' .. nonce .. ' ', 1, true) then
+    local f = redis.call('GET', KEYS[2])
+    if f and string.find(f .. ':', ':!' .. nonce .. ':', 1, true) then
+      return {0, -1} -- undone already: the caller left
+    end
     holds = redis.call('HINCRBY', lock, owner, 1)
     -- Keep the newest nonces within 100 bytes, cut at a separator.
     local s = nonce .. ' ' .. (applied or '')
@@ -72,11 +77,15 @@ end
 -- microseconds, so tokens keep rising after the fence key expired or Redis restarted empty.
 -- (Integers up to 2^53 are exact in Lua's numbers; a token in microseconds has 16 digits.)
 local fence = KEYS[2]
+local f = redis.call('GET', fence)
+if f and string.find(f .. ':', ':!' .. ARGV[3] .. ':', 1, true) then
+  return {0, -1} -- undone already: the caller left
+end
 local now = redis.call('TIME')
 -- The clock in microseconds as digits, built from TIME's two replies (seconds, then
 -- microseconds padded to six) without number formatting, which costs Redis a printf.
 local t = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-local last = string.match(redis.call('GETRANGE', fence, 0, 23), '^%d+')
+local last = f and string.match(f, '^%d+')
 -- Digit strings compare as their numbers when their widths are equal.
 if last and (#last > #t or (#last == #t and last >= t)) then
   t = string.format('%.0f', tonumber(last) + 1)
@@ -86,7 +95,7 @@ if last and #last == #t then
   redis.call('SETRANGE', fence, 0, t)
 else
   -- No fence (first acquisition, or it expired) or a token of another width: rewrite it.
-  local rest = string.match(redis.call('GET', fence) or '', '^%d*(.*)$')
+  local rest = string.match(f or '', '^%d*(.*)$')
   redis.call('SET', fence, t .. rest, 'PX', ARGV[4])
 end
 redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t)

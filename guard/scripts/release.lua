@@ -3,7 +3,10 @@
 -- KEYS[1] lock hash (see acquire.lua); also <owner>#r = nonces of the owner's last
 --         releases that left it holding, newest first, space-separated (within 100 bytes)
 -- KEYS[2] fence (see acquire.lua): a final release appends ":<nonce>", so that a retry of
---         the call, even after other owners took and freed the lock, reports it released
+--         the call, even after other owners took and freed the lock, reports it released;
+--         an undo that finds its attempt not applied appends ":!<undo nonce>", so that the
+--         attempt, should it reach the server later (from a connection or a server that
+--         was slow), is refused
 -- KEYS[3] queue (see acquire.lua)
 -- ARGV[1] owner ID
 -- ARGV[2] release nonce (unique per release; makes a client-side retry of this call a no-op)
@@ -24,10 +27,28 @@
 local lock, owner, nonce = KEYS[1], ARGV[1], ARGV[2]
 local v = redis.call('HMGET', lock, owner, owner .. '#r', '#t', '#w')
 
+-- note appends entry to the fence, whose token is token when the fence ran out. APPEND
+-- leaves the list to Redis: Lua reads it back only to trim it, once in about 20 entries,
+-- to the newest within about 400 bytes.
+local function note(entry, token)
+  local fence = KEYS[2]
+  local n = redis.call('APPEND', fence, entry)
+  if n == #entry then
+    redis.call('SET', fence, (token or '') .. entry, 'PX', ARGV[4])
+  elseif n > 800 then
+    local f = redis.call('GET', fence)
+    local kept = string.match(string.sub(f, -400), ':.*$') or entry
+    redis.call('SET', fence, string.match(f, '^%d*') .. kept, 'PX', ARGV[4])
+  else
+    redis.call('PEXPIRE', fence, ARGV[4])
+  end
+end
+
 if ARGV[3] ~= '' then
   local undo, afield = ARGV[3], owner .. '#a'
   local applied = v[1] and redis.call('HGET', lock, afield)
   if not applied or not string.find(' ' .. applied .. ' ', ' ' .. undo .. ' ', 1, true) then
+    note(':!' .. undo, v[3])
     return 0
   end
   -- Forget the undone attempt, so that a second undo (a client retry) does nothing.
@@ -64,23 +85,9 @@ if v[1] ~= '1' then
   return 2
 end
 
--- Free the lock and append this release's nonce to the fence, after the token. APPEND
--- leaves the list to Redis: Lua reads it back only to trim it, once in about 20
--- releases, to the newest nonces within about 400 bytes.
+-- Free the lock and append this release's nonce to the fence, after the token.
 redis.call('DEL', lock)
-local fence, entry = KEYS[2], ':' .. nonce
-local n = redis.call('APPEND', fence, entry)
-if n == #entry then
-  -- The fence expired during the hold: start it again from this lock's token.
-  redis.call('SET', fence, v[3] .. entry, 'PX', ARGV[4])
-elseif n > 800 then
-  local f = redis.call('GET', fence)
-  local token = string.match(f, '^%d*')
-  local kept = string.match(string.sub(f, -400), ':.*$') or entry
-  redis.call('SET', fence, token .. kept, 'PX', ARGV[4])
-else
-  redis.call('PEXPIRE', fence, ARGV[4])
-end
+note(':' .. nonce, v[3])
 -- Wake the first Locker in the wait queue; with none queued but someone having waited
 -- for this very hold, every Locker ('*').
 local next = redis.call('LPOP', KEYS[3])

@@ -20,6 +20,9 @@ if ARGV[5] == '3' then
   end
   return {0, -1}
 end
+if undone() then
+  return {0, -1} -- undone before it got here: its caller left
+end
 if v[1] then
   if v[2] == owner then
     redis.call('HDEL', lock, '#g')

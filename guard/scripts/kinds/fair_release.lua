@@ -4,6 +4,7 @@ local lock, owner, nonce = KEYS[1], ARGV[1], ARGV[2]
 local v = redis.call('HMGET', lock, owner, owner .. '#r', '#t', owner .. '#a', '#g')
 if ARGV[3] ~= '' then
   if not v[1] or v[5] == owner or not listed(v[4], ARGV[3]) then
+    note(':!' .. ARGV[3], v[3])
     return 0
   end
   redis.call('HSET', lock, owner .. '#a', forget(v[4], ARGV[3]))

@@ -79,12 +79,14 @@ local function released(nonce)
   return f and string.find(f .. ':', ':' .. nonce .. ':', 1, true)
 end
 
--- record_release appends a final release's nonce to the fence (as release.lua does).
-local function record_release(token, nonce)
-  local fence, entry = KEYS[2], ':' .. nonce
+-- note appends entry to the fence (as release.lua does), whose token is token when the
+-- fence ran out: ":<nonce>" for a final release, ":!<nonce>" for an attempt undone before
+-- it was applied.
+local function note(entry, token)
+  local fence = KEYS[2]
   local n = redis.call('APPEND', fence, entry)
   if n == #entry then
-    redis.call('SET', fence, token .. entry, 'PX', ARGV[4])
+    redis.call('SET', fence, (token or '') .. entry, 'PX', ARGV[4])
   elseif n > 800 then
     local f = redis.call('GET', fence)
     local kept = string.match(string.sub(f, -400), ':.*$') or entry
@@ -92,6 +94,18 @@ local function record_release(token, nonce)
   else
     redis.call('PEXPIRE', fence, ARGV[4])
   end
+end
+
+-- record_release appends a final release's nonce to the fence.
+local function record_release(token, nonce)
+  note(':' .. nonce, token)
+end
+
+-- undone reports whether this attempt (ARGV[3]) was undone before it reached the server
+-- (release.lua): it is then refused, as its caller left.
+local function undone()
+  local f = redis.call('GET', KEYS[2])
+  return f and string.find(f .. ':', ':!' .. ARGV[3] .. ':', 1, true)
 end
 
 -- publish announces msg on the lock's release channel; sharded is release.lua's ARGV[6].
@@ -185,6 +199,7 @@ local function drop(count, nonces, rnonces, token, member)
   local v = redis.call('HMGET', lock, count, nonces, rnonces, token)
   if undo ~= '' then
     if not v[1] or not listed(v[2], undo) then
+      note(':!' .. undo, v[4])
       return 0
     end
     redis.call('HSET', lock, nonces, forget(v[2], undo))

@@ -5,6 +5,9 @@
 -- its own fencing token, drawn from the counter the writers' tokens come from.
 local lock, owner = KEYS[1], ARGV[1]
 local now, t = clock()
+if undone() then
+  return {0, -1} -- undone before it got here: its caller left
+end
 prune(now)
 local v = redis.call('HMGET', lock, owner, '#W', '#ww')
 if v[1] then

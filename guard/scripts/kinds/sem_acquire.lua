@@ -4,6 +4,9 @@
 -- while that many or more hold permits, whatever limit they were admitted under.
 local lock, owner = KEYS[1], ARGV[1]
 local now, t = clock()
+if undone() then
+  return {0, -1} -- undone before it got here: its caller left
+end
 prune(now)
 if redis.call('HEXISTS', lock, owner) == 1 then
   return reenter(owner, owner .. '#a', owner .. '#t', owner, now)

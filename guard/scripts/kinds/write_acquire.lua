@@ -9,6 +9,9 @@ if ARGV[5] == '3' then
   redis.call('HDEL', lock, '#ww')
   return {0, -1}
 end
+if undone() then
+  return {0, -1} -- undone before it got here: its caller left
+end
 prune(now)
 local v = redis.call('HMGET', lock, '#W', owner)
 if v[1] == owner then

@@ -3,6 +3,7 @@
 local lock, owner = KEYS[1], ARGV[1]
 if redis.call('HGET', lock, '#W') ~= owner then
   if ARGV[3] ~= '' then
+    note(':!' .. ARGV[3], redis.call('HGET', lock, '#t'))
     return 0
   end
   if released(ARGV[2]) then
