@@ -46,6 +46,7 @@ type held struct {
 
 	// Written under l.mu before ready is closed, read-only after.
 	token    int64
+	nonce    string    // the winning attempt's nonce
 	acquired time.Time // when the winning attempt was sent
 	tel      heldTelemetry
 
@@ -72,7 +73,7 @@ type held struct {
 
 // hold records a successful acquisition and starts the lease's clocks. l.mu is held.
 func (h *held) hold(g granted) {
-	h.token = g.token
+	h.token, h.nonce = g.token, g.nonce
 	h.acquired = g.sent
 	h.state = stateHeld
 	h.validUntil = h.validity(g.sent, h.s.ttl)

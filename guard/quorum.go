@@ -561,7 +561,9 @@ func (l *Locker) undoQuorum(h *held, nonce string, on []bool) {
 func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (releaseReply, error) {
 	q := l.q
 	n := len(q.nodes)
-	args := h.releaseArgs(nonce, "")
+	// A server without the hold is told the winning attempt's nonce: its copy of the
+	// attempt may still be on its way, and must not take the lock after this release.
+	args := append(h.releaseArgs(nonce, ""), h.nonce)
 	var (
 		codes  = make([]releaseReply, n)
 		errs   = make([]error, n)

@@ -14,7 +14,8 @@ import (
 // finds nothing to undo; the attempt must then be refused when it arrives, for every
 // kind, whether the lock is free (it would take it for a caller who left) or held by
 // the same owner (it would count a hold nobody releases). Without the mark the undo
-// leaves in the fence, the late attempt takes the lock or adds a hold.
+// leaves in the fence, the late attempt takes the lock or adds a hold. So too for a
+// quorum's release that reaches a server before the attempt that won the hold there.
 func TestUndoBeforeAttempt(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
@@ -64,6 +65,16 @@ func TestUndoBeforeAttempt(t *testing.T) {
 			g, err := parseGranted(run(s.spec.acquire, h.acquireArgs("late.1", mannerWait)))
 			if err != nil || g.acquired || holds() != "" {
 				t.Fatalf("late attempt after its undo on a free lock: %+v, %v, holds %q; want it refused", g, err, holds())
+			}
+
+			// A quorum's release reaching a server before the winning attempt's copy: the
+			// release names the attempt, which is then refused there.
+			if _, err := decodeRelease(l.runScript(ctx, s.spec.release, append(h.releaseArgs(l.newNonce(), ""), "won.1"), true)); err != nil {
+				t.Fatal(err)
+			}
+			g, err = parseGranted(run(s.spec.acquire, h.acquireArgs("won.1", mannerWait)))
+			if err != nil || g.acquired || holds() != "" {
+				t.Fatalf("the won attempt after the hold's release: %+v, %v, holds %q; want it refused", g, err, holds())
 			}
 
 			// Held by the same owner: the late attempt must not count a second hold.

@@ -60,6 +60,9 @@ if ARGV[3] ~= '' then
 end
 
 if not v[1] then
+  if ARGV[7] and ARGV[7] ~= '' then
+    note(':!' .. ARGV[7], v[3])
+  end
   local f = redis.call('GET', KEYS[2])
   if f and string.find(f .. ':', ':' .. nonce .. ':', 1, true) then
     return 1 -- a retry of a release that freed the lock

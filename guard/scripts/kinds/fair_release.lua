@@ -11,6 +11,7 @@ if ARGV[3] ~= '' then
 end
 if not v[1] or v[5] == owner then
   -- Not held (a grant not yet claimed is not a hold of the caller's).
+  refuse_late(v[3])
   if released(nonce) then
     return 1
   elseif v[3] then

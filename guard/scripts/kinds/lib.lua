@@ -101,6 +101,15 @@ local function record_release(token, nonce)
   note(':' .. nonce, token)
 end
 
+-- refuse_late marks undone, when the caller does not hold the lock here, the attempt
+-- that won its hold on a quorum (release.lua's ARGV[7]), which may not have reached this
+-- server yet. token is the fence's token should the fence have run out.
+local function refuse_late(token)
+  if ARGV[7] and ARGV[7] ~= '' then
+    note(':!' .. ARGV[7], token)
+  end
+end
+
 -- undone reports whether this attempt (ARGV[3]) was undone before it reached the server
 -- (release.lua): it is then refused, as its caller left.
 local function undone()
@@ -205,6 +214,7 @@ local function drop(count, nonces, rnonces, token, member)
     redis.call('HSET', lock, nonces, forget(v[2], undo))
   end
   if not v[1] then
+    refuse_late(v[4])
     if released(nonce) then
       return 1 -- a retry of a release that ended the hold
     end

@@ -6,6 +6,7 @@ if redis.call('HGET', lock, '#W') ~= owner then
     note(':!' .. ARGV[3], redis.call('HGET', lock, '#t'))
     return 0
   end
+  refuse_late(redis.call('HGET', lock, '#t'))
   if released(ARGV[2]) then
     return 1
   end
