@@ -431,6 +431,13 @@ func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) (
 	return v.Result()
 }
 
+// probeBudget is how long a quorum I2 probe waits for the servers' replies; a server
+// silent that long counts as unanswered.
+const probeBudget = 200 * time.Millisecond
+
+// errUnanswered marks a server that did not answer a probe within probeBudget.
+var errUnanswered = errors.New("no answer within the probe budget")
+
 // checkQuorumHolds is checkHolds on a quorum: a majority of the servers must have the
 // hold count and the token; nothing is concluded while the servers that did not answer
 // could make up the difference.
@@ -449,17 +456,43 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 	settle := time.Now().Add(250 * time.Millisecond)
 	var seen []string
 	for {
+		// Replies are taken as they come, for up to a probe budget: a paused server is
+		// unanswered (see below), and must not hold the worker for the whole timeout —
+		// that would measure the probe, not the engine, in the rows that pause one.
 		replies := make([]reply, len(w.probes))
-		var wg sync.WaitGroup
+		for i := range replies {
+			replies[i].err = errUnanswered
+		}
+		got := make(chan struct {
+			i int
+			r reply
+		}, len(w.probes))
 		for i, p := range w.probes {
-			wg.Add(1)
 			go func() {
-				defer wg.Done()
 				v, err := p.HMGet(ctx, hash, count, token).Result()
-				replies[i] = reply{v, err}
+				got <- struct {
+					i int
+					r reply
+				}{i, reply{v, err}}
 			}()
 		}
-		wg.Wait()
+		budget := time.NewTimer(probeBudget)
+		matched := 0
+	collect:
+		for range w.probes {
+			select {
+			case g := <-got:
+				replies[g.i] = g.r
+				if g.r.err == nil && fmt.Sprint(g.r.v[0]) == strconv.Itoa(holds) && fmt.Sprint(g.r.v[1]) == strconv.FormatInt(le.Token(), 10) {
+					if matched++; matched >= need {
+						break collect // the silent ones cannot change the conclusion
+					}
+				}
+			case <-budget.C:
+				break collect
+			}
+		}
+		budget.Stop()
 		if !valid(le) || !w.stable(epoch) {
 			return false
 		}

@@ -47,6 +47,9 @@ type held struct {
 	// Written under l.mu before ready is closed, read-only after.
 	token    int64
 	nonce    string    // the winning attempt's nonce
+	// carry is the set of a quorum's servers known to carry the hold (bit i: server i),
+	// which its release waits for.
+	carry atomic.Uint64
 	acquired time.Time // when the winning attempt was sent
 	tel      heldTelemetry
 

@@ -102,6 +102,9 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	if q == nil && cfg.restartDelaySet {
 		return nil, &ConfigError{Field: "RestartDelay", Reason: "applies to NewQuorum only: the servers of one deployment restart together, or fail over"}
 	}
+	if q == nil && cfg.replyBudget != 0 {
+		return nil, &ConfigError{Field: "ReplyBudget", Reason: "applies to NewQuorum only: one deployment answers as one"}
+	}
 	if q != nil {
 		if err := q.admits(&cfg); err != nil {
 			return nil, err
@@ -110,6 +113,7 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 		if cfg.restartDelaySet {
 			q.delay = cfg.restartDelay
 		}
+		q.fixed = cfg.replyBudget
 		q.mark = cfg.prefix + "quorum:ready"
 	}
 	var b [9]byte

@@ -55,6 +55,7 @@ type settings struct {
 	permits         int           // holders a semaphore admits (Permits)
 	restartDelay    time.Duration // RestartDelay, when restartDelaySet
 	restartDelaySet bool
+	replyBudget     time.Duration // ReplyBudget; 0: derived (quorum.budget)
 	outageFails     bool // WaitOutages(false)
 
 	spec     *kindSpec // kind's spec, set by validate
@@ -142,6 +143,8 @@ func (s *settings) validate() error {
 		return &ConfigError{Field: "FenceRetention", Reason: fmt.Sprintf("must be ≥ 1s, got %s", s.fenceRetention)}
 	case s.wrap.minHold < 0:
 		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must be ≥ 0 (0 means none), got %s", s.wrap.minHold)}
+	case s.replyBudget < 0:
+		return &ConfigError{Field: "ReplyBudget", Reason: fmt.Sprintf("must be > 0, got %s", s.replyBudget)}
 	case s.restartDelay < 0:
 		return &ConfigError{Field: "RestartDelay", Reason: fmt.Sprintf("must be ≥ 0 (0 turns the check off), got %s", s.restartDelay)}
 	case s.syncReplicas < 0:
@@ -337,6 +340,30 @@ func SyncReplicas(n int, timeout time.Duration) Option {
 // Applies to NewQuorum. Default: the Locker's TTL.
 func RestartDelay(d time.Duration) Option {
 	return Option{name: "RestartDelay", scope: scopeLocker, apply: func(s *settings) { s.restartDelay, s.restartDelaySet = d, true }}
+}
+
+// ReplyBudget is how long an attempt of a quorum Locker (NewQuorum) waits for the
+// servers still silent once the replies in hand contest it — a server answered that
+// another owner holds the lock — and leave its vote undecided: past it, a silent server
+// counts as failed for that attempt. Two contenders that split the live servers' votes
+// while one server is paused then undo and try again at once instead of waiting for it
+// until their lease's validity runs out, and TryAcquire answers within the budget. A
+// round that nothing contests waits longer for a silent server, its patience: 8 budgets,
+// at least 1s, at most a tenth of the TTL (never less than the budget). Past it a
+// majority silent fails the attempt with ErrUnavailable (which a waiter with budget left
+// waits out: see WaitOutages), and a release stops waiting for the servers that carry
+// the hold beyond a majority. A reply that comes later is still used: a grant is undone,
+// or becomes part of the hold when the attempt won. An attempt that a majority decides
+// sooner never waits for either.
+// Applies to NewQuorum. Default: 8 round trips as the Locker measured them, at least
+// 20ms and at most a tenth of the TTL.
+func ReplyBudget(d time.Duration) Option {
+	return Option{name: "ReplyBudget", scope: scopeLocker, apply: func(s *settings) {
+		if d <= 0 {
+			d = -1 // refused by validate, with the field named
+		}
+		s.replyBudget = d
+	}}
 }
 
 // ReleaseTimeout bounds a release's Redis call. Release ignores the caller's

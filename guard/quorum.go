@@ -34,6 +34,56 @@ type quorum struct {
 
 	mu    sync.Mutex
 	gated map[*script]*script // acquire scripts with gate.lua prepended
+
+	fixed time.Duration // ReplyBudget; 0: derived from rtt
+	rtt   atomic.Int64  // smoothed round trip of a server's reply, ns
+}
+
+// maxQuorum is the most servers a quorum Locker takes: a hold records the servers that
+// carry it in a 64-bit set (held.carry).
+const maxQuorum = 63
+
+// Bounds of the reply budget derived from round trips (see ReplyBudget).
+const (
+	budgetTrips = 8
+	budgetMin   = 20 * time.Millisecond
+)
+
+// budget returns an attempt's reply budget for a lock of the given TTL.
+func (q *quorum) budget(ttl time.Duration) time.Duration {
+	if q.fixed > 0 {
+		return q.fixed
+	}
+	return min(max(budgetTrips*time.Duration(q.rtt.Load()), budgetMin), ttl/10)
+}
+
+// patience returns how long a round waits for silent servers when the replies in hand
+// do not contest it (see ReplyBudget): 8 budgets, at least a second, at most a tenth of
+// the TTL, and never less than the budget.
+func (q *quorum) patience(ttl time.Duration) time.Duration {
+	b := q.budget(ttl)
+	return max(min(max(budgetTrips*b, time.Second), ttl/10), b)
+}
+
+// limits bounds a round's wait for silent servers: past budget when contested reports
+// true (mu of the round held), past patience in any case; zero patience: no bound.
+type limits struct {
+	budget, patience time.Duration
+	contested        func() bool
+}
+
+// observe folds a server's reply time into the smoothed round trip (weight 1/8).
+func (q *quorum) observe(d time.Duration) {
+	for {
+		old := q.rtt.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if q.rtt.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }
 
 // NewQuorum returns a Locker whose locks are held on a majority of independent Redis
@@ -73,8 +123,8 @@ type quorum struct {
 // *ConfigError naming them; Close does not close the clients.
 func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	n := len(clients)
-	if n < 3 || n%2 == 0 {
-		return nil, &ConfigError{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 or more, got %d", n)}
+	if n < 3 || n%2 == 0 || n > maxQuorum {
+		return nil, &ConfigError{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 to %d, got %d", maxQuorum, n)}
 	}
 	q := &quorum{need: n/2 + 1, gated: make(map[*script]*script)}
 	seen := make(map[string]int)
@@ -201,6 +251,7 @@ var (
 	errNotHeld    = errors.New("not held there")
 	errUndone     = errors.New("granted, but no majority did: undone")
 	errNoAnswer   = errors.New("no answer before the outcome was decided")
+	errSilent     = errors.New("no answer within the reply budget")
 )
 
 // nodeReply is one server's answer in a round.
@@ -212,27 +263,46 @@ type nodeReply struct {
 
 // round runs call on every server of the quorum at once and hands the replies to take,
 // in arrival order and one at a time, until take reports the round decided; replies that
-// come later go to late (nil: dropped), on the goroutine that received them. round
-// returns once the round is decided or every server answered; the calls still running
-// go on aside (Close waits for them), and cancel is called when the last one returns.
-func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, call func(context.Context, *conn) (any, error), take func(nodeReply) bool, late func(nodeReply)) {
+// come later go to late (nil: dropped), on the goroutine that received them. A server
+// still silent past lim (see limits) is handed to take as failed (errSilent), and its
+// reply, when it comes, goes to late. round returns once the round
+// is decided or every server answered; the calls still running go on aside (Close waits
+// for them), and cancel is called when the last one returns.
+func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limits, call func(context.Context, *conn) (any, error), take func(nodeReply) bool, late func(nodeReply)) {
 	nodes := l.q.nodes
-	var mu sync.Mutex
-	decided, left := false, len(nodes)
-	finished := make(chan struct{})
+	var (
+		mu       sync.Mutex
+		decided  bool
+		left     = len(nodes)
+		answered = make([]bool, len(nodes))
+		finished = make(chan struct{})
+		start    = time.Now()
+	)
+	// decide hands r to take; mu is held. It reports whether the round just ended.
+	decide := func(r nodeReply) bool {
+		answered[r.i] = true
+		if decided {
+			return false
+		}
+		decided = take(r)
+		return decided
+	}
 	one := func(i int) {
 		v, err := call(ctx, nodes[i])
+		if err == nil {
+			l.q.observe(time.Since(start))
+		}
 		r := nodeReply{i: i, v: v, err: err}
 		mu.Lock()
-		was := decided
-		if !decided {
-			decided = take(r)
-		}
+		was := answered[i] || decided
+		ended := decide(r)
 		left--
 		last := left == 0
-		signal := !was && (decided || last)
+		if last && !was && !ended && !decided {
+			ended, decided = true, true // every server answered, undecided
+		}
 		mu.Unlock()
-		if signal {
+		if ended {
 			close(finished)
 		}
 		if was && late != nil {
@@ -247,7 +317,50 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, call func
 			one(i)
 		}
 	}
-	<-finished
+	if lim.patience <= 0 {
+		<-finished
+		return
+	}
+	// giveUp hands the servers still silent to take as failed, if contested allows it.
+	giveUp := func(contested func() bool) bool {
+		mu.Lock()
+		ended := false
+		if !decided && (contested == nil || contested()) {
+			for i := range nodes {
+				if !answered[i] && !decided {
+					ended = decide(nodeReply{i: i, err: errSilent})
+				}
+			}
+		}
+		mu.Unlock()
+		if ended {
+			close(finished)
+		}
+		return ended
+	}
+	wait := lim.patience
+	if lim.budget > 0 && lim.budget < lim.patience && lim.contested != nil {
+		t := time.NewTimer(lim.budget)
+		select {
+		case <-finished:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if giveUp(lim.contested) {
+			<-finished
+			return
+		}
+		wait -= lim.budget
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-finished:
+	case <-t.C:
+		giveUp(nil)
+		<-finished
+	}
 }
 
 // quorumGrant is one server's grant in an attempt.
@@ -321,7 +434,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	call := func(ctx context.Context, c *conn) (any, error) {
 		return nodeAttempt(ctx, c, s, args, h.rk.lock, confirmField)
 	}
-	replied, confirmed, held := 0, 0, 0
+	replied, confirmed, held, busy := 0, 0, 0, 0
 	take := func(r nodeReply) bool {
 		replied++
 		switch {
@@ -350,6 +463,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 				errs[r.i] = ErrUpgrade
 			default:
 				errs[r.i] = errNotGranted
+				busy++
 				if ms := g.pttl.Milliseconds(); ms >= 0 && (pttl < 0 || ms < pttl) {
 					pttl = ms
 				}
@@ -390,10 +504,13 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		case r.err == nil:
 			// A grant after the majority's: part of the hold (renewed and released
 			// with the others), carrying the hold's token like them.
-			_ = l.raiseOn(q.nodes[r.i], h, top)
+			if l.raiseOn(q.nodes[r.i], h, top) == nil {
+				h.carry.Or(1 << r.i)
+			}
 		}
 	}
-	l.round(ctx, cancel, call, take, late)
+	contested := func() bool { return busy > 0 || refused }
+	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s.ttl), contested}, call, take, late)
 
 	if outcome.Load() == attemptWon {
 		var v any
@@ -483,6 +600,7 @@ func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64
 	for _, g := range grants {
 		if errs[g.i] == nil {
 			carried++
+			h.carry.Or(1 << g.i)
 		} else if !reentry {
 			// Its hold carries a token that is not the hold's: drop it there, so that a
 			// reentry never reads it. The majority that carries the token keeps the lock.
@@ -573,7 +691,26 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 		code, err := decodeRelease(c.runScript(ctx, h.s.spec.release, append([]any(nil), args...), true))
 		return code, err
 	}
+	// The release waits for every server known to carry the hold besides a majority
+	// (within the round's patience): the owner's next attempt, on other connections, must
+	// not reach one of them before the release does and find the lock still held.
+	carriers := h.carry.Load()
+	all := carriers
+	// A carrier whose call failed without a server's answer (a timeout: the command may
+	// have been dropped with its connection) is sent the release once more, aside, with
+	// the same nonce, which makes it a no-op where the first one ran: a hold count left
+	// there would outlive the release until its TTL.
+	resend := func(r nodeReply) {
+		if r.err != nil && r.err != errSilent && !isServerError(r.err) && all&(1<<r.i) != 0 {
+			l.each(onlyAt(n, r.i), false, func(ctx context.Context, c *conn) error {
+				_, err := call(ctx, c)
+				return err
+			})
+		}
+	}
 	take := func(r nodeReply) bool {
+		carriers &^= 1 << r.i
+		resend(r)
 		if r.err != nil {
 			errs[r.i] = r.err
 			ko++
@@ -581,7 +718,7 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 			codes[r.i] = r.v.(releaseReply)
 			ok++
 		}
-		return ok >= q.need || ko > n-q.need
+		return ok >= q.need && carriers == 0 || ko > n-q.need
 	}
 	// The calls still running when a majority answered go on past the caller's return,
 	// within its deadline: a release that reaches the last server frees it there too.
@@ -590,7 +727,7 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 		d = time.Now().Add(l.cfg.releaseTimeout)
 	}
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
-	l.round(rctx, cancel, call, take, nil)
+	l.round(rctx, cancel, limits{patience: q.patience(h.s.ttl)}, call, take, resend)
 	if ok < q.need {
 		return 0, &QuorumError{Op: "release", Need: q.need, Addrs: q.addrs, Errs: errs}
 	}
@@ -695,7 +832,7 @@ func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, t
 		}
 		return open == 0
 	}
-	l.round(ctx, cancel, call, take, nil)
+	l.round(ctx, cancel, limits{}, call, take, nil)
 }
 
 func countErrs(errs []error) int {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,6 +67,20 @@ func (r *quorumRig) holders(t *testing.T, key string) int {
 	n := 0
 	for _, s := range r.servers {
 		c := s.Client(t)
+		if c.Exists(context.Background(), lockName(key)).Val() == 1 {
+			n++
+		}
+		_ = c.Close()
+	}
+	return n
+}
+
+// holdersOn returns how many of the servers numbered idx hold key's lock.
+func (r *quorumRig) holdersOn(t *testing.T, key string, idx ...int) int {
+	t.Helper()
+	n := 0
+	for _, i := range idx {
+		c := r.servers[i].Client(t)
 		if c.Exists(context.Background(), lockName(key)).Val() == 1 {
 			n++
 		}
@@ -148,6 +163,7 @@ func TestQuorumConfig(t *testing.T) {
 		{"permits", cs, []guard.Option{guard.Permits(3)}, "Permits"},
 		{"sync replicas", cs, []guard.Option{guard.SyncReplicas(1, time.Second)}, "SyncReplicas"},
 		{"negative delay", cs, []guard.Option{guard.RestartDelay(-time.Second)}, "RestartDelay"},
+		{"zero reply budget", cs, []guard.Option{guard.ReplyBudget(0)}, "ReplyBudget"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -158,13 +174,15 @@ func TestQuorumConfig(t *testing.T) {
 			}
 		})
 	}
-	t.Run("RestartDelay on New", func(t *testing.T) {
-		_, err := guard.New(cs[0], guard.RestartDelay(time.Second))
-		var ce *guard.ConfigError
-		if !errors.As(err, &ce) || ce.Field != "RestartDelay" {
-			t.Fatalf("New: %v, want a *ConfigError on RestartDelay", err)
-		}
-	})
+	for field, opt := range map[string]guard.Option{"RestartDelay": guard.RestartDelay(time.Second), "ReplyBudget": guard.ReplyBudget(time.Second)} {
+		t.Run(field+" on New", func(t *testing.T) {
+			_, err := guard.New(cs[0], opt)
+			var ce *guard.ConfigError
+			if !errors.As(err, &ce) || ce.Field != field {
+				t.Fatalf("New: %v, want a *ConfigError on %s", err, field)
+			}
+		})
+	}
 	t.Run("per call", func(t *testing.T) {
 		l := r.locker(t, guard.RestartDelay(0))
 		_, err := l.Acquire(ctxTimeout(t, 5*time.Second), "k", guard.Fair())
@@ -737,4 +755,100 @@ func TestQuorumReentryWhileConfirmationInFlight(t *testing.T) {
 	mustRelease(t, inner)
 	r.servers[2].Resume(t)
 	mustRelease(t, le)
+}
+
+// TestQuorumPausedServer: with one of three servers paused (SIGSTOP), two Lockers that
+// TryAcquire a free key at the same moment split the live servers' votes; each answers
+// within its reply budget (not after its lease's validity, as it did) and leaves nothing
+// granted on the live servers. Lockers that contend for the key keep getting it while
+// the server is paused, and a majority paused fails an attempt with ErrUnavailable
+// within the budget.
+func TestQuorumPausedServer(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	const budget = 50 * time.Millisecond
+	a := r.locker(t, guard.ReplyBudget(budget), guard.RestartDelay(0), guard.TTL(2*time.Second))
+	b := r.locker(t, guard.ReplyBudget(budget), guard.RestartDelay(0), guard.TTL(2*time.Second))
+	ctx := ctxTimeout(t, 30*time.Second)
+	mustRelease(t, mustAcquire(t, a, ctx, "warm"))
+	mustRelease(t, mustAcquire(t, b, ctx, "warm"))
+	r.servers[2].Pause(t)
+	defer r.servers[2].Resume(t)
+
+	// Split votes: each Locker's TryAcquire answers within the budget plus scheduling.
+	slowest := time.Duration(0)
+	for i := range 20 {
+		key := "split-" + strconv.Itoa(i)
+		var wg sync.WaitGroup
+		took := make([]time.Duration, 2)
+		errs := make([]error, 2)
+		for j, l := range []*guard.Locker{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				le, err := l.TryAcquire(ctx, key)
+				took[j], errs[j] = time.Since(start), err
+				if err == nil {
+					mustRelease(t, le)
+				}
+			}()
+		}
+		wg.Wait()
+		for j := range errs {
+			if errs[j] != nil && !errors.Is(errs[j], guard.ErrLocked) {
+				t.Fatalf("TryAcquire with a server paused: %v, want a grant or ErrLocked", errs[j])
+			}
+			slowest = max(slowest, took[j])
+		}
+	}
+	t.Logf("slowest TryAcquire with a server paused: %s (reply budget %s)", slowest, budget)
+	if slowest > time.Second {
+		t.Fatalf("a TryAcquire with a server paused took %s: it waited for the paused server, not its budget of %s", slowest, budget)
+	}
+	waitUntil(t, 2*time.Second, "split grants undone on the live servers", func() bool {
+		for i := range 20 {
+			if r.holdersOn(t, "split-"+strconv.Itoa(i), 0, 1) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Contention: two Lockers take turns on one key while the server stays paused.
+	var grants atomic.Int64
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, l := range []*guard.Locker{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for cctx.Err() == nil {
+				le, err := l.Acquire(cctx, "contended", guard.Retry(guard.MaxWait(time.Second, guard.Fixed(time.Millisecond, 0))))
+				if err != nil {
+					continue
+				}
+				grants.Add(1)
+				mustRelease(t, le)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("grants in 1s of contention with a server paused: %d", grants.Load())
+	if grants.Load() < 10 {
+		t.Fatalf("%d grants in 1s of contention with a server paused: the quorum stalled", grants.Load())
+	}
+
+	// A majority paused: an attempt fails with ErrUnavailable within the budget.
+	r.servers[1].Pause(t)
+	start := time.Now()
+	_, err := a.TryAcquire(ctx, "majority")
+	took := time.Since(start)
+	r.servers[1].Resume(t)
+	if !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("TryAcquire with a majority paused: %v, want ErrUnavailable", err)
+	}
+	if took > time.Second {
+		t.Fatalf("TryAcquire with a majority paused took %s, want about its budget %s", took, budget)
+	}
 }
