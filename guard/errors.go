@@ -65,9 +65,11 @@ var (
 type LockedError struct {
 	// Key is the lock key as the caller gave it.
 	Key string
-	// RetryAfter is the holder's remaining TTL as Redis last reported it: the latest time
-	// at which the lock frees itself if its holder stops renewing. It is a hint, not a
-	// promise: a release can come sooner and a renewal later.
+	// RetryAfter estimates how long the lock stays busy: the mean time that holds of
+	// this key (else of locks with this name) lasted in this Locker, bounded by the
+	// holder's remaining TTL as Redis last reported it; that TTL itself until a hold has
+	// been seen to end. See "Retry hints" in the package documentation. It is a hint, not
+	// a promise: a release can come sooner and a renewal later.
 	RetryAfter time.Duration
 	// Attempts is the number of acquisition round trips that were made.
 	Attempts int

@@ -59,6 +59,7 @@ type Locker struct {
 	waits waiters
 	renew renewer
 	tel   *telemetry
+	hints holdTimes      // hold times seen, for LockedError.RetryAfter (hint.go)
 	bg    sync.WaitGroup // background calls: compensating releases, abandoned attempts
 }
 

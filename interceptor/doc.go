@@ -147,7 +147,7 @@
 // the server side of the interceptor, such as a logging interceptor further out. They
 // also carry an errdetails.ErrorInfo with Domain ErrorDomain and a Reason:
 //
-//	lock busy                      Aborted, RetryInfo with the holder's remaining TTL (ReasonLocked),
+//	lock busy                      Aborted, RetryInfo with guard's retry hint (ReasonLocked),
 //	                               and ReasonOwnerRejected when an owner token was refused
 //	  ... until the RPC's context ended the wait
 //	                               DeadlineExceeded or Canceled (ReasonLocked)

@@ -23,7 +23,8 @@ import (
 //   - a busy lock is waited for as the rule's Retry option says, else as the one given
 //     to guard.New says, else for at most guard.DefaultMaxWait, and never past the
 //     RPC's deadline; a lock still busy then fails the RPC with codes.Aborted and an
-//     errdetails.RetryInfo carrying the holder's remaining TTL, an unreachable Redis
+//     errdetails.RetryInfo carrying guard's retry hint (see "Retry hints" in package
+//     guard: the observed hold time, bounded by the holder's TTL left), an unreachable Redis
 //     with codes.Unavailable (or, with WithFailOpen, runs the handler unlocked);
 //   - the handler runs with a context that carries the owner and the lease
 //     (guard.LeaseFromContext, guard.TokenFromContext) and is cancelled, with a

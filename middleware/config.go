@@ -104,8 +104,9 @@ type LockConfig struct {
 	// DenyHandler builds the response to a request denied because another owner held
 	// the lock for longer than the request would wait (MaxWait). Its result is
 	// returned to Echo, whose HTTPErrorHandler renders it.
-	// Optional. Default value: 409 Conflict with a Retry-After header (the holder's
-	// remaining lease, in seconds rounded up, at least 1) and an *echo.HTTPError whose
+	// Optional. Default value: 409 Conflict with a Retry-After header (the
+	// retry hint, err.RetryAfter: see "Retry hints" in package guard; in whole seconds
+	// rounded up, at least 1) and an *echo.HTTPError whose
 	// Internal is err. When the request sent a Guardkit-Owner header that was not
 	// accepted, it also sets the HeaderOwnerRejected header to the reason, says it in
 	// the message, and puts the *ctxid.VerifyError in Internal's chain next to err.

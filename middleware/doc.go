@@ -146,7 +146,8 @@
 // middleware sees them:
 //
 //   - lock still busy when the wait ends (see Waiting): DenyHandler; by default 409 Conflict with
-//     Retry-After set to the holder's remaining lease in seconds, rounded up, and, when
+//     Retry-After set to guard's retry hint (see "Retry hints" in package guard) in
+//     whole seconds, rounded up, at least 1, and, when
 //     the request's Guardkit-Owner header was not accepted, Guardkit-Owner-Rejected set
 //     to the reason;
 //   - key cannot be built from the request: ErrorHandler; by default 400 Bad Request
