@@ -8,6 +8,9 @@
 //
 //	locker, err := guard.New(redisClient, guard.TTL(10*time.Second))
 //
+// New makes no Redis call unless given PingOnNew, which fails it when Redis cannot be
+// reached; Locker.Ping answers a readiness check at any time.
+//
 // Take a lease, run the work under its context, release it:
 //
 //	lease, err := locker.Acquire(ctx, "order:42")

@@ -184,9 +184,10 @@ func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
 
 // RedisError reports a failed Redis call.
 type RedisError struct {
-	// Op is the operation: "acquire", "release" or "renew".
+	// Op is the operation: "acquire", "release", "renew", or "ping" (Locker.Ping,
+	// PingOnNew).
 	Op string
-	// Key is the lock key.
+	// Key is the lock key; empty for "ping".
 	Key string
 	// Err is the client's error.
 	Err error
@@ -194,6 +195,9 @@ type RedisError struct {
 
 // Error names the operation, the key and the client's error.
 func (e *RedisError) Error() string {
+	if e.Key == "" && e.Op == "ping" {
+		return "guard: ping: redis: " + e.Err.Error()
+	}
 	return "guard: " + e.Op + " " + quoteKey(e.Key) + ": redis: " + e.Err.Error()
 }
 

@@ -132,6 +132,9 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	l.waits.l, l.waits.c = l, &l.conn
 	l.renew.l, l.renew.c = l, &l.conn
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
+	if err := l.pingOnNew(); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
