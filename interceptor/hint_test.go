@@ -26,7 +26,7 @@ func TestRetryInfoFromHoldTimes(t *testing.T) {
 		return wrapperspb.Int64(1), nil
 	}
 	conn := dial(t, serve(t, service(map[string]unaryFunc{"Hold": hold}, nil),
-		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker,
+		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered,
 			interceptor.WithRules(interceptor.Rule{Method: mHold, Key: "account:{req.from_account}",
 				Options: []guard.Option{guard.Retry(guard.NoRetry())}})))))
 	ctx := ctxTimeout(t, 30*time.Second)

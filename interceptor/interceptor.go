@@ -40,9 +40,12 @@ import (
 //
 // It panics, as regexp.MustCompile does, when the configuration is invalid: a nil
 // locker, a rule without a method or key, a malformed template or method pattern, two
-// rules for the same method, invalid guard options, a bad metadata key, a {req...}
-// path that a registered request type does not have, or, with WithProtoOptions, any
-// such mistake in a method's option. The panic value is an error matching
+// rules for the same method, a rule's method or pattern that matches no method of the
+// protobuf registry (the error names the closest one; see WithUnregisteredServices for
+// services without descriptors), nothing to lock (no rule, and no annotated method
+// with WithProtoOptions), invalid guard options, a bad metadata key, a {req...} path
+// that a registered request type does not have, or, with WithProtoOptions, any such
+// mistake in a method's option. The panic value is an error matching
 // guard.ErrInvalidConfig.
 func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServerInterceptor {
 	s := mustServer(locker, opts)
@@ -137,11 +140,20 @@ func newServer(locker *guard.Locker, opts []Option) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	k := knownMethods(o.files, o.unregistered)
+	for i, rl := range o.rules {
+		if problem := k.check(rl.Method); problem != "" {
+			return nil, fmt.Errorf("interceptor: rule %d (%q): %w", i, rl.Method, &guard.ConfigError{Field: "Rule.Method", Reason: problem})
+		}
+	}
 	s := &server{o: o, rules: rs}
 	if o.protoOptions {
 		if s.annotated, err = compileAnnotations(locker, o.files, o.failOpen); err != nil {
 			return nil, err
 		}
+	}
+	if len(o.rules) == 0 && len(s.annotated) == 0 {
+		return nil, errLocksNothing(o.protoOptions)
 	}
 	return s, nil
 }
