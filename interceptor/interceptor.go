@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/guardkit/guardkit/ctxid"
@@ -196,9 +197,13 @@ func (inv *invocation) handle(ctx context.Context) error {
 // inbound token the owner in ctx was accepted from, rej the inbound token that was
 // refused; at most one is set.
 func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej *rejection, run func(context.Context) error) error {
+	m := mapping{method: c.method}
 	key, err := r.key.Render(c)
 	if err != nil {
-		return keyStatus(c.method, r, err)
+		return recorded(ctx, m.keyStatus(r, err))
+	}
+	if s.o.exposeKey {
+		m.key = key
 	}
 	inv := &invocation{run: run, signer: s.o.signer, token: token}
 	err = r.guard.Run(ctx, key, inv.handle)
@@ -207,7 +212,7 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 		if r.failOpen && errors.Is(err, guard.ErrUnavailable) {
 			return run(ctx)
 		}
-		return acquireStatus(c.method, err, rej)
+		return recorded(ctx, m.acquireStatus(err, rej))
 	case err == nil:
 		return nil
 	case inv.herr != nil && err == error(inv.herr):
@@ -224,5 +229,15 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 	if inv.herr != nil {
 		herr = inv.herr.err
 	}
-	return lostStatus(c.method, err, herr)
+	return recorded(ctx, m.lostStatus(err, herr))
+}
+
+// recorded records the cause of a status error on the RPC's span, where the key and the
+// Redis address may be read, and returns it.
+func recorded(ctx context.Context, err error) error {
+	var se *statusError
+	if errors.As(err, &se) {
+		trace.SpanFromContext(ctx).RecordError(se.err)
+	}
+	return err
 }

@@ -31,6 +31,7 @@ type options struct {
 	protoOptions bool
 	files        *protoregistry.Files
 	unregistered []string // WithUnregisteredServices
+	exposeKey    bool
 }
 
 func defaultOptions() options {
@@ -151,6 +152,17 @@ func WithProtoRegistry(files *protoregistry.Files) Option {
 // written. Read by UnaryServerInterceptor and StreamServerInterceptor. Default: none.
 func WithUnregisteredServices(services ...string) Option {
 	return func(o *options) { o.unregistered = append(o.unregistered, services...) }
+}
+
+// WithExposeKey makes the status messages of the server interceptors name the lock key,
+// as in `busy: another request holds the lock (key "order:o9")`, for internal APIs
+// whose callers may see it. Keys often hold user or account IDs: by default a message
+// says what happened in plain words only, and the key, the owner and the Redis address
+// go to the error chain the server's interceptors and logs see, and to the RPC's span.
+// The ErrorInfo details are the same either way.
+// Read by UnaryServerInterceptor and StreamServerInterceptor. Default false.
+func WithExposeKey(expose bool) Option {
+	return func(o *options) { o.exposeKey = expose }
 }
 
 // WithSigner sets the keys that owner tokens are signed and verified with. The server
