@@ -21,7 +21,7 @@
 //
 // # Usage
 //
-//	cd bench && go run . -out RESULTS.md -json results.jsonl -readme ../README.md
+//	cd bench && go run . -out RESULTS.md -json results.jsonl -readme ../docs/PERFORMANCE.md
 //
 // or `make bench-compare` from the repository root. It prints Markdown tables on
 // standard output, one JSON object per measurement and per median to the -json file, and

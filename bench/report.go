@@ -475,7 +475,7 @@ func (r *report) summary() string {
 			met++
 		}
 	}
-	fmt.Fprintf(&b, "Latest `make bench-compare` run: %s, %s (%d logical CPUs, shared with redis-server), redis-server %s, %s. Medians of %d interleaved runs; guardkit met %d of its %d targets. Full tables, method and the analysis of missed targets: [bench/RESULTS.md](bench/RESULTS.md).\n\n",
+	fmt.Fprintf(&b, "Latest `make bench-compare` run: %s, %s (%d logical CPUs, shared with redis-server), redis-server %s, %s. Medians of %d interleaved runs; guardkit met %d of its %d targets. Full tables, method and the analysis of missed targets: [bench/RESULTS.md](../bench/RESULTS.md).\n\n",
 		r.started.UTC().Format("2006-01-02"), orDash(firstLine("/proc/cpuinfo", "model name")), runtime.NumCPU(), r.redisVersion(), runtime.Version(), r.o.reps, met, len(main))
 	b.WriteString("| library | uncontended pairs/s, G=1 | G=64 (× raw) | contended W=64, 1 ms hold: acq/s | RT/acq | Jain | p99 handoff gap µs | 10k leases: RT/s | client CPU % |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")

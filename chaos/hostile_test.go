@@ -293,7 +293,8 @@ func FuzzOwnerMetadata(f *testing.F) {
 		f.Add(seed)
 	}
 	unary := interceptor.UnaryServerInterceptor(o.locker, interceptor.WithSigner(o.signer),
-		interceptor.WithRules(interceptor.Rule{Method: method, Key: key}))
+		interceptor.WithRules(interceptor.Rule{Method: method, Key: key}),
+		interceptor.WithUnregisteredServices("chaos.Vault")) // called directly, no descriptor
 	info := &grpc.UnaryServerInfo{FullMethod: method}
 	f.Fuzz(func(t *testing.T, value string) {
 		var ranAs ctxid.ID

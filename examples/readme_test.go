@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the README's example blocks from the examples' code")
+var update = flag.Bool("update", false, "rewrite the example blocks of the README and docs/ from the examples' code")
 
 // The README marks each block copied from an example with a comment on the line before
 // its fence:
@@ -30,19 +30,40 @@ var (
 	regionEnd    = regexp.MustCompile(`^\s*// readme:end$`)
 )
 
+// readmePath is the README; the pages of docs/ are checked the same way.
 const readmePath = "../README.md"
 
-// TestREADMEQuickStarts checks that every example block of the README is the region of
-// the example it names, character for character, and that every region is shown. With
-// -update it rewrites the blocks instead.
+// TestREADMEQuickStarts checks that every example block of the README and of the pages
+// of docs/ is the region of the example it names, character for character, and that
+// every region is shown in one of them. With -update it rewrites the blocks instead.
 func TestREADMEQuickStarts(t *testing.T) {
 	regions := allRegions(t)
-	raw, err := os.ReadFile(readmePath)
+	pages, err := filepath.Glob("../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(string(raw), "\n")
 	shown := map[string]bool{}
+	for _, page := range append([]string{readmePath}, pages...) {
+		checkBlocks(t, page, regions, shown)
+	}
+	for id := range regions {
+		if !shown[id] {
+			file, _, _ := strings.Cut(id, "#")
+			t.Errorf("region %s is not shown in the README or docs/: add <!-- example: %s --> and a %s block", id, id, fenceOf(file))
+		}
+	}
+}
+
+// checkBlocks checks the example blocks of the page at path against regions, marking
+// those it shows; with -update it rewrites them.
+func checkBlocks(t *testing.T, path string, regions map[string]string, shown map[string]bool) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := filepath.Base(path)
+	lines := strings.Split(string(raw), "\n")
 	var out []string
 	for i := 0; i < len(lines); i++ {
 		out = append(out, lines[i])
@@ -53,13 +74,13 @@ func TestREADMEQuickStarts(t *testing.T) {
 		id := m[1] + "#" + m[2]
 		code, ok := regions[id]
 		if !ok {
-			t.Errorf("README line %d names %s: no such region (// readme:begin %s in %s)", i+1, id, m[2], m[1])
+			t.Errorf("%s line %d names %s: no such region (// readme:begin %s in %s)", page, i+1, id, m[2], m[1])
 			continue
 		}
 		shown[id] = true
 		fence := fenceOf(m[1])
 		if i+1 >= len(lines) || lines[i+1] != fence {
-			t.Errorf("README line %d: the marker of %s must be followed by a %s fence", i+1, id, fence)
+			t.Errorf("%s line %d: the marker of %s must be followed by a %s fence", page, i+1, id, fence)
 			continue
 		}
 		end := i + 2
@@ -67,24 +88,18 @@ func TestREADMEQuickStarts(t *testing.T) {
 			end++
 		}
 		if end == len(lines) {
-			t.Fatalf("README line %d: unterminated code block", i+2)
+			t.Fatalf("%s line %d: unterminated code block", page, i+2)
 		}
 		block := strings.Join(lines[i+2:end], "\n")
 		if block != code && !*update {
-			t.Errorf("README block of %s (line %d) differs from the example; run go test ./examples -run README -update\n--- README\n%s\n--- %s\n%s",
-				id, i+2, block, id, code)
+			t.Errorf("%s block of %s (line %d) differs from the example; run go test ./examples -run README -update\n--- %s\n%s\n--- %s\n%s",
+				page, id, i+2, page, block, id, code)
 		}
 		out = append(out, fence, code, "```")
 		i = end
 	}
-	for id := range regions {
-		if !shown[id] {
-			file, _, _ := strings.Cut(id, "#")
-			t.Errorf("region %s is not shown in the README: add <!-- example: %s --> and a %s block", id, id, fenceOf(file))
-		}
-	}
 	if *update && !t.Failed() {
-		if err := os.WriteFile(readmePath, []byte(strings.Join(out, "\n")), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(strings.Join(out, "\n")), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -194,4 +209,51 @@ func dedent(lines []string) string {
 		out[i] = strings.TrimPrefix(l, prefix)
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestREADMEShape checks what the README promises a first reader: under 300 lines, a
+// diagram GitHub renders, a contents list, and links that lead somewhere — its own and
+// those of the pages of docs/, which it links.
+func TestREADMEShape(t *testing.T) {
+	raw, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	if n := strings.Count(readme, "\n"); n >= 300 {
+		t.Errorf("README has %d lines, want under 300", n)
+	}
+	for _, want := range []string{"```mermaid", "**Contents:**", "redis.NewClient", "guard.New(", ".Acquire(", ".Release(", "guard.Wrap(", "LICENSE", "CHANGELOG.md"} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README lacks %q", want)
+		}
+	}
+	pages, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := regexp.MustCompile(`\]\(([^)#]+)(#[^)]*)?\)`)
+	for _, page := range append([]string{readmePath}, pages...) {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if page != readmePath && !strings.Contains(readme, "docs/"+filepath.Base(page)) {
+			t.Errorf("README does not link %s", page)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(text), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "<") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(page), target)); err != nil {
+				t.Errorf("%s links %s: %v", page, target, err)
+			}
+		}
+	}
+	for _, f := range []string{"../LICENSE", "../CHANGELOG.md"} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
 }

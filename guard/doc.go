@@ -8,6 +8,9 @@
 //
 //	locker, err := guard.New(redisClient, guard.TTL(10*time.Second))
 //
+// New makes no Redis call unless given PingOnNew, which fails it when Redis cannot be
+// reached; Locker.Ping answers a readiness check at any time.
+//
 // Take a lease, run the work under its context, release it:
 //
 //	lease, err := locker.Acquire(ctx, "order:42")
@@ -134,6 +137,21 @@
 // client also hides what it wraps: on a Cluster, give New the
 // *redis.ClusterClient itself, or guard falls back to classic Pub/Sub and cannot reload
 // the client's slot map after a failover.
+//
+// # Retry hints
+//
+// This is the one place the hint a busy lock comes back with is defined. A wait that
+// gives up with the lock still busy returns a *LockedError whose RetryAfter estimates
+// how long the lock stays busy: the mean time that holds of the same key lasted in this
+// Locker, from acquisition to release (weighted towards the latest holds, for the 1024
+// keys seen most recently), else that of holds of locks with the same name (the Name
+// option, the key template, the Echo route, the gRPC method; 256 names), bounded by the
+// holder's remaining TTL as Redis reported it. Until a hold of the key or the name has
+// been seen to end, it is that TTL. A lock whose holds last milliseconds therefore hints
+// milliseconds, not its TTL. The Echo middleware sends the hint as Retry-After, in whole
+// seconds rounded up and at least 1; the gRPC interceptors as errdetails.RetryInfo, to
+// the millisecond. Holds made by other processes are not seen: their locks hint from
+// this process's holds, else from the TTL.
 //
 // # Lock kinds
 //

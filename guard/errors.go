@@ -65,9 +65,11 @@ var (
 type LockedError struct {
 	// Key is the lock key as the caller gave it.
 	Key string
-	// RetryAfter is the holder's remaining TTL as Redis last reported it: the latest time
-	// at which the lock frees itself if its holder stops renewing. It is a hint, not a
-	// promise: a release can come sooner and a renewal later.
+	// RetryAfter estimates how long the lock stays busy: the mean time that holds of
+	// this key (else of locks with this name) lasted in this Locker, bounded by the
+	// holder's remaining TTL as Redis last reported it; that TTL itself until a hold has
+	// been seen to end. See "Retry hints" in the package documentation. It is a hint, not
+	// a promise: a release can come sooner and a renewal later.
 	RetryAfter time.Duration
 	// Attempts is the number of acquisition round trips that were made.
 	Attempts int
@@ -182,9 +184,10 @@ func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
 
 // RedisError reports a failed Redis call.
 type RedisError struct {
-	// Op is the operation: "acquire", "release" or "renew".
+	// Op is the operation: "acquire", "release", "renew", or "ping" (Locker.Ping,
+	// PingOnNew).
 	Op string
-	// Key is the lock key.
+	// Key is the lock key; empty for "ping".
 	Key string
 	// Err is the client's error.
 	Err error
@@ -192,6 +195,9 @@ type RedisError struct {
 
 // Error names the operation, the key and the client's error.
 func (e *RedisError) Error() string {
+	if e.Key == "" && e.Op == "ping" {
+		return "guard: ping: redis: " + e.Err.Error()
+	}
 	return "guard: " + e.Op + " " + quoteKey(e.Key) + ": redis: " + e.Err.Error()
 }
 

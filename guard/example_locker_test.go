@@ -37,7 +37,7 @@ func ExampleLocker_Acquire() {
 }
 
 // TryAcquire makes one attempt: a lock another owner holds fails at once, with the
-// holder's remaining TTL as a hint of when to come back.
+// hint of when to come back (see "Retry hints").
 func ExampleLocker_TryAcquire() {
 	rdb, stop := exampleRedis()
 	defer stop()

@@ -232,6 +232,7 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	l.renew.remove(rctx, h, true)
 	code, err := l.releaseRemote(rctx, h)
 	if prev != stateLost {
+		l.hints.observe(h, time.Since(h.acquired))
 		l.tel.ended(h, nil)
 		if code == releaseExpired {
 			l.tel.releasedLate(h)

@@ -59,6 +59,7 @@ type Locker struct {
 	waits waiters
 	renew renewer
 	tel   *telemetry
+	hints holdTimes      // hold times seen, for LockedError.RetryAfter (hint.go)
 	bg    sync.WaitGroup // background calls: compensating releases, abandoned attempts
 }
 
@@ -135,6 +136,9 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	l.waits.l, l.waits.c = l, &l.conn
 	l.renew.l, l.renew.c = l, &l.conn
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
+	if err := l.pingOnNew(); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 

@@ -56,7 +56,8 @@ type settings struct {
 	restartDelay    time.Duration // RestartDelay, when restartDelaySet
 	restartDelaySet bool
 	replyBudget     time.Duration // ReplyBudget; 0: derived (quorum.budget)
-	outageFails     bool // WaitOutages(false)
+	outageFails     bool          // WaitOutages(false)
+	pingOnNew       time.Duration // PingOnNew; 0: no check
 
 	spec     *kindSpec // kind's spec, set by validate
 	limitArg any       // acquire.lua's ARGV[7] for kinds with an aux key, boxed by validate
@@ -147,6 +148,8 @@ func (s *settings) validate() error {
 		return &ConfigError{Field: "ReplyBudget", Reason: fmt.Sprintf("must be > 0, got %s", s.replyBudget)}
 	case s.restartDelay < 0:
 		return &ConfigError{Field: "RestartDelay", Reason: fmt.Sprintf("must be ≥ 0 (0 turns the check off), got %s", s.restartDelay)}
+	case s.pingOnNew < 0:
+		return &ConfigError{Field: "PingOnNew", Reason: fmt.Sprintf("must be ≥ 0 (0 means no check), got %s", s.pingOnNew)}
 	case s.syncReplicas < 0:
 		return &ConfigError{Field: "SyncReplicas", Reason: fmt.Sprintf("replicas must be ≥ 0, got %d", s.syncReplicas)}
 	case s.syncReplicas > 0 && (s.syncTimeout <= 0 || s.syncTimeout >= s.ttl-s.driftMargin()):

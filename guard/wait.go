@@ -142,7 +142,7 @@ func (w *waitRun) busy(cause error) error {
 		}
 		return fmt.Errorf("%w; gave up waiting for it after %d attempts: %w", w.down, w.attempts, cause)
 	}
-	return &LockedError{Key: w.h.hk.key, RetryAfter: max(w.ttl, 0), Attempts: w.attempts, Err: cause}
+	return &LockedError{Key: w.h.hk.key, RetryAfter: w.l.hints.retryAfter(w.h, w.ttl), Attempts: w.attempts, Err: cause}
 }
 
 // outage records the error of an attempt and reports whether the wait should go on:

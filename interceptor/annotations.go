@@ -109,14 +109,8 @@ func compileAnnotation(locker *guard.Locker, md protoreflect.MethodDescriptor, l
 	if text == "" {
 		return nil, fail("key", "required", nil)
 	}
-	srcs := sources(&r.paths)
-	for _, name := range placeholderSources(text) {
-		if srcs[name] == nil {
-			srcs[name] = bareField(name, &r.paths)
-		}
-	}
 	var err error
-	if r.key, err = keyfunc.Parse(text, srcs); err != nil {
+	if r.key, err = keyfunc.Parse(text, templateSources(text, &r.paths)); err != nil {
 		return nil, fail("key", strings.TrimPrefix(err.Error(), "keyfunc: "), err)
 	}
 	for _, p := range r.paths {
@@ -230,9 +224,22 @@ func duration(d *durationpb.Duration) (time.Duration, string) {
 	return d.AsDuration(), ""
 }
 
+// templateSources are the sources of the key template text of a Rule or an option:
+// req, md and method, and a bare field for each other placeholder's name, so that
+// {from_account} means {req.from_account} and {to.id} means {req.to.id}.
+func templateSources(text string, paths *[]*protoPath) keyfunc.Sources[*call] {
+	srcs := sources(paths)
+	for _, name := range placeholderSources(text) {
+		if srcs[name] == nil {
+			srcs[name] = bareField(name, paths)
+		}
+	}
+	return srcs
+}
+
 // bareField is the source of a placeholder {name...} whose source is not one of
-// req, md and method: inside the option, {from_account} means {req.from_account}
-// and {to.id} means {req.to.id}.
+// req, md and method: {from_account} means {req.from_account} and {to.id} means
+// {req.to.id}.
 func bareField(name string, paths *[]*protoPath) keyfunc.Source[*call] {
 	req := reqSource(paths)
 	return func(path string) (keyfunc.Getter[*call], error) {

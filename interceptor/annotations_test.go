@@ -113,9 +113,9 @@ func TestAnnotationLocksLikeRule(t *testing.T) {
 		name string
 		conn *grpc.ClientConn
 	}{
-		{"annotation", dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(annLocker,
+		{"annotation", dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(annLocker, unregistered,
 			interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files), interceptor.WithSigner(signer)))), client)},
-		{"rule", dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(ruleLocker,
+		{"rule", dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(ruleLocker, unregistered,
 			rules, interceptor.WithSigner(signer)))), client)},
 	}
 	ctx := ctxTimeout(t, 30*time.Second)
@@ -242,8 +242,12 @@ func TestAnnotationConfigErrors(t *testing.T) {
 			files := annotate(t, map[string]*lockpb.Lock{name: tc.lock, "Debit": {Key: "fine:{from_account}"}})
 			opts := []interceptor.Option{interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files)}
 			for _, build := range []func(){
-				func() { interceptor.UnaryServerInterceptor(locker, opts...) },
-				func() { interceptor.StreamServerInterceptor(locker, opts...) },
+				func() {
+					interceptor.UnaryServerInterceptor(locker, append([]interceptor.Option{unregistered}, opts...)...)
+				},
+				func() {
+					interceptor.StreamServerInterceptor(locker, append([]interceptor.Option{unregistered}, opts...)...)
+				},
 			} {
 				err := mustPanicConfig(t, build)
 				prefix := "interceptor: " + accounts + name + ": option (guardkit.v1.lock)." + tc.field + ": "
@@ -268,7 +272,7 @@ func TestAnnotationConfigErrors(t *testing.T) {
 	// would look for them.
 	files := annotate(t, map[string]*lockpb.Lock{"Debit": {Key: "order:{req.order}"}})
 	err := mustPanicConfig(t, func() {
-		interceptor.UnaryServerInterceptor(locker, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
+		interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
 	})
 	want := "interceptor: " + mDebit + `: option (guardkit.v1.lock).key: {req.order}: message ` + testPkg +
 		`.Transfer has no field "order" (fields are named as in the .proto file)`
@@ -283,10 +287,13 @@ func TestAnnotationConfigErrors(t *testing.T) {
 		"Debit": {Key: "d:{req.amount}", Wait: failFast()},
 		"Watch": {Key: "w:{md.x-account}"},
 	})
-	interceptor.UnaryServerInterceptor(locker, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
-	interceptor.StreamServerInterceptor(locker, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
-	// The program's own registry, where nothing is annotated, builds.
-	interceptor.UnaryServerInterceptor(locker, interceptor.WithProtoOptions())
+	interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
+	interceptor.StreamServerInterceptor(locker, unregistered, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
+	// The program's own registry, where nothing is annotated, locks nothing: refused.
+	err = mustPanicConfig(t, func() { interceptor.UnaryServerInterceptor(locker, interceptor.WithProtoOptions()) })
+	if ce := new(guard.ConfigError); !errors.As(err, &ce) || ce.Field != "WithRules" {
+		t.Fatalf("no rule and no annotated method: %v, want a *guard.ConfigError for WithRules", err)
+	}
 }
 
 // TestAnnotationPassThrough: methods without the option, and every method when
@@ -296,10 +303,12 @@ func TestAnnotationPassThrough(t *testing.T) {
 	locker, _ := newLocker(t, srv)
 	files := annotate(t, map[string]*lockpb.Lock{"Hold": {Key: "account:{from_account}"}})
 	sd := service(map[string]unaryFunc{"Hold": ok, "Plain": ok}, nil)
-	annotated := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker,
+	annotated := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered,
 		interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files)))))
-	optedOut := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker,
-		interceptor.WithProtoRegistry(files)))))
+	// Without WithProtoOptions (a rule on another method, since an interceptor that
+	// locks nothing is refused), Hold's option is not read.
+	optedOut := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered,
+		interceptor.WithProtoRegistry(files), interceptor.WithRules(interceptor.Rule{Method: mAudit, Key: "audit"})))))
 	ctx := ctxTimeout(t, 10*time.Second)
 
 	before := redisCalls(t, srv)
@@ -343,7 +352,7 @@ func TestAnnotationStream(t *testing.T) {
 		return ss.Context().Err()
 	}
 	conn := dial(t, serve(t, service(nil, map[string]streamFunc{"Watch": watch}),
-		grpc.ChainStreamInterceptor(interceptor.StreamServerInterceptor(locker,
+		grpc.ChainStreamInterceptor(interceptor.StreamServerInterceptor(locker, unregistered,
 			interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files)))))
 	open := func(ctx context.Context, acct string) error {
 		ctx = metadata.AppendToOutgoingContext(ctx, "x-account", acct)
@@ -383,7 +392,7 @@ func TestRuleOverridesAnnotation(t *testing.T) {
 	})
 	ctx := ctxTimeout(t, 10*time.Second)
 	build := func(rules ...interceptor.Rule) grpc.UnaryServerInterceptor {
-		return interceptor.UnaryServerInterceptor(locker, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files),
+		return interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files),
 			interceptor.WithRules(rules...))
 	}
 	for _, tc := range []struct {
@@ -419,7 +428,7 @@ func TestAnnotationFailOpen(t *testing.T) {
 		"Debit": {Key: "account:{from_account}", Wait: &lockpb.Lock_MaxWait{MaxWait: durationpb.New(500 * time.Millisecond)}},
 	})
 	sd := service(map[string]unaryFunc{"Hold": ok, "Debit": ok, "Audit": ok, "Plain": ok}, nil)
-	conn := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker,
+	conn := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered,
 		interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files),
 		interceptor.WithRules(
 			interceptor.Rule{Method: mAudit, Key: "account:{req.from_account}", FailOpen: true},
@@ -451,9 +460,9 @@ func TestProtoRegistry(t *testing.T) {
 	locker, _ := newLocker(t, srv)
 	bad := interceptor.WithRules(interceptor.Rule{Method: mHold, Key: "a:{req.nope}"})
 	// The test package is not in GlobalFiles: the rule is checked at its first call.
-	interceptor.UnaryServerInterceptor(locker, bad)
+	interceptor.UnaryServerInterceptor(locker, unregistered, bad)
 	err := mustPanicConfig(t, func() {
-		interceptor.UnaryServerInterceptor(locker, bad, interceptor.WithProtoRegistry(annotate(t, nil)))
+		interceptor.UnaryServerInterceptor(locker, unregistered, bad, interceptor.WithProtoRegistry(annotate(t, nil)))
 	})
 	if !strings.Contains(err.Error(), `no field "nope"`) {
 		t.Fatalf("error %v: want the rule's path checked against the registry's request type", err)
@@ -474,7 +483,7 @@ func TestProtoRegistry(t *testing.T) {
 			t.Fatal("the option was decoded as a known extension")
 		}
 	}, map[string]*lockpb.Lock{"Hold": {Key: "ann:{from_account}"}})
-	ui := interceptor.UnaryServerInterceptor(locker, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
+	ui := interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
 	if got, err := keyOf(ctxTimeout(t, 5*time.Second), ui, mHold, transfer("1")); err != nil || got != "ann:1" {
 		t.Fatalf("key %q, %v; want ann:1", got, err)
 	}

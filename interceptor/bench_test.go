@@ -27,9 +27,9 @@ func BenchmarkUnary(b *testing.B) {
 	sd := service(map[string]unaryFunc{"Hold": handler, "Plain": handler}, nil)
 	rules := interceptor.WithRules(interceptor.Rule{Method: mHold, Key: "account:{req.from_account}"})
 	bare := dial(b, serve(b, sd))
-	guarded := dial(b, serve(b, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, rules))))
+	guarded := dial(b, serve(b, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered, rules))))
 	files := annotate(b, map[string]*lockpb.Lock{"Hold": {Key: "account:{from_account}"}})
-	annotated := dial(b, serve(b, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker,
+	annotated := dial(b, serve(b, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered,
 		interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files)))))
 	ctx := context.Background()
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/reflect/protoregistry"
+
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/interceptor"
@@ -16,6 +18,7 @@ import (
 // TestConfigErrors: every configuration mistake fails when the interceptor is built,
 // with an error that names the field.
 func TestConfigErrors(t *testing.T) {
+	registerFile(t)
 	srv := redistest.Start(t)
 	locker, _ := newLocker(t, srv)
 	rule := func(method, key string, opts ...guard.Option) interceptor.Option {
@@ -36,7 +39,15 @@ func TestConfigErrors(t *testing.T) {
 		{name: "duplicate method", opts: []interceptor.Option{rule("/pkg.S/M", "a"), rule("/pkg.S/M", "b")}, field: "Rule.Method"},
 		{name: "no key", opts: []interceptor.Option{rule("/pkg.S/M", "")}, field: "Rule.Key"},
 		{name: "bad template", opts: []interceptor.Option{rule("/pkg.S/M", "a:{req.id")}, field: "Rule.Key", cause: keyfunc.ErrSyntax},
-		{name: "unknown source", opts: []interceptor.Option{rule("/pkg.S/M", "a:{param.id}")}, field: "Rule.Key", cause: keyfunc.ErrUnknownSource},
+		{name: "source name", opts: []interceptor.Option{rule("/pkg.S/M", "a:{Req.id}")}, field: "Rule.Key", cause: keyfunc.ErrSyntax},
+		{name: "bare field missing", opts: []interceptor.Option{rule("/"+registered+".Accounts/Hold", "a:{nope}")}, field: "Rule.Key"},
+		{name: "method typo", opts: []interceptor.Option{rule("/"+registered+".Accounts/Hodl", "a")}, field: "Rule.Method"},
+		{name: "service typo", opts: []interceptor.Option{rule("/"+registered+".Account/Hold", "a")}, field: "Rule.Method"},
+		{name: "pattern of no service", opts: []interceptor.Option{rule("/"+registered+".Acounts/*", "a")}, field: "Rule.Method"},
+		{name: "locks nothing", opts: nil, field: "WithRules"},
+		{name: "locks nothing, signer only", opts: []interceptor.Option{interceptor.WithSigner(newSigner(t, []ctxid.Key{keyCurrent}))}, field: "WithRules"},
+		{name: "no annotated method", opts: []interceptor.Option{interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(new(protoregistry.Files))}, field: "WithRules"},
+		{name: "unregistered pattern", opts: []interceptor.Option{interceptor.WithUnregisteredServices("/pkg.S/*")}, field: "WithUnregisteredServices"},
 		{name: "bare req", opts: []interceptor.Option{rule("/pkg.S/M", "a:{req}")}, field: "Rule.Key"},
 		{name: "bare md", opts: []interceptor.Option{rule("/pkg.S/M", "a:{md}")}, field: "Rule.Key"},
 		{name: "bad md key", opts: []interceptor.Option{rule("/pkg.S/M", "a:{md.x@y}")}, field: "Rule.Key"},
@@ -55,8 +66,12 @@ func TestConfigErrors(t *testing.T) {
 				l = nil
 			}
 			for _, build := range []func(){
-				func() { interceptor.UnaryServerInterceptor(l, tc.opts...) },
-				func() { interceptor.StreamServerInterceptor(l, tc.opts...) },
+				func() {
+					interceptor.UnaryServerInterceptor(l, append([]interceptor.Option{unregistered}, tc.opts...)...)
+				},
+				func() {
+					interceptor.StreamServerInterceptor(l, append([]interceptor.Option{unregistered}, tc.opts...)...)
+				},
 			} {
 				err := mustPanicConfig(t, build)
 				var ce *guard.ConfigError
@@ -78,7 +93,7 @@ func TestConfigErrors(t *testing.T) {
 	mustPanicConfig(t, func() { interceptor.StreamClientInterceptor(signer, interceptor.WithMetadataKey("a b")) })
 
 	// Valid options build; nil options and nil collaborators in options are ignored.
-	interceptor.UnaryServerInterceptor(locker, nil, interceptor.WithSigner(nil), interceptor.WithTrustedPeer(nil),
+	interceptor.UnaryServerInterceptor(locker, unregistered, nil, interceptor.WithSigner(nil), interceptor.WithTrustedPeer(nil),
 		rule("/pkg.S/M", "a:{req.id}:{md.x-tenant-bin}:{method}", guard.TTL(time.Second), guard.MinHold(time.Millisecond)))
 	interceptor.UnaryClientInterceptor(nil, interceptor.WithMetadataKey("X-Owner"))
 }

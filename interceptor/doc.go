@@ -142,12 +142,17 @@
 //
 // # Status codes
 //
-// Statuses made by the server interceptors carry their cause twice: as the status
-// message for the client, and in the error chain (errors.Is, errors.As) for code on
-// the server side of the interceptor, such as a logging interceptor further out. They
-// also carry an errdetails.ErrorInfo with Domain ErrorDomain and a Reason:
+// Statuses made by the server interceptors tell the client what happened in plain
+// words — "busy: another request holds the lock", "unavailable: the lock service cannot
+// be reached", "lease lost: the lock was lost while the call ran", "invalid key: …" —
+// and never the lock key (keys often hold user or account IDs), the owner, a token or
+// a Redis address. The cause, with all of those, stays in the error chain (errors.Is,
+// errors.As, Error) for code on the server side of the interceptor, such as a logging
+// interceptor further out, and is recorded on the RPC's span. WithExposeKey adds the
+// key to the message, for internal APIs. Statuses also carry an errdetails.ErrorInfo
+// with Domain ErrorDomain and a Reason:
 //
-//	lock busy                      Aborted, RetryInfo with the holder's remaining TTL (ReasonLocked),
+//	lock busy                      Aborted, RetryInfo with guard's retry hint (ReasonLocked),
 //	                               and ReasonOwnerRejected when an owner token was refused
 //	  ... until the RPC's context ended the wait
 //	                               DeadlineExceeded or Canceled (ReasonLocked)
@@ -159,7 +164,9 @@
 //	                               returned OK; a status code of its own is kept
 //	rule cannot read the request   Internal
 //
-// A handler's own error passes through unchanged when the lease held.
+// A handler's own error passes through unchanged when the lease held. A handler that
+// makes guarded calls of its own (guard.Wrap, guard.Do) answers their errors as the
+// interceptors would with Status.
 //
 // # Streams
 //

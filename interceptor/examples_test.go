@@ -55,7 +55,10 @@ func Example() {
 		// A streaming export holds its lock for as long as the stream lasts.
 		{Method: "/bank.v1.Reports/Export", Key: "export:{md.x-tenant}"},
 	}
-	opts := []interceptor.Option{interceptor.WithRules(rules...), interceptor.WithSigner(signer)}
+	opts := []interceptor.Option{interceptor.WithRules(rules...), interceptor.WithSigner(signer),
+		// Rules are checked against the services linked into the program: here, whose
+		// bank.v1 code is not linked in, the services are named as known without it.
+		interceptor.WithUnregisteredServices("bank.v1.Bank", "bank.v1.Reports")}
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor( /* auth, logging, recovery, */ interceptor.UnaryServerInterceptor(locker, opts...)),
 		grpc.ChainStreamInterceptor(interceptor.StreamServerInterceptor(locker, opts...)),
@@ -102,6 +105,7 @@ func Example_crossService() {
 	_ = interceptor.UnaryServerInterceptor(locker,
 		interceptor.WithSigner(signer),
 		interceptor.WithRules(interceptor.Rule{Method: "/bank.v1.B/Debit", Key: "account:{req.value}"}),
+		interceptor.WithUnregisteredServices("bank.v1.B"), // its generated code is not linked in here
 	)
 }
 
@@ -140,6 +144,7 @@ func ExampleWithFailOpen() {
 	defer locker.Close()
 	rules := interceptor.WithRules(interceptor.Rule{Method: "/bank.v1.Ledger/Debit", Key: "account:{req.value}",
 		Options: []guard.Option{guard.Retry(guard.MaxWait(100*time.Millisecond, nil))}})
+	ledger := interceptor.WithUnregisteredServices("bank.v1.Ledger") // no generated code here
 	info := &grpc.UnaryServerInfo{FullMethod: "/bank.v1.Ledger/Debit"}
 	handler := func(ctx context.Context, _ any) (any, error) {
 		_, locked := guard.LeaseFromContext(ctx)
@@ -148,7 +153,7 @@ func ExampleWithFailOpen() {
 	}
 
 	// The gRPC server calls the interceptor this way for each RPC.
-	closed := interceptor.UnaryServerInterceptor(locker, rules)
+	closed := interceptor.UnaryServerInterceptor(locker, rules, ledger)
 	_, err = closed(context.Background(), wrapperspb.String("42"), info, handler)
 	st := status.Convert(err)
 	for _, d := range st.Details() {
@@ -157,7 +162,7 @@ func ExampleWithFailOpen() {
 		}
 	}
 
-	open := interceptor.UnaryServerInterceptor(locker, rules, interceptor.WithFailOpen(true))
+	open := interceptor.UnaryServerInterceptor(locker, rules, ledger, interceptor.WithFailOpen(true))
 	_, err = open(context.Background(), wrapperspb.String("42"), info, handler)
 	fmt.Println("fail open:", status.Code(err))
 	// Output:

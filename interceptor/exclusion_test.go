@@ -71,7 +71,7 @@ func checkSerialized(t *testing.T, locker *guard.Locker) {
 	}
 	rules := interceptor.WithRules(interceptor.Rule{Method: mHold, Key: "account:{req.from_account}"})
 	addr := serve(t, service(map[string]unaryFunc{"Hold": hold}, nil),
-		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, rules)))
+		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered, rules)))
 	conn := dial(t, addr)
 	ctx := ctxTimeout(t, 10*time.Second)
 
@@ -139,7 +139,7 @@ func TestDifferentKeysParallel(t *testing.T) {
 	}
 	rules := interceptor.WithRules(interceptor.Rule{Method: mDebit, Key: "account:{req.from_account}"})
 	addr := serve(t, service(map[string]unaryFunc{"Debit": debit}, nil),
-		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, rules)))
+		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered, rules)))
 	conn := dial(t, addr)
 	ctx := ctxTimeout(t, 5*time.Second)
 

@@ -27,8 +27,13 @@ import (
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/interceptor"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
+
+// unregistered names the test services that have no descriptor in
+// protoregistry.GlobalFiles: their rules are taken as written.
+var unregistered = interceptor.WithUnregisteredServices(testPkg+".Accounts", "x.S", "t", "other.v1.S", "pkg.S")
 
 // The test service, declared without protoc: a proto file built as a descriptor, whose
 // messages are dynamicpb messages. In .proto terms:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/guardkit/guardkit/ctxid"
@@ -23,7 +24,8 @@ import (
 //   - a busy lock is waited for as the rule's Retry option says, else as the one given
 //     to guard.New says, else for at most guard.DefaultMaxWait, and never past the
 //     RPC's deadline; a lock still busy then fails the RPC with codes.Aborted and an
-//     errdetails.RetryInfo carrying the holder's remaining TTL, an unreachable Redis
+//     errdetails.RetryInfo carrying guard's retry hint (see "Retry hints" in package
+//     guard: the observed hold time, bounded by the holder's TTL left), an unreachable Redis
 //     with codes.Unavailable (or, with WithFailOpen, runs the handler unlocked);
 //   - the handler runs with a context that carries the owner and the lease
 //     (guard.LeaseFromContext, guard.TokenFromContext) and is cancelled, with a
@@ -39,9 +41,12 @@ import (
 //
 // It panics, as regexp.MustCompile does, when the configuration is invalid: a nil
 // locker, a rule without a method or key, a malformed template or method pattern, two
-// rules for the same method, invalid guard options, a bad metadata key, a {req...}
-// path that a registered request type does not have, or, with WithProtoOptions, any
-// such mistake in a method's option. The panic value is an error matching
+// rules for the same method, a rule's method or pattern that matches no method of the
+// protobuf registry (the error names the closest one; see WithUnregisteredServices for
+// services without descriptors), nothing to lock (no rule, and no annotated method
+// with WithProtoOptions), invalid guard options, a bad metadata key, a {req...} path
+// that a registered request type does not have, or, with WithProtoOptions, any such
+// mistake in a method's option. The panic value is an error matching
 // guard.ErrInvalidConfig.
 func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServerInterceptor {
 	s := mustServer(locker, opts)
@@ -136,11 +141,20 @@ func newServer(locker *guard.Locker, opts []Option) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	k := knownMethods(o.files, o.unregistered)
+	for i, rl := range o.rules {
+		if problem := k.check(rl.Method); problem != "" {
+			return nil, fmt.Errorf("interceptor: rule %d (%q): %w", i, rl.Method, &guard.ConfigError{Field: "Rule.Method", Reason: problem})
+		}
+	}
 	s := &server{o: o, rules: rs}
 	if o.protoOptions {
 		if s.annotated, err = compileAnnotations(locker, o.files, o.failOpen); err != nil {
 			return nil, err
 		}
+	}
+	if len(o.rules) == 0 && len(s.annotated) == 0 {
+		return nil, errLocksNothing(o.protoOptions)
 	}
 	return s, nil
 }
@@ -183,9 +197,13 @@ func (inv *invocation) handle(ctx context.Context) error {
 // inbound token the owner in ctx was accepted from, rej the inbound token that was
 // refused; at most one is set.
 func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej *rejection, run func(context.Context) error) error {
+	m := mapping{method: c.method}
 	key, err := r.key.Render(c)
 	if err != nil {
-		return keyStatus(c.method, r, err)
+		return recorded(ctx, m.keyStatus(r, err))
+	}
+	if s.o.exposeKey {
+		m.key = key
 	}
 	inv := &invocation{run: run, signer: s.o.signer, token: token}
 	err = r.guard.Run(ctx, key, inv.handle)
@@ -194,7 +212,7 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 		if r.failOpen && errors.Is(err, guard.ErrUnavailable) {
 			return run(ctx)
 		}
-		return acquireStatus(c.method, err, rej)
+		return recorded(ctx, m.acquireStatus(err, rej))
 	case err == nil:
 		return nil
 	case inv.herr != nil && err == error(inv.herr):
@@ -211,5 +229,15 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 	if inv.herr != nil {
 		herr = inv.herr.err
 	}
-	return lostStatus(c.method, err, herr)
+	return recorded(ctx, m.lostStatus(err, herr))
+}
+
+// recorded records the cause of a status error on the RPC's span, where the key and the
+// Redis address may be read, and returns it.
+func recorded(ctx context.Context, err error) error {
+	var se *statusError
+	if errors.As(err, &se) {
+		trace.SpanFromContext(ctx).RecordError(se.err)
+	}
+	return err
 }

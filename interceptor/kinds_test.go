@@ -69,7 +69,7 @@ func TestAnnotationKinds(t *testing.T) {
 		"Debit": handler("Debit", nil, nil, 0),
 		"Audit": handler("Audit", auditsFull, &auditing, 2),
 	}, nil)
-	conn := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker,
+	conn := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered,
 		interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files), interceptor.WithSigner(signer)))),
 		grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(signer)))
 	ctx := ctxTimeout(t, 30*time.Second)
@@ -148,7 +148,7 @@ func TestUpgradeRefused(t *testing.T) {
 		return wrapperspb.Int64(1), nil
 	}}, nil)
 	rules := interceptor.WithRules(interceptor.Rule{Method: mHold, Key: "account:{req.from_account}", Options: []guard.Option{guard.Write()}})
-	conn := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, rules, interceptor.WithSigner(signer)))),
+	conn := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered, rules, interceptor.WithSigner(signer)))),
 		grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(signer)))
 	ctx := ctxTimeout(t, 10*time.Second)
 	reading, err := locker.Acquire(ctx, "account:acct-up", guard.Read())

@@ -30,6 +30,8 @@ type options struct {
 	trustedPeer  func(ctx context.Context) bool
 	protoOptions bool
 	files        *protoregistry.Files
+	unregistered []string // WithUnregisteredServices
+	exposeKey    bool
 }
 
 func defaultOptions() options {
@@ -47,6 +49,9 @@ func evaluate(opts []Option) (options, error) {
 	if err := checkMetadataKey(o.mdKey); err != nil {
 		return o, err
 	}
+	if err := checkUnregistered(o.unregistered); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
@@ -55,7 +60,10 @@ type Rule struct {
 	// Method is the full method name of one method, "/pkg.Service/Method", or a pattern
 	// ending in "*" that matches every full method name starting with the text before
 	// it: "/pkg.Service/*" for a whole service, "*" for every method. A full method name
-	// wins over every pattern, and a longer pattern over a shorter one. Required.
+	// wins over every pattern, and a longer pattern over a shorter one. It must name a
+	// method of the protobuf registry (protoregistry.GlobalFiles, or WithProtoRegistry),
+	// or a pattern must match one, unless its service is named by
+	// WithUnregisteredServices: a typo fails construction. Required.
 	Method string
 
 	// Key is the lock key template (see package keyfunc), with three sources:
@@ -65,6 +73,10 @@ type Rule struct {
 	//	    messages and map keys
 	//	{md.x-tenant}    the single value of an incoming metadata key
 	//	{method}         the full method name
+	//
+	// As in the (guardkit.v1.lock) option, a bare {from_account} or {to.id} means
+	// {req.from_account} or {req.to.id} (a field named req, md or method needs the
+	// req. prefix).
 	//
 	// Required.
 	Key string
@@ -128,6 +140,29 @@ func WithProtoRegistry(files *protoregistry.Files) Option {
 			o.files = files
 		}
 	}
+}
+
+// WithUnregisteredServices names services, by full name ("pkg.v1.Service"), whose
+// methods rules may lock although the protobuf registry (protoregistry.GlobalFiles, or
+// WithProtoRegistry) has no descriptor for them: services registered with a
+// hand-written grpc.ServiceDesc, as tests often do. The server interceptors' constructors
+// check every Rule's Method against the registry, so that a typo ("/shop.v1.Payment/Refund"
+// for the service Payments) fails at start-up, naming the closest method, instead of
+// leaving the method unlocked; a method or pattern of a service named here is taken as
+// written. Read by UnaryServerInterceptor and StreamServerInterceptor. Default: none.
+func WithUnregisteredServices(services ...string) Option {
+	return func(o *options) { o.unregistered = append(o.unregistered, services...) }
+}
+
+// WithExposeKey makes the status messages of the server interceptors name the lock key,
+// as in `busy: another request holds the lock (key "order:o9")`, for internal APIs
+// whose callers may see it. Keys often hold user or account IDs: by default a message
+// says what happened in plain words only, and the key, the owner and the Redis address
+// go to the error chain the server's interceptors and logs see, and to the RPC's span.
+// The ErrorInfo details are the same either way.
+// Read by UnaryServerInterceptor and StreamServerInterceptor. Default false.
+func WithExposeKey(expose bool) Option {
+	return func(o *options) { o.exposeKey = expose }
 }
 
 // WithSigner sets the keys that owner tokens are signed and verified with. The server

@@ -147,8 +147,8 @@ func TestRejectedOwnerToken(t *testing.T) {
 	start := func(opts ...interceptor.Option) string {
 		opts = append(opts, rules)
 		return serve(t, sd,
-			grpc.ChainUnaryInterceptor(spans.unary, last.unary, interceptor.UnaryServerInterceptor(locker, opts...)),
-			grpc.ChainStreamInterceptor(spans.stream, interceptor.StreamServerInterceptor(locker, opts...)))
+			grpc.ChainUnaryInterceptor(spans.unary, last.unary, interceptor.UnaryServerInterceptor(locker, append([]interceptor.Option{unregistered}, opts...)...)),
+			grpc.ChainStreamInterceptor(spans.stream, interceptor.StreamServerInterceptor(locker, append([]interceptor.Option{unregistered}, opts...)...)))
 	}
 	verifying := start(interceptor.WithSigner(newSigner(t, []ctxid.Key{keyCurrent, keyOld})))
 	withoutSigner := start()

@@ -105,12 +105,12 @@ func startChain(t *testing.T, lockerA, lockerB *guard.Locker, signer *ctxid.Sign
 		interceptor.Rule{Method: mAudit, Key: key, Options: []guard.Option{guard.Retry(guard.NoRetry())}},
 	)
 	addrA := serve(t, service(map[string]unaryFunc{"Hold": hold, "Audit": audit}, nil),
-		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(lockerA, append(serverOpts, rulesA)...)))
+		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(lockerA, append(serverOpts, unregistered, rulesA)...)))
 	// B waits for a busy lock as long as the default allows (guard.DefaultMaxWait); A's
 	// call to it has a shorter deadline.
 	rulesB := interceptor.WithRules(interceptor.Rule{Method: mDebit, Key: key})
 	addrB := serve(t, service(map[string]unaryFunc{"Debit": debit}, nil),
-		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(lockerB, append(serverOpts, rulesB)...)))
+		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(lockerB, append(serverOpts, unregistered, rulesB)...)))
 
 	signedAB = dial(t, addrB, clientOpts...)
 	plainAB = dial(t, addrB)

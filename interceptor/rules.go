@@ -76,7 +76,7 @@ func compileRules(locker *guard.Locker, rules []Rule, files *protoregistry.Files
 			return nil, fail("Key", "required", nil)
 		}
 		var err error
-		if r.key, err = keyfunc.Parse(rl.Key, sources(&r.paths)); err != nil {
+		if r.key, err = keyfunc.Parse(rl.Key, templateSources(rl.Key, &r.paths)); err != nil {
 			return nil, fail("Key", strings.TrimPrefix(err.Error(), "keyfunc: "), err)
 		}
 		// The lock is named after the rule's method (or pattern) in telemetry, unless the

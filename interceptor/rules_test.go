@@ -38,7 +38,7 @@ func keyOf(ctx context.Context, ui grpc.UnaryServerInterceptor, method string, r
 func TestRulePrecedence(t *testing.T) {
 	srv := redistest.Start(t)
 	locker, _ := newLocker(t, srv)
-	ui := interceptor.UnaryServerInterceptor(locker, interceptor.WithRules(
+	ui := interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithRules(
 		interceptor.Rule{Method: "*", Key: "any:{method}"},
 		interceptor.Rule{Method: "/x.S/*", Key: "service:{method}"},
 		interceptor.Rule{Method: "/x.S/Long*", Key: "long:{method}"},
@@ -56,7 +56,7 @@ func TestRulePrecedence(t *testing.T) {
 		}
 	}
 
-	none := interceptor.UnaryServerInterceptor(locker, interceptor.WithRules(interceptor.Rule{Method: "/x.S/M", Key: "exact"}))
+	none := interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithRules(interceptor.Rule{Method: "/x.S/M", Key: "exact"}))
 	if got, err := keyOf(ctx, none, "/x.S/Other", transfer("1")); err != nil || got != "" {
 		t.Fatalf("method without a rule: key %q, %v; want no lock", got, err)
 	}
@@ -82,7 +82,7 @@ func TestRequestSource(t *testing.T) {
 	for m, k := range rules {
 		rs = append(rs, interceptor.Rule{Method: m, Key: k})
 	}
-	ui := interceptor.UnaryServerInterceptor(locker, interceptor.WithRules(rs...))
+	ui := interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithRules(rs...))
 	ctx := metadata.NewIncomingContext(ctxTimeout(t, 5*time.Second), metadata.Pairs("x-tenant", "acme"))
 
 	f := transferDesc.Fields()
@@ -159,7 +159,7 @@ func TestRequestSource(t *testing.T) {
 func TestRequestSourceConcurrent(t *testing.T) {
 	srv := redistest.Start(t)
 	locker, _ := newLocker(t, srv)
-	ui := interceptor.UnaryServerInterceptor(locker, interceptor.WithRules(interceptor.Rule{Method: "/t/v", Key: "v:{req.value}"}))
+	ui := interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithRules(interceptor.Rule{Method: "/t/v", Key: "v:{req.value}"}))
 	ctx := ctxTimeout(t, 5*time.Second)
 	reqs := []proto.Message{wrapperspb.String("s"), wrapperspb.Int32(3), wrapperspb.UInt64(4), wrapperspb.Double(0.5)}
 	want := []string{"v:s", "v:3", "v:4", "v:0.5"}
@@ -210,7 +210,7 @@ func TestRegisteredMethodsCheckedAtConstruction(t *testing.T) {
 					err = r.(error)
 				}
 			}()
-			interceptor.UnaryServerInterceptor(locker, interceptor.WithRules(tc.rules...))
+			interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithRules(tc.rules...))
 			return nil
 		}()
 		switch {

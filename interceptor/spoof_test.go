@@ -42,7 +42,7 @@ func TestSpoofedOwnerNeverReenters(t *testing.T) {
 		Options: []guard.Option{guard.Retry(guard.NoRetry())}})
 	sd := service(map[string]unaryFunc{"Debit": debit}, nil)
 	conn := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(
-		interceptor.UnaryServerInterceptor(locker, rules, interceptor.WithSigner(verifier)))))
+		interceptor.UnaryServerInterceptor(locker, unregistered, rules, interceptor.WithSigner(verifier)))))
 	// A second instance that takes owners only from callers outside loopback.
 	external := func(ctx context.Context) bool {
 		p, ok := peer.FromContext(ctx)
@@ -53,7 +53,7 @@ func TestSpoofedOwnerNeverReenters(t *testing.T) {
 		return ok && !ap.IP.IsLoopback()
 	}
 	untrusting := dial(t, serve(t, sd, grpc.ChainUnaryInterceptor(
-		interceptor.UnaryServerInterceptor(locker, rules, interceptor.WithSigner(verifier), interceptor.WithTrustedPeer(external)))))
+		interceptor.UnaryServerInterceptor(locker, unregistered, rules, interceptor.WithSigner(verifier), interceptor.WithTrustedPeer(external)))))
 
 	sign := func(s *ctxid.Signer, hops int) string {
 		t.Helper()

@@ -55,7 +55,7 @@ func TestStreamHoldsLockForItsLife(t *testing.T) {
 	rules := interceptor.WithRules(interceptor.Rule{Method: mWatch, Key: "watch:{md.x-account}",
 		Options: []guard.Option{guard.TTL(ttl), guard.Retry(guard.NoRetry())}})
 	addr := serve(t, service(nil, map[string]streamFunc{"Watch": watch}),
-		grpc.ChainStreamInterceptor(interceptor.StreamServerInterceptor(locker, rules, interceptor.WithSigner(signer))))
+		grpc.ChainStreamInterceptor(interceptor.StreamServerInterceptor(locker, unregistered, rules, interceptor.WithSigner(signer))))
 	conn := dial(t, addr)
 	signed := dial(t, addr, grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(signer)))
 

@@ -49,8 +49,8 @@ func TestDefaultWaitWithoutDeadline(t *testing.T) {
 		interceptor.Rule{Method: mWatch, Key: "watch:{md.x-account}"},
 	)
 	conn := dial(t, serve(t, service(map[string]unaryFunc{"Hold": hold}, map[string]streamFunc{"Watch": watch}),
-		grpc.ChainUnaryInterceptor(rec.unary, interceptor.UnaryServerInterceptor(locker, rules)),
-		grpc.ChainStreamInterceptor(rec.stream, interceptor.StreamServerInterceptor(locker, rules))))
+		grpc.ChainUnaryInterceptor(rec.unary, interceptor.UnaryServerInterceptor(locker, unregistered, rules)),
+		grpc.ChainStreamInterceptor(rec.stream, interceptor.StreamServerInterceptor(locker, unregistered, rules))))
 
 	// No deadline: only the test's end cancels these calls.
 	ctx, cancel := context.WithCancel(context.Background())

@@ -37,11 +37,19 @@ type SyntaxError struct {
 	Col int
 	// Msg says what is wrong.
 	Msg string
+
+	body string // the placeholder whose source name is malformed, if that is the error
+	hint string // the placeholder it likely meant, without braces
 }
 
-// Error shows the template, the column and what is wrong.
+// Error shows the template, the column and what is wrong, and suggests the placeholder
+// that was likely meant, as in `did you mean {req.SKU}?`, when one is.
 func (e *SyntaxError) Error() string {
-	return fmt.Sprintf("keyfunc: syntax error in template %q at column %d: %s", e.Text, e.Col, e.Msg)
+	msg := fmt.Sprintf("keyfunc: syntax error in template %q at column %d: %s", e.Text, e.Col, e.Msg)
+	if e.hint != "" {
+		msg += "; did you mean {" + e.hint + "}?"
+	}
+	return msg
 }
 
 // Is reports whether target is ErrSyntax.
@@ -60,11 +68,22 @@ type BindError struct {
 	Col int
 	// Err is the cause.
 	Err error
+
+	hint string // the placeholder it likely meant, without braces
 }
 
-// Error shows the template, the column, the placeholder and the cause.
+// Error shows the template, the column, the placeholder and the cause, and suggests the
+// placeholder that was likely meant, as in `did you mean {req.SKU}?`, when one is.
 func (e *BindError) Error() string {
-	return fmt.Sprintf("keyfunc: template %q at column %d: {%s}: %s", e.Text, e.Col, e.Placeholder, causeText(e.Err))
+	cause := causeText(e.Err)
+	if e.hint == "" {
+		return fmt.Sprintf("keyfunc: template %q at column %d: {%s}: %s", e.Text, e.Col, e.Placeholder, cause)
+	}
+	var nf *noFieldError
+	if errors.As(e.Err, &nf) {
+		cause = strings.TrimPrefix(nf.plain(), "keyfunc: ")
+	}
+	return fmt.Sprintf("keyfunc: template %q at column %d: {%s}: %s; did you mean {%s}?", e.Text, e.Col, e.Placeholder, cause, e.hint)
 }
 
 // Unwrap returns the cause.

@@ -396,7 +396,7 @@ func lookupField(t reflect.Type, seg string) ([]int, error) {
 			return index, err
 		}
 	}
-	return nil, fmt.Errorf("keyfunc: no field %q in %s", seg, t)
+	return nil, newNoFieldError(t, seg)
 }
 
 // lookupBy searches t and its embedded structs breadth first, so a

@@ -46,6 +46,11 @@ type part[In any] struct {
 func Parse[In any](text string, sources Sources[In]) (*Template[In], error) {
 	lits, phs, err := scan(text)
 	if err != nil {
+		var se *SyntaxError
+		if errors.As(err, &se) && se.body != "" {
+			name, path, _ := strings.Cut(se.body, ".")
+			se.hint = suggestion(sources, name, path)
+		}
 		return nil, err
 	}
 	t := &Template[In]{text: text, lits: lits}
@@ -55,7 +60,8 @@ func Parse[In any](text string, sources Sources[In]) (*Template[In], error) {
 	for _, p := range phs {
 		get, err := bind(sources, p)
 		if err != nil {
-			return nil, &BindError{Text: text, Placeholder: p.body, Col: column(text, p.start), Err: err}
+			return nil, &BindError{Text: text, Placeholder: p.body, Col: column(text, p.start), Err: err,
+				hint: suggestion(sources, p.source, p.path)}
 		}
 		t.parts = append(t.parts, part[In]{name: p.body, get: get})
 	}
@@ -269,7 +275,9 @@ func (p *placeholder) check(text string) error {
 		if 'a' <= r && r <= 'z' || i > 0 && ('0' <= r && r <= '9' || r == '_') {
 			continue
 		}
-		return syntaxError(text, p.start+1+i, fmt.Sprintf("invalid character %q in source name (want [a-z][a-z0-9_]*)", r))
+		se := syntaxError(text, p.start+1+i, fmt.Sprintf("invalid character %q in source name (want [a-z][a-z0-9_]*)", r))
+		se.body = p.body // Parse suggests what it may have meant
+		return se
 	}
 	p.source, p.path = name, path
 	if !dotted {

@@ -104,11 +104,13 @@ type LockConfig struct {
 	// DenyHandler builds the response to a request denied because another owner held
 	// the lock for longer than the request would wait (MaxWait). Its result is
 	// returned to Echo, whose HTTPErrorHandler renders it.
-	// Optional. Default value: 409 Conflict with a Retry-After header (the holder's
-	// remaining lease, in seconds rounded up, at least 1) and an *echo.HTTPError whose
+	// Optional. Default value: 409 Conflict with a Retry-After header (the
+	// retry hint, err.RetryAfter: see "Retry hints" in package guard; in whole seconds
+	// rounded up, at least 1) and an *echo.HTTPError whose
 	// Internal is err. When the request sent a Guardkit-Owner header that was not
-	// accepted, it also sets the HeaderOwnerRejected header to the reason, says it in
-	// the message, and puts the *ctxid.VerifyError in Internal's chain next to err.
+	// accepted, it also sets the HeaderOwnerRejected header to the reason, says the
+	// reason in the message, and puts the *ctxid.VerifyError in Internal's chain next
+	// to err.
 	DenyHandler func(c echo.Context, err *guard.LockedError) error
 
 	// ErrorHandler builds the response when the lock could not be taken or kept:
@@ -119,9 +121,13 @@ type LockConfig struct {
 	// any, is in the chain). Its result is returned to Echo.
 	// Optional. Default value: an *echo.HTTPError whose Internal is err — 400 Bad
 	// Request for a key that cannot be built from the request (an extractor's
-	// *echo.HTTPError as it is), 404 Not Found when the matched route has no parameter
-	// the key names, 409 Conflict for an upgrade refused, 503 Service Unavailable
-	// otherwise.
+	// *echo.HTTPError as it is), 500 Internal Server Error when the matched route has no
+	// parameter the key names (a mistake the middleware also logs once per route through
+	// Echo's logger; 404 Not Found on a not-found route, such as an Echo group's
+	// catch-all), 409 Conflict for an upgrade refused, 503 Service Unavailable
+	// otherwise. Messages are plain words that never carry the key, an owner or a token,
+	// nor Redis's address; a custom ErrorHandler can add what err holds for internal
+	// APIs.
 	ErrorHandler func(c echo.Context, err error) error
 }
 
@@ -284,9 +290,20 @@ func denyConflict(c echo.Context, err *guard.LockedError) error {
 	c.Response().Header().Set(HeaderOwnerRejected, reason)
 	return &echo.HTTPError{
 		Code:     http.StatusConflict,
-		Message:  fmt.Sprintf("locked by another request; the %s header was not accepted (%s): %v", ctxid.Header, reason, rejected),
+		Message:  fmt.Sprintf("locked by another request; the %s header was not accepted (%s%s)", ctxid.Header, reason, verifyReason(rejected)),
 		Internal: fmt.Errorf("%w; %s header not accepted (%s): %w", err, ctxid.Header, reason, rejected),
 	}
+}
+
+// verifyReason is ": " and the fixed text of the reason of the *ctxid.VerifyError in
+// err's chain, such as "bad token signature", or "". The error's detail is left out: it
+// may quote the token.
+func verifyReason(err error) string {
+	var ve *ctxid.VerifyError
+	if !errors.As(err, &ve) || ve.Reason == nil {
+		return ""
+	}
+	return ": " + strings.TrimPrefix(ve.Reason.Error(), "ctxid: ")
 }
 
 // retryAfter formats d as a Retry-After value: whole seconds, rounded up, at least 1
@@ -299,6 +316,28 @@ func retryAfter(d time.Duration) string {
 	return fmt.Sprint(int64(s))
 }
 
+// Status returns the error the Lock middleware's default DenyHandler and ErrorHandler
+// return for err, a guard error, so that a handler answers a guarded call of its own
+// (guard.Wrap, guard.Do, Locker.Acquire) as the middleware answers its route's lock,
+// instead of as a 500: a busy lock (*guard.LockedError) is 409 Conflict with Retry-After
+// (set on c's response), Redis unavailable or a lost lease 503 Service Unavailable, an
+// invalid key 400 Bad Request, a refused upgrade 409 Conflict. The result is an
+// *echo.HTTPError whose message is plain words and whose Internal is err. An error
+// that is not guard's is returned unchanged, and nil as nil.
+func Status(c echo.Context, err error) error {
+	var busy *guard.LockedError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &busy):
+		return denyConflict(c, busy)
+	case errors.Is(err, guard.ErrLeaseLost), errors.Is(err, guard.ErrUnavailable), errors.Is(err, guard.ErrClosed),
+		errors.Is(err, guard.ErrInvalidKey), errors.Is(err, guard.ErrUpgrade):
+		return errorStatus(c, err)
+	}
+	return err
+}
+
 // errorStatus is the default ErrorHandler.
 func errorStatus(_ echo.Context, err error) error {
 	var he *echo.HTTPError
@@ -306,8 +345,10 @@ func errorStatus(_ echo.Context, err error) error {
 	switch {
 	case errors.Is(err, guard.ErrLeaseLost):
 		return &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: "lock lost while handling the request", Internal: err}
-	case errors.As(err, &np):
+	case errors.As(err, &np) && np.notFound:
 		return &echo.HTTPError{Code: http.StatusNotFound, Message: http.StatusText(http.StatusNotFound), Internal: err}
+	case errors.As(err, &np):
+		return &echo.HTTPError{Code: http.StatusInternalServerError, Message: "internal error: the route's lock is misconfigured", Internal: err}
 	case errors.Is(err, guard.ErrInvalidKey) && errors.As(err, &he):
 		return &echo.HTTPError{Code: he.Code, Message: he.Message, Internal: err}
 	case errors.Is(err, guard.ErrInvalidKey):

@@ -146,13 +146,18 @@
 // middleware sees them:
 //
 //   - lock still busy when the wait ends (see Waiting): DenyHandler; by default 409 Conflict with
-//     Retry-After set to the holder's remaining lease in seconds, rounded up, and, when
+//     Retry-After set to guard's retry hint (see "Retry hints" in package guard) in
+//     whole seconds, rounded up, at least 1, and, when
 //     the request's Guardkit-Owner header was not accepted, Guardkit-Owner-Rejected set
 //     to the reason;
 //   - key cannot be built from the request: ErrorHandler; by default 400 Bad Request
-//     (or the *echo.HTTPError an extractor returned), and 404 Not Found when the
-//     matched route lacks the parameter the key names, as the catch-all not-found
-//     routes of an Echo group do;
+//     (or the *echo.HTTPError an extractor returned);
+//   - the matched route lacks the parameter the key names ("order:{param.nope}" on
+//     /orders/:id), a mistake Echo cannot show the middleware when it is built:
+//     ErrorHandler; by default 500 Internal Server Error, and the route and the
+//     parameter are logged once through Echo's logger (c.Logger()); on a not-found
+//     route, such as the catch-all an Echo group adds for its middleware, 404 Not
+//     Found;
 //   - Redis unreachable: ErrorHandler; by default 503 Service Unavailable, or, with
 //     FailOpen, the handler runs without the lock;
 //   - the request's owner holds the key's read lock and the route writes it
@@ -160,6 +165,12 @@
 //
 // The default handlers return an *echo.HTTPError whose Internal is guard's error, so
 // errors.Is and errors.As reach guard.ErrLocked, guard.ErrUnavailable and the rest.
+// Its message says what happened in plain words ("locked by another request", "lock
+// service unavailable", "lock lost while handling the request", "cannot build the
+// lock key from the request") and never carries the key (keys often hold user or
+// account IDs), an owner, a token or Redis's address: those are in Internal, for logs
+// and for a custom handler that shows them to internal clients. Status maps the error
+// of a handler's own guarded call the same way.
 //
 // # Lost leases
 //

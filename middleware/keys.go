@@ -71,14 +71,36 @@ func extractorSource(ex Extractor) keyfunc.Source[echo.Context] {
 }
 
 // noParamError reports a key that names a route parameter the matched route does not
-// have: a route the middleware was not meant for, such as the catch-all that answers
-// 404 for an Echo group.
+// have: a mistake in the route or the template, or a route the middleware was not
+// meant for, such as the catch-all route that answers 404 for an Echo group.
 type noParamError struct {
 	route, name string
+	notFound    bool // the route is a not-found route (Echo's RouteNotFound), not a handler's
 }
 
 func (e *noParamError) Error() string {
 	return fmt.Sprintf("middleware: route %q has no parameter %q", e.route, e.name)
+}
+
+// notFoundRoute reports whether the route c matched is a not-found route only, such as
+// the catch-all an Echo group adds when it has middleware: no route of c's method has
+// its path.
+func notFoundRoute(c echo.Context) bool {
+	e, route, method := c.Echo(), c.Path(), c.Request().Method
+	if e == nil {
+		return false
+	}
+	found := false
+	for _, r := range e.Routes() {
+		if r.Path != route {
+			continue
+		}
+		if r.Method == method {
+			return false
+		}
+		found = found || r.Method == echo.RouteNotFound
+	}
+	return found
 }
 
 // paramSource reads {param.name}: the parameter's text in the request's escaped path
@@ -97,7 +119,7 @@ func paramSource(name string) (keyfunc.Getter[echo.Context], error) {
 		route := c.Path()
 		seg, prefix, wildcard, ok := routeParam(route, name)
 		if !ok {
-			return "", &noParamError{route: route, name: name}
+			return "", &noParamError{route: route, name: name, notFound: notFoundRoute(c)}
 		}
 		escaped := c.Request().URL.EscapedPath()
 		start, ok := segmentStart(escaped, seg)

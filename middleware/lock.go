@@ -26,6 +26,7 @@ type lock struct {
 	failOpen bool
 	deny     func(echo.Context, *guard.LockedError) error
 	onError  func(echo.Context, error) error
+	logged   sync.Map // noParamError → true: route mistakes already logged
 }
 
 // runner returns the guard for route, whose lock telemetry names after route
@@ -52,6 +53,10 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 	ctx := m.owner(c)
 	key, err := m.key.Render(c)
 	if err != nil {
+		var np *noParamError
+		if errors.As(err, &np) && !np.notFound {
+			m.logOnce(c, *np)
+		}
 		return m.onError(c, fmt.Errorf("%w: template %q: %w", guard.ErrInvalidKey, m.key.String(), err))
 	}
 	// The handler's own error is kept aside, so that an error Run returns is guard's.
@@ -90,6 +95,17 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 		return next(c)
 	}
 	return m.onError(c, err)
+}
+
+// logOnce logs, once per route and parameter, through Echo's logger, that the route's
+// key names a parameter the route lacks: every request to it is answered 500, and the
+// fix is in the code (the route, or the template).
+func (m *lock) logOnce(c echo.Context, np noParamError) {
+	if _, seen := m.logged.LoadOrStore(np, true); seen {
+		return
+	}
+	c.Logger().Errorf("guardkit middleware: the key template %q names the parameter %q, which route %s %s does not have: its requests are answered 500",
+		m.key.String(), np.name, c.Request().Method, np.route)
 }
 
 // owner returns the request's context with a lock owner: the one it carries already,

@@ -9,6 +9,31 @@
 //
 //	go run ./examples/grpc                           # embedded Redis
 //	REDIS_ADDR=localhost:6379 go run ./examples/grpc # a real one
+//
+// With -serve it keeps both services up instead, on fixed loopback ports (-orders,
+// default 127.0.0.1:50051; -payments, default 127.0.0.1:50052) with server reflection
+// on, opens the paid orders o1 to o5 (30 each), and runs until interrupted:
+//
+//	go run ./examples/grpc -serve
+//
+// Then, in another terminal, drive it with grpcurl, which reads the services through
+// reflection:
+//
+//	grpcurl -plaintext 127.0.0.1:50051 list
+//	grpcurl -plaintext 127.0.0.1:50051 describe shop.v1.Orders.Cancel
+//	grpcurl -plaintext -d '{"order_id": "o1"}' 127.0.0.1:50051 shop.v1.Orders/Cancel
+//	grpcurl -plaintext -d '{"order_id": "o2"}' 127.0.0.1:50052 shop.v1.Payments/Refund
+//
+// or from the .proto files, run from the module's root: shop.proto imports
+// guardkit/v1/lock.proto, so grpcurl needs both import paths:
+//
+//	grpcurl -plaintext -import-path examples/grpc/shoppb -import-path interceptor/proto -proto shop.proto -d '{"order_id": "o3"}' 127.0.0.1:50051 shop.v1.Orders/Cancel
+//
+// Cancel answers {"refunded": "30", "refundReentered": true, "cancelToken": …,
+// "refundToken": …} with the two tokens equal — Refund reentered the lock Cancel held,
+// across the services — and {"cancelToken": …} with nothing refunded once the order is
+// cancelled; Refund called from outside answers {"refunded": "30", "token": …}, not
+// reentered. TestGRPCServe in examples runs these lines.
 package main
 
 import (
@@ -19,6 +44,8 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc/reflection"
+
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/examples/internal/embedded"
 	"github.com/guardkit/guardkit/guard"
@@ -26,15 +53,27 @@ import (
 
 func main() {
 	redisAddr := flag.String("redis", "", "Redis address (default $"+embedded.EnvAddr+", else an embedded Redis)")
+	serveFlag := flag.Bool("serve", false, "keep the services up, with reflection on, until interrupted")
+	ordersAddr := flag.String("orders", "127.0.0.1:50051", "with -serve, the address of Orders")
+	paymentsAddr := flag.String("payments", "127.0.0.1:50052", "with -serve, the address of Payments")
 	flag.Parse()
 	log.SetFlags(0)
-	if err := run(*redisAddr); err != nil {
+	var stay *addrs
+	if *serveFlag {
+		stay = &addrs{orders: *ordersAddr, payments: *paymentsAddr}
+	}
+	if err := run(*redisAddr, stay); err != nil {
 		log.Print(err)
 		os.Exit(1)
 	}
 }
 
-func run(redisAddr string) error {
+// addrs are the fixed addresses of the services in serve mode.
+type addrs struct{ orders, payments string }
+
+// run runs the services and the scenario against them, or, with stay, serves on its
+// addresses until interrupted.
+func run(redisAddr string, stay *addrs) error {
 	rdb, err := embedded.Open(redisAddr, log.Default())
 	if err != nil {
 		return err
@@ -66,9 +105,16 @@ func run(redisAddr string) error {
 	}
 	defer orderLocker.Close()
 
+	at := addrs{orders: "127.0.0.1:0", payments: "127.0.0.1:0"}
+	if stay != nil {
+		at = *stay
+	}
 	paySrv := startPayments(payRedis, payLocker, signer)
 	defer paySrv.Stop()
-	payAddr, err := serve(paySrv)
+	if stay != nil {
+		reflection.Register(paySrv)
+	}
+	payAddr, err := serve(paySrv, at.payments)
 	if err != nil {
 		return err
 	}
@@ -78,9 +124,15 @@ func run(redisAddr string) error {
 	}
 	defer toPayments.Close()
 	defer orderSrv.Stop()
-	orderAddr, err := serve(orderSrv)
+	if stay != nil {
+		reflection.Register(orderSrv)
+	}
+	orderAddr, err := serve(orderSrv, at.orders)
 	if err != nil {
 		return err
+	}
+	if stay != nil {
+		return serveUntilInterrupted(rdb.Client, orderAddr, payAddr)
 	}
 	log.Printf("Payments on %s, Orders on %s", payAddr, orderAddr)
 

@@ -22,9 +22,9 @@ import (
 // refunded (set once the amount was paid back).
 func orderKey(id string) string { return "grpcshop:order:" + id }
 
-// serve serves srv on a free loopback port and returns its address.
-func serve(srv *grpc.Server) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// serve serves srv on addr (a free port for port 0) and returns the address.
+func serve(srv *grpc.Server, addr string) (string, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", err
 	}

@@ -1,0 +1,108 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Ping reports whether the Locker can reach every Redis server it needs to take, renew
+// and release locks, for a readiness or health check: it sends PING to the server of a
+// single-server client or of a Sentinel (failover) client (the primary the sentinels
+// name), to every primary of a Cluster client, to every shard of a Ring, and to every
+// server of a quorum Locker (NewQuorum), which needs a majority of them: a minority
+// down is reported as nil, since the Locker still serves.
+//
+// It returns nil when they answered, ErrClosed after Close, and otherwise a *RedisError
+// (ErrUnavailable) with Op "ping" wrapping the client's error — for a quorum, a
+// *QuorumError saying what each server answered. ctx bounds the call: give it a
+// deadline.
+func (l *Locker) Ping(ctx context.Context) error {
+	select {
+	case <-l.done:
+		return ErrClosed
+	default:
+	}
+	var err error
+	if l.q != nil {
+		err = l.q.ping(ctx)
+	} else {
+		err = pingClient(ctx, l.client)
+	}
+	if err != nil {
+		return &RedisError{Op: "ping", Err: err}
+	}
+	return nil
+}
+
+// pingClient pings every server of c that serves locks: its primaries.
+func pingClient(ctx context.Context, c redis.UniversalClient) error {
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			if err := n.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("%s: %w", n.Options().Addr, err)
+			}
+			return nil
+		})
+	case *redis.Ring:
+		return c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+			if err := n.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("%s: %w", n.Options().Addr, err)
+			}
+			return nil
+		})
+	}
+	return c.Ping(ctx).Err()
+}
+
+// ping pings every server at once and fails when fewer than a majority answer.
+func (q *quorum) ping(ctx context.Context) error {
+	errs := make([]error, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = n.client.Ping(ctx).Err()
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	if ok >= q.need {
+		return nil
+	}
+	return &QuorumError{Op: "ping", Need: q.need, Addrs: q.addrs, Errs: errs}
+}
+
+// PingOnNew makes New and NewQuorum check, before they return, that the Locker can
+// reach its servers, as Ping does, waiting at most d: a Redis that cannot be reached
+// then fails the constructor with Ping's error (ErrUnavailable) instead of failing the
+// first requests. d must be ≥ 0; 0 does not check.
+// Applies to New and NewQuorum. Default 0: New makes no Redis call, and a server that is
+// down is first noticed by the calls that need it.
+func PingOnNew(d time.Duration) Option {
+	return Option{name: "PingOnNew", scope: scopeLocker, apply: func(s *settings) { s.pingOnNew = d }}
+}
+
+// pingOnNew is PingOnNew's check; it closes l when it fails.
+func (l *Locker) pingOnNew() error {
+	if l.cfg.pingOnNew <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.pingOnNew)
+	defer cancel()
+	if err := l.Ping(ctx); err != nil {
+		_ = l.Close()
+		return fmt.Errorf("guard: PingOnNew(%s): %w", l.cfg.pingOnNew, err)
+	}
+	return nil
+}
