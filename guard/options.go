@@ -55,7 +55,8 @@ type settings struct {
 	permits         int           // holders a semaphore admits (Permits)
 	restartDelay    time.Duration // RestartDelay, when restartDelaySet
 	restartDelaySet bool
-	outageFails     bool // WaitOutages(false)
+	outageFails     bool   // WaitOutages(false)
+	label           string // Label's text; "" for none
 
 	spec     *kindSpec // kind's spec, set by validate
 	limitArg any       // acquire.lua's ARGV[7] for kinds with an aux key, boxed by validate
@@ -153,6 +154,9 @@ func (s *settings) validate() error {
 		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must not exceed MaxHold (%s), got %s", s.maxHold, s.wrap.minHold)}
 	}
 	if err := s.retry.validate("Retry"); err != nil {
+		return err
+	}
+	if err := s.validateLabel(); err != nil {
 		return err
 	}
 	if s.kind == KindSemaphore && s.permits < 1 {
