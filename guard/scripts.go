@@ -117,8 +117,10 @@ func flagArg(on bool) any {
 // scriptArgs are the arguments that stay the same for every call about one hold: the
 // keys, the owner and the settings, boxed once when the hold is made.
 type scriptArgs struct {
-	lock, fence, queue, aux, aux2, owner, ttl, retention, limit any
-	label                                                       any // labelArg's; nil without Label
+	lock, fence, queue, aux, aux2, owner, retention, limit any
+	// label is labelArg's; nil without Label. (The TTL is the settings' ttlArg: held
+	// keeps to its allocation size class with the label.)
+	label any
 }
 
 func (h *held) boxArgs(ctx context.Context) {
@@ -127,7 +129,7 @@ func (h *held) boxArgs(ctx context.Context) {
 	}
 	h.args = scriptArgs{
 		lock: h.rk.lock, fence: h.rk.fence, queue: h.rk.queue,
-		owner: string(h.hk.owner), ttl: h.s.ttlArg, retention: h.s.retentionArg,
+		owner: string(h.hk.owner), retention: h.s.retentionArg,
 		label: h.l.labelArg(ctx, h.s),
 	}
 	if h.rk.aux != "" {
@@ -168,11 +170,11 @@ func (h *held) acquireArgs(nonce, manner string) []any {
 	a := &h.args
 	if a.aux != nil {
 		args := h.keyArgs(make([]any, 2, 17))
-		args = append(args, a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg, a.limit, h.l.shardedArg())
+		args = append(args, a.owner, h.s.ttlArg, nonce, a.retention, argManner[manner], h.l.idArg, a.limit, h.l.shardedArg())
 		return h.withLabel(args)
 	}
 	return h.withLabel([]any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
-		a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg})
+		a.owner, h.s.ttlArg, nonce, a.retention, argManner[manner], h.l.idArg})
 }
 
 // withLabel appends the label argument to args when it is sent (see acquireArgs).
