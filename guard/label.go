@@ -79,14 +79,17 @@ func (l *Locker) labelArg(ctx context.Context, s *settings) any {
 	if s.label == "" {
 		return nil
 	}
-	b := make([]byte, 0, len(l.id)+1+len(s.label)+len(" trace ")+32)
-	b = append(append(append(b, l.id...), ' '), s.label...)
+	var b strings.Builder // one allocation: Grow, then String without a copy
+	b.Grow(len(l.id) + 1 + len(s.label) + len(" trace ") + 32)
+	b.WriteString(l.id)
+	b.WriteByte(' ')
+	b.WriteString(s.label)
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		tid := sc.TraceID()
-		b = append(b, " trace "...)
-		b = append(b, tid.String()...)
+		b.WriteString(" trace ")
+		b.WriteString(tid.String())
 	}
-	return string(b)
+	return b.String()
 }
 
 // parseLabel splits a stored label into the Locker's ID, the text and the trace ID.

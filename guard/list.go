@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -27,7 +28,8 @@ const ListScanCount = 1000
 //
 // pattern is a glob over keys, as in Redis's MATCH: '*' any run, '?' one byte, '[…]' a
 // class; "" lists every lock. A lock is listed while it is held or waited for. On a
-// quorum Locker each lock is returned once, with the majority's view and each server's.
+// quorum Locker each lock is returned once, with the majority's view and each server's;
+// a server that cannot be scanned is passed over (what a majority holds is on another).
 //
 // Errors: ErrClosed, ErrInvalidKey for a cursor that List did not return, and a
 // *RedisError (ErrUnavailable) when the server could not be scanned or read.
@@ -51,8 +53,20 @@ func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*Loc
 	b.WriteByte('{')
 	writeEscaped(&b, pattern)
 	b.WriteString("}*")
-	names, after, err := nodes[i].c.ScanType(ctx, from, b.String(), ListScanCount, "hash").Result()
-	if err != nil {
+	sctx := ctx
+	if d, ok := ctx.Deadline(); ok && l.q != nil {
+		// A quorum's server that does not answer must leave time to read the others.
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
+		defer cancel()
+	}
+	names, after, err := nodes[i].c.ScanType(sctx, from, b.String(), ListScanCount, "hash").Result()
+	switch {
+	case err != nil && l.q != nil && ctx.Err() == nil:
+		// A quorum's server that cannot be scanned is passed over: every lock that a
+		// majority holds is on another server too.
+		names, after = nil, 0
+	case err != nil:
 		l.refresh(err)
 		return nil, "", &RedisError{Op: "list", Err: fmt.Errorf("SCAN on %s: %w", nodes[i].addr, err)}
 	}
