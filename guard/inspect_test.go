@@ -449,3 +449,19 @@ func TestInspectForceRelease(t *testing.T) {
 		t.Errorf("ForceRelease of a free lock: %+v, %v", st, err)
 	}
 }
+
+// Behind Sentinel, Inspect reads the primary that the sentinels name.
+func TestInspectSentinel(t *testing.T) {
+	g := sentinel.Get(t)
+	ttl := 5 * time.Second
+	opts := []guard.Option{guard.TTL(ttl), guard.Label("orders@test pid 42")}
+	holder := lockerOn(t, g.Client(t), opts...)
+	other := lockerOn(t, g.Client(t), opts...)
+	waiter := lockerOn(t, g.Client(t), opts...)
+	operator := lockerOn(t, g.Client(t))
+	for _, c := range []inspectCase{inspectCases[0], inspectCases[1]} {
+		t.Run(c.name, func(t *testing.T) {
+			checkInspect(t, c, "inspect-sentinel:"+c.name, holder, other, waiter, operator, ttl)
+		})
+	}
+}
