@@ -224,13 +224,10 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 	if !ok || len(v) < 5 {
 		return fmt.Errorf("guard: inspect: unexpected reply %v", reply)
 	}
-	clock, _ := v[0].([]any)
-	if len(clock) != 2 {
-		return fmt.Errorf("guard: inspect: unexpected server time %v", v[0])
+	nowUs, err := serverTime(v[0])
+	if err != nil {
+		return err
 	}
-	sec, _ := strconv.ParseInt(fmt.Sprint(clock[0]), 10, 64)
-	usec, _ := strconv.ParseInt(fmt.Sprint(clock[1]), 10, 64)
-	nowUs := sec*1e6 + usec
 	st.Time = time.UnixMicro(nowUs)
 	fields := map[string]string{}
 	if kv, _ := v[1].([]any); len(kv)%2 == 0 {
@@ -239,13 +236,7 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 		}
 	}
 	pttl, _ := v[2].(int64)
-	if f, _ := v[3].(string); f != "" {
-		end := 0
-		for end < len(f) && f[end] >= '0' && f[end] <= '9' {
-			end++
-		}
-		st.Fence, _ = strconv.ParseInt(f[:end], 10, 64)
-	}
+	st.Fence = leadingNumber(v[3])
 	_, st.Contended = fields["#w"]
 	var aux, aux2 []any
 	if len(v) > 5 {
@@ -258,33 +249,57 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 	switch r.spec.kind {
 	case KindExclusive, KindFair:
 		st.Holders = holdersOfHash(fields, r.spec.kind, time.Duration(max(pttl, 0))*time.Millisecond)
+		if r.spec.kind == KindFair {
+			st.Waiters = fairWaiters(aux, aux2, nowMs)
+		}
 	default:
 		st.Holders = holdersOfShares(fields, r.spec, leases(aux, nowMs))
 		if until, err := strconv.ParseInt(fields["#ww"], 10, 64); err == nil && until > nowMs {
 			st.WriterWaiting = time.Duration(until-nowMs) * time.Millisecond
 		}
-	}
-	if r.spec.kind == KindRead || r.spec.kind == KindWrite {
-		st.Kind = KindRead
-		if _, ok := fields["#W"]; ok {
+		if _, ok := fields["#W"]; ok && r.spec != semaphoreSpec {
 			st.Kind = KindWrite
+		} else if r.spec != semaphoreSpec {
+			st.Kind = KindRead
 		}
 	}
 	for i := range st.Holders {
-		h := &st.Holders[i]
-		if h.Token > 0 && h.Token <= nowUs {
+		if h := &st.Holders[i]; h.Token > 0 && h.Token <= nowUs {
 			h.AcquiredAt = time.UnixMicro(h.Token)
 		}
 	}
-	if r.spec.kind == KindFair {
-		st.Waiters = fairWaiters(aux, aux2, nowMs)
-	} else if q, _ := v[4].([]any); len(q) > 0 {
+	if q, _ := v[4].([]any); r.spec.kind != KindFair {
 		for _, id := range q {
 			st.Waiters = append(st.Waiters, Waiter{Locker: fmt.Sprint(id)})
 		}
 	}
 	l.markLocal(st, r)
 	return nil
+}
+
+// serverTime returns the reply of TIME in microseconds.
+func serverTime(reply any) (int64, error) {
+	clock, _ := reply.([]any)
+	if len(clock) != 2 {
+		return 0, fmt.Errorf("guard: inspect: unexpected server time %v", reply)
+	}
+	sec, err1 := strconv.ParseInt(fmt.Sprint(clock[0]), 10, 64)
+	usec, err2 := strconv.ParseInt(fmt.Sprint(clock[1]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("guard: inspect: unexpected server time %v", reply)
+	}
+	return sec*1e6 + usec, nil
+}
+
+// leadingNumber returns the number that the fence's value starts with, 0 for none.
+func leadingNumber(reply any) int64 {
+	f, _ := reply.(string)
+	end := 0
+	for end < len(f) && f[end] >= '0' && f[end] <= '9' {
+		end++
+	}
+	n, _ := strconv.ParseInt(f[:end], 10, 64)
+	return n
 }
 
 // holdersOfHash returns the holder of an exclusive or fair lock's hash, whose lease is ttl.
@@ -488,35 +503,40 @@ func (l *Locker) majority(r inspectReq, views []*LockState) (*LockState, error) 
 	st.Fence = fences[len(views)-q.need]
 	st.WriterWaiting = nth(marks, q.need)
 	for _, id := range order {
-		hs := by[id].hs
-		if len(hs) < q.need {
-			continue
+		if hs := by[id].hs; len(hs) >= q.need {
+			st.Holders = append(st.Holders, mergeHolder(hs, q.need, st.Time))
 		}
-		h := hs[0]
-		ttls := make([]time.Duration, len(hs))
-		labels := map[[3]string]int{}
-		top := 0
-		for i, x := range hs {
-			ttls[i] = x.TTL
-			h.Token = max(h.Token, x.Token)
-			h.Holds = max(h.Holds, x.Holds)
-			h.Local = h.Local || x.Local
-			// The label most servers keep: a server whose grant came late may carry the
-			// label of another Locker of the same owner.
-			lb := [3]string{x.Locker, x.Label, x.TraceID}
-			if labels[lb]++; labels[lb] > top {
-				top = labels[lb]
-				h.Locker, h.Label, h.TraceID = x.Locker, x.Label, x.TraceID
-			}
-		}
-		h.TTL = nth(ttls, q.need)
-		h.AcquiredAt = time.Time{}
-		if h.Token > 0 && h.Token <= st.Time.UnixMicro() {
-			h.AcquiredAt = time.UnixMicro(h.Token)
-		}
-		st.Holders = append(st.Holders, h)
 	}
 	return st, nil
+}
+
+// mergeHolder returns the majority's view of one holder from the servers' that hold it:
+// the highest token (a quorum's, confirmed), the time left on need servers, the label
+// most of them keep.
+func mergeHolder(hs []Holder, need int, now time.Time) Holder {
+	h := hs[0]
+	ttls := make([]time.Duration, len(hs))
+	labels := map[[3]string]int{}
+	top := 0
+	for i, x := range hs {
+		ttls[i] = x.TTL
+		h.Token = max(h.Token, x.Token)
+		h.Holds = max(h.Holds, x.Holds)
+		h.Local = h.Local || x.Local
+		// A server whose grant came late may carry the label of another Locker of the
+		// same owner, which took it there first.
+		lb := [3]string{x.Locker, x.Label, x.TraceID}
+		if labels[lb]++; labels[lb] > top {
+			top = labels[lb]
+			h.Locker, h.Label, h.TraceID = x.Locker, x.Label, x.TraceID
+		}
+	}
+	h.TTL = nth(ttls, need)
+	h.AcquiredAt = time.Time{}
+	if h.Token > 0 && h.Token <= now.UnixMicro() {
+		h.AcquiredAt = time.UnixMicro(h.Token)
+	}
+	return h
 }
 
 // nth returns the n-th largest of ds, 0 when there are fewer.

@@ -76,32 +76,43 @@ func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*Loc
 	case i+1 < len(nodes):
 		next = nodes[i+1].addr + "/0"
 	}
-	reqs := l.lockNames(names)
-	if len(reqs) == 0 {
-		return nil, next, nil
+	locks, err = l.readPage(ctx, l.lockNames(names), i)
+	if err != nil {
+		return nil, "", err
 	}
+	return locks, next, nil
+}
+
+// readPage reads the locks of reqs, found on server i, and returns those held or waited
+// for: on a quorum Locker with the majority's view, and only when no server scanned
+// before i showed them.
+func (l *Locker) readPage(ctx context.Context, reqs []inspectReq, i int) ([]*LockState, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	var locks []*LockState
 	if l.q == nil {
 		for _, st := range l.readStates(ctx, l.client, reqs) {
 			if st.Err != nil {
-				return nil, "", &RedisError{Op: "list", Key: st.Key, Err: st.Err}
+				return nil, &RedisError{Op: "list", Key: st.Key, Err: st.Err}
 			}
 			if listed(st) {
 				locks = append(locks, st)
 			}
 		}
-		return locks, next, nil
+		return locks, nil
 	}
 	for k, views := range l.readQuorum(ctx, reqs) {
 		st, err := l.majority(reqs[k], views)
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		if shownBefore(views, i) || !listed(st) && !anyListed(views) {
 			continue
 		}
 		locks = append(locks, st)
 	}
-	return locks, next, nil
+	return locks, nil
 }
 
 // listed reports whether st shows a lock held or waited for.

@@ -181,27 +181,32 @@ func writeState(w io.Writer, st *guard.LockState) {
 		fmt.Fprintf(w, "A writer waits: new readers are held back for %s unless it asks again.\n", dur(st.WriterWaiting))
 	}
 	if len(st.Servers) > 0 {
-		fmt.Fprintln(w, "SERVERS (the majority's view above):")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  SERVER\tHOLDERS\tTTL\tTOKEN\tFENCE\tWAITERS\tERROR")
-		for _, s := range st.Servers {
-			if s.Err != nil {
-				fmt.Fprintf(tw, "  %s\t-\t-\t-\t-\t-\t%v\n", s.Server, s.Err)
-				continue
-			}
-			var owners []string
-			ttl, token := time.Duration(-1), int64(0)
-			for _, h := range s.Holders {
-				owners = append(owners, string(h.Owner))
-				ttl, token = h.TTL, h.Token
-			}
-			if len(owners) == 0 {
-				owners = []string{"-"}
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t-\n", s.Server, strings.Join(owners, ","), dur(ttl), token, s.Fence, len(s.Waiters))
-		}
-		_ = tw.Flush()
+		writeServers(w, st.Servers)
 	}
+}
+
+// writeServers prints a quorum's servers' views of one lock.
+func writeServers(w io.Writer, servers []*guard.LockState) {
+	fmt.Fprintln(w, "SERVERS (the majority's view above):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SERVER\tHOLDERS\tTTL\tTOKEN\tFENCE\tWAITERS\tERROR")
+	for _, s := range servers {
+		if s.Err != nil {
+			fmt.Fprintf(tw, "  %s\t-\t-\t-\t-\t-\t%v\n", s.Server, s.Err)
+			continue
+		}
+		var owners []string
+		ttl, token := time.Duration(-1), int64(0)
+		for _, h := range s.Holders {
+			owners = append(owners, string(h.Owner))
+			ttl, token = h.TTL, h.Token
+		}
+		if len(owners) == 0 {
+			owners = []string{"-"}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t-\n", s.Server, strings.Join(owners, ","), dur(ttl), token, s.Fence, len(s.Waiters))
+	}
+	_ = tw.Flush()
 }
 
 func sortByKey(locks []*guard.LockState) {
