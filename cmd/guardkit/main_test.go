@@ -496,3 +496,24 @@ func TestCluster(t *testing.T) {
 		t.Errorf("ls --json's summary on stderr: %q", errOut)
 	}
 }
+
+// Behind Sentinel, the command reads the primary the sentinels name.
+func TestSentinel(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	l, err := guard.New(g.Client(t), guard.Label("mail@web-4 pid 11"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	le, err := l.Acquire(context.Background(), "mail:batch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(context.Background())
+	out, errOut, code := guardkit(t, "", "--sentinel-master", g.MasterName(), "--sentinel-addrs", strings.Join(g.Sentinels(), ","),
+		"inspect", "--json", "mail:batch")
+	var st jsonLock
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Holders) != 1 || st.Holders[0].Label != "mail@web-4 pid 11" || st.Holders[0].Token != le.Token() {
+		t.Errorf("inspect behind Sentinel: status %d: %s%s", code, out, errOut)
+	}
+}
