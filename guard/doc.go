@@ -207,7 +207,17 @@
 // scripts carry a nonce so that a call the client retries after a timeout takes effect
 // once (a final release appends its nonce to the fencing counter's key, which keeps the
 // newest ones). An acquire whose outcome is unknown (a network error) is undone in the
-// background if it took effect.
+// background if it took effect. A hold made with the Label option also keeps its label
+// in the hash (field <owner>#l).
+//
+// # Operators
+//
+// Inspect reads what Redis holds for one lock — holders with their hold counts, tokens,
+// time left, acquisition times and labels, the waiters, the fence — and List pages
+// through the locks whose keys match a pattern, one bounded SCAN per call, on every
+// primary of a Cluster; both write nothing. ForceRelease ends a stuck hold (read its
+// dangers first). The guardkit command (cmd/guardkit) does the same from a terminal; see
+// docs/operators.md.
 //
 // # Telemetry
 //

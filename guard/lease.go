@@ -46,11 +46,8 @@ type held struct {
 
 	// Written under l.mu before ready is closed, read-only after.
 	token    int64
-	nonce    string    // the winning attempt's nonce
-	// carry is the set of a quorum's servers known to carry the hold (bit i: server i),
-	// which its release waits for.
-	carry atomic.Uint64
-	acquired time.Time // when the winning attempt was sent
+	qh       *quorumHold // a quorum Locker's hold: set by the attempt that won it
+	acquired time.Time   // when the winning attempt was sent
 	tel      heldTelemetry
 
 	// Guarded by l.mu.
@@ -76,7 +73,7 @@ type held struct {
 
 // hold records a successful acquisition and starts the lease's clocks. l.mu is held.
 func (h *held) hold(g granted) {
-	h.token, h.nonce = g.token, g.nonce
+	h.token = g.token
 	h.acquired = g.sent
 	h.state = stateHeld
 	h.validUntil = h.validity(g.sent, h.s.ttl)

@@ -266,7 +266,7 @@ func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string
 		h := l.held[hk]
 		if h == nil {
 			h = &held{l: l, hk: hk, rk: rk, s: s}
-			h.boxArgs()
+			h.boxArgs(ctx)
 			l.held[hk] = h
 			l.mu.Unlock()
 			return l.acquireRemote(ctx, rctx, a, h, p, deadline)

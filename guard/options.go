@@ -58,6 +58,7 @@ type settings struct {
 	replyBudget     time.Duration // ReplyBudget; 0: derived (quorum.budget)
 	outageFails     bool          // WaitOutages(false)
 	pingOnNew       time.Duration // PingOnNew; 0: no check
+	label           string        // Label's text; "" for none
 
 	spec     *kindSpec // kind's spec, set by validate
 	limitArg any       // acquire.lua's ARGV[7] for kinds with an aux key, boxed by validate
@@ -159,6 +160,9 @@ func (s *settings) validate() error {
 		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must not exceed MaxHold (%s), got %s", s.maxHold, s.wrap.minHold)}
 	}
 	if err := s.retry.validate("Retry"); err != nil {
+		return err
+	}
+	if err := s.validateLabel(); err != nil {
 		return err
 	}
 	if s.kind == KindSemaphore && s.permits < 1 {

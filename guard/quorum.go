@@ -39,6 +39,13 @@ type quorum struct {
 	rtt   atomic.Int64  // smoothed round trip of a server's reply, ns
 }
 
+// quorumHold is what a quorum Locker keeps of a hold besides held's fields (apart, so
+// that the held record of a Locker on one deployment stays in its allocation class).
+type quorumHold struct {
+	nonce string        // the nonce of the attempt that won the hold
+	carry atomic.Uint64 // the servers known to carry the hold (bit i: server i)
+}
+
 // maxQuorum is the most servers a quorum Locker takes: a hold records the servers that
 // carry it in a 64-bit set (held.carry).
 const maxQuorum = 63
@@ -505,7 +512,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 			// A grant after the majority's: part of the hold (renewed and released
 			// with the others), carrying the hold's token like them.
 			if l.raiseOn(q.nodes[r.i], h, top) == nil {
-				h.carry.Or(1 << r.i)
+				h.qh.carry.Or(1 << r.i)
 			}
 		}
 	}
@@ -597,10 +604,11 @@ func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64
 	}
 	wg.Wait()
 	carried := 0
+	h.qh = &quorumHold{nonce: nonce}
 	for _, g := range grants {
 		if errs[g.i] == nil {
 			carried++
-			h.carry.Or(1 << g.i)
+			h.qh.carry.Or(1 << g.i)
 		} else if !reentry {
 			// Its hold carries a token that is not the hold's: drop it there, so that a
 			// reentry never reads it. The majority that carries the token keeps the lock.
@@ -681,7 +689,7 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	n := len(q.nodes)
 	// A server without the hold is told the winning attempt's nonce: its copy of the
 	// attempt may still be on its way, and must not take the lock after this release.
-	args := append(h.releaseArgs(nonce, ""), h.nonce)
+	args := append(h.releaseArgs(nonce, ""), h.qh.nonce)
 	var (
 		codes  = make([]releaseReply, n)
 		errs   = make([]error, n)
@@ -694,7 +702,7 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	// The release waits for every server known to carry the hold besides a majority
 	// (within the round's patience): the owner's next attempt, on other connections, must
 	// not reach one of them before the release does and find the lock still held.
-	carriers := h.carry.Load()
+	carriers := h.qh.carry.Load()
 	all := carriers
 	// A carrier whose call failed without a server's answer (a timeout: the command may
 	// have been dropped with its connection) is sent the release once more, aside, with

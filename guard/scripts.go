@@ -117,16 +117,20 @@ func flagArg(on bool) any {
 // scriptArgs are the arguments that stay the same for every call about one hold: the
 // keys, the owner and the settings, boxed once when the hold is made.
 type scriptArgs struct {
-	lock, fence, queue, aux, aux2, owner, ttl, retention, limit any
+	lock, fence, queue, aux, aux2, owner, retention, limit any
+	// label is labelArg's; nil without Label. (The TTL is the settings' ttlArg: held
+	// keeps to its allocation size class with the label.)
+	label any
 }
 
-func (h *held) boxArgs() {
+func (h *held) boxArgs(ctx context.Context) {
 	if h.s.ttlArg == nil { // settings that validate did not see
 		h.s.ttlArg, h.s.retentionArg = h.s.ttl.Milliseconds(), h.s.fenceRetention.Milliseconds()
 	}
 	h.args = scriptArgs{
 		lock: h.rk.lock, fence: h.rk.fence, queue: h.rk.queue,
-		owner: string(h.hk.owner), ttl: h.s.ttlArg, retention: h.s.retentionArg,
+		owner: string(h.hk.owner), retention: h.s.retentionArg,
+		label: h.l.labelArg(ctx, h.s),
 	}
 	if h.rk.aux != "" {
 		h.args.aux, h.args.limit = h.rk.aux, h.s.limitArg
@@ -160,15 +164,32 @@ func (h *held) keyArgs(args []any) []any {
 }
 
 // acquireArgs returns the command line of acquire.lua for an attempt (see its header).
+// The label comes last, when the hold has one; a quorum Locker always sends its slot,
+// since its restart gate reads the argument after the script's own (gate.lua).
 func (h *held) acquireArgs(nonce, manner string) []any {
 	a := &h.args
 	if a.aux != nil {
-		args := h.keyArgs(make([]any, 2, 16))
-		return append(args, a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg, a.limit, h.l.shardedArg())
+		args := h.keyArgs(make([]any, 2, 17))
+		args = append(args, a.owner, h.s.ttlArg, nonce, a.retention, argManner[manner], h.l.idArg, a.limit, h.l.shardedArg())
+		return h.withLabel(args)
 	}
-	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
-		a.owner, a.ttl, nonce, a.retention, argManner[manner], h.l.idArg}
+	return h.withLabel([]any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
+		a.owner, h.s.ttlArg, nonce, a.retention, argManner[manner], h.l.idArg})
 }
+
+// withLabel appends the label argument to args when it is sent (see acquireArgs).
+func (h *held) withLabel(args []any) []any {
+	switch {
+	case h.args.label != nil:
+		return append(args, h.args.label)
+	case h.l.q != nil:
+		return append(args, argNoLabel)
+	}
+	return args
+}
+
+// argNoLabel is the label slot of an unlabelled hold, boxed once.
+var argNoLabel any = ""
 
 // releaseArgs returns the command line of release.lua (see its header).
 func (h *held) releaseArgs(nonce, undo string) []any {

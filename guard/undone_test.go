@@ -41,7 +41,7 @@ func TestUndoBeforeAttempt(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := &held{l: l, hk: holdKey{key: key, owner: ctxid.ID("owner-" + name), kind: s.kind}, rk: rk, s: s}
-			h.boxArgs()
+			h.boxArgs(ctx)
 			run := func(sc *script, args []any) any {
 				t.Helper()
 				v, err := l.runScript(ctx, sc, args, true).Result()

@@ -17,6 +17,8 @@
 --         the owner's hold, but leave a free lock to the waiters queued ahead, and queue),
 --         "2" for a caller that will not wait (the others are queued when busy)
 -- ARGV[6] the ID of the calling Locker, queued when the lock is busy
+-- ARGV[7] optional: the hold's label, "<Locker ID> <text>" (option Label), kept in the
+--         field <owner>#l of a new hold; absent or "" for none
 --
 -- Returns token             (an integer) when the owner took the free lock: one hold,
 --         {1, token, holds} when the owner held it already (token as a string),
@@ -99,5 +101,8 @@ else
   redis.call('SET', fence, t .. rest, 'PX', ARGV[4])
 end
 redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t)
+if ARGV[7] and ARGV[7] ~= '' then
+  redis.call('HSET', lock, owner .. '#l', ARGV[7])
+end
 redis.call('PEXPIRE', lock, ARGV[2])
 return tonumber(t)

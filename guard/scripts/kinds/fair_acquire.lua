@@ -27,6 +27,7 @@ if v[1] then
   if v[2] == owner then
     redis.call('HDEL', lock, '#g')
     redis.call('HSET', lock, owner .. '#a', ARGV[3])
+    label(owner .. '#l')
     redis.call('PEXPIRE', lock, ttl)
     return tonumber(v[3])
   end
@@ -49,6 +50,7 @@ if not v[3] then
     end
     local token = new_token(t)
     redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', token)
+    label(owner .. '#l')
     redis.call('PEXPIRE', lock, ttl)
     return tonumber(token)
   end

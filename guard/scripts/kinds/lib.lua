@@ -6,10 +6,11 @@
 --                      applied acquires, <owner>#r = of its last releases that left it
 --                      holding (newest first, within 100 bytes); <owner>#t = the fencing
 --                      token of its hold (<owner>#tq: the same, once a quorum Locker
---                      confirmed it: see raise.lua); #w = present once someone had to wait.
+--                      confirmed it: see raise.lua); <owner>#l = the hold's label, when it
+--                      has one (ARGV[9], see label); #w = present once someone had to wait.
 --                      The read-write lock keeps its writer apart: #W = the writer's owner,
 --                      #Wn its hold count, #Wa and #Wr its nonces, #t its token (#tq
---                      once confirmed), and #ww =
+--                      once confirmed), #Wl its label, and #ww =
 --                      until when (server time, ms) a waiting writer keeps new readers out.
 --                      The fair lock is the exclusive lock's hash (acquire.lua) plus #g =
 --                      the owner the lock was granted to and that has not yet claimed it.
@@ -145,15 +146,23 @@ local function busy(pttl)
   return {0, pttl}
 end
 
+-- label keeps the label of a new hold in field, when the caller gave one: ARGV[9], after
+-- the limit and the sharded flag, "<Locker ID> <text>" (option Label); absent or "" for none.
+local function label(field)
+  if ARGV[9] and ARGV[9] ~= '' then
+    redis.call('HSET', KEYS[1], field, ARGV[9])
+  end
+end
+
 -- prune drops the holders whose leases ran out.
 local function prune(now)
   local lock, holders = KEYS[1], KEYS[4]
   local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
   for _, o in ipairs(dead) do
     if o == '#W' then
-      redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq')
+      redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
     else
-      redis.call('HDEL', lock, o, o .. '#a', o .. '#r', o .. '#t', o .. '#tq')
+      redis.call('HDEL', lock, o, o .. '#a', o .. '#r', o .. '#t', o .. '#tq', o .. '#l')
     end
   end
   if #dead > 0 then
@@ -201,9 +210,9 @@ local function reenter(count, nonces, token, member, now)
 end
 
 -- drop makes one release (ARGV[2]) or undo (ARGV[3]) of a shared lock's hold, named as
--- for reenter. It returns release.lua's reply, or nil when the caller holds nothing here
+-- for reenter, with lbl the field of its label. It returns release.lua's reply, or nil when the caller holds nothing here
 -- (the script then tells -1 from -2); 1 means the hold ended and the holder left.
-local function drop(count, nonces, rnonces, token, member)
+local function drop(count, nonces, rnonces, token, member, lbl)
   local lock, nonce, undo = KEYS[1], ARGV[2], ARGV[3]
   local v = redis.call('HMGET', lock, count, nonces, rnonces, token)
   if undo ~= '' then
@@ -228,7 +237,7 @@ local function drop(count, nonces, rnonces, token, member)
     redis.call('HSET', lock, rnonces, remember(v[3], nonce))
     return 2
   end
-  redis.call('HDEL', lock, count, nonces, rnonces, token, token .. 'q')
+  redis.call('HDEL', lock, count, nonces, rnonces, token, token .. 'q', lbl)
   redis.call('ZREM', KEYS[4], member)
   record_release(v[4], nonce)
   return 1
@@ -238,7 +247,7 @@ end
 -- drop, with -1 for a share not held, and with the server time when the share ended.
 local function drop_share()
   local owner = ARGV[1]
-  local r = drop(owner, owner .. '#a', owner .. '#r', owner .. '#t', owner)
+  local r = drop(owner, owner .. '#a', owner .. '#r', owner .. '#t', owner, owner .. '#l')
   if r ~= 1 then
     return r or -1
   end

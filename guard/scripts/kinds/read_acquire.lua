@@ -18,5 +18,6 @@ if v[2] and v[2] ~= owner or not v[2] and tonumber(v[3] or 0) > now then
 end
 local token = new_token(t)
 redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
+label(owner .. '#l')
 lease(owner, now)
 return tonumber(token)

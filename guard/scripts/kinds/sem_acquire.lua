@@ -21,5 +21,6 @@ if ARGV[5] == '1' then
 end
 local token = new_token(t)
 redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
+label(owner .. '#l')
 lease(owner, now)
 return tonumber(token)

@@ -34,6 +34,7 @@ if ARGV[5] == '1' then
 end
 local token = new_token(t)
 redis.call('HSET', lock, '#W', owner, '#Wn', 1, '#Wa', ARGV[3], '#t', token)
+label('#Wl')
 redis.call('HDEL', lock, '#ww')
 lease('#W', now)
 return tonumber(token)

@@ -12,7 +12,7 @@ if redis.call('HGET', lock, '#W') ~= owner then
   end
   return -1
 end
-local r = drop('#Wn', '#Wa', '#Wr', '#t', '#W')
+local r = drop('#Wn', '#Wa', '#Wr', '#t', '#W', '#Wl')
 if r ~= 1 then
   return r
 end

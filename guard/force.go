@@ -1,0 +1,151 @@
+package guard
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+var (
+	//go:embed scripts/kinds/force.lua
+	forceSrc string
+
+	forceScript = newScript("", kindLib+inspectSrc+forceSrc)
+)
+
+// ForceRelease ends every hold of the lock named key at once, whoever holds it, for an
+// operator clearing a lock whose holder is stuck: it deletes the holds, raises the key's
+// fence, wakes the waiters, and logs that it did (slog's default logger, at Warn, with
+// the holders it ended). The kind is chosen as for Acquire; other options are ignored.
+// It returns the lock's state as it was ended — its holders and waiters — with Fence the
+// raised token.
+//
+// Dangers. The holders are not told and may still be running: the exclusion their work
+// relied on is gone, and the next waiter's work may run beside it. A holder learns at
+// its next renewal (within a third of its TTL by default) that its lease is lost (its
+// context is cancelled with ErrLeaseLost, and a decorated call returns that error); work
+// that ignores its context goes on. The fence is what protects the data: every later
+// hold's token exceeds the returned Fence, so storage that refuses tokens lower than the
+// highest it has seen refuses the old holders' writes once the next holder has written
+// (or once it has been given Fence). Writes that carry no token are not protected.
+// Prefer waiting out the holder's TTL, or stopping the holder, when either is possible.
+//
+// The raise takes one token from the key's sequence. A fair lock is granted to the first
+// owner of its queue, as a release would; for the other kinds every waiting process is
+// woken and the wait queue emptied (the waiters queue again as they try). On a quorum
+// Locker it runs on every server and needs a majority. A lock that nobody holds is left
+// free, its fence raised all the same (the returned state has no holders).
+//
+// Errors: ErrInvalidKey, ErrInvalidConfig, ErrClosed, and a *RedisError (ErrUnavailable)
+// when Redis could not be reached, with a *QuorumError in its chain on a quorum Locker.
+func (l *Locker) ForceRelease(ctx context.Context, key string, opts ...Option) (*LockState, error) {
+	s, err := l.callSettings(opts, "ForceRelease")
+	if err != nil {
+		return nil, err
+	}
+	rk, err := l.redisKeys(key, s.spec)
+	if err != nil {
+		return nil, err
+	}
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	r := inspectReq{key: key, spec: s.spec, rk: rk}
+	var st *LockState
+	if l.q == nil {
+		st = l.forceOn(ctx, &l.conn, r, s)
+		if st.Err != nil {
+			return nil, &RedisError{Op: "force release", Key: key, Err: st.Err}
+		}
+	} else {
+		views := make([]*LockState, len(l.q.nodes))
+		var wg sync.WaitGroup
+		for j, c := range l.q.nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				views[j] = l.forceOn(ctx, c, r, s)
+				views[j].Server = l.q.addrs[j]
+			}()
+		}
+		wg.Wait()
+		if st, err = l.majority(r, views); err != nil {
+			var re *RedisError
+			if errors.As(err, &re) {
+				re.Op = "force release"
+				if qe, ok := re.Err.(*QuorumError); ok {
+					qe.Op = "force release"
+				}
+			}
+			return nil, err
+		}
+		for _, v := range views {
+			st.Fence = max(st.Fence, v.Fence) // the raised tokens: the highest is the one to give storage
+		}
+	}
+	l.logForced(st)
+	return st, nil
+}
+
+// forceOn runs force.lua for r on the server of c: the state it ended, with Err set when
+// the call failed.
+func (l *Locker) forceOn(ctx context.Context, c *conn, r inspectReq, s *settings) *LockState {
+	data := "x"
+	switch {
+	case r.spec.aux2 != "":
+		data = "f"
+	case r.spec.aux != "":
+		data = "z"
+	}
+	keys := r.keys()
+	args := make([]any, 0, 3+len(keys)+8)
+	args = append(args, nil, nil, len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, maxWaitersRead, "", "", s.fenceRetention.Milliseconds(), "", "", data, c.shardedFlag())
+	st := &LockState{Key: r.key, Kind: r.spec.kind}
+	v, err := c.runScript(ctx, forceScript, args, true).Slice()
+	c.refresh(err)
+	switch {
+	case err != nil:
+		st.Err = err
+	case len(v) != 2:
+		st.Err = fmt.Errorf("guard: force release: unexpected reply %v", v)
+	default:
+		if err := l.parseState(st, r, v[0]); err != nil {
+			st.Err = err
+			break
+		}
+		raised, _ := v[1].(string)
+		st.Fence, _ = strconv.ParseInt(raised, 10, 64)
+	}
+	return st
+}
+
+// logForced records a force release on slog's default logger.
+func (l *Locker) logForced(st *LockState) {
+	holders := make([]string, len(st.Holders))
+	for i, h := range st.Holders {
+		holders[i] = fmt.Sprintf("%s (%s, token %d, holds %d%s)", h.Owner, h.Kind, h.Token, h.Holds, labelNote(h))
+	}
+	key := st.Key
+	if l.cfg.redactKeys {
+		key = "(redacted)"
+	}
+	slog.Warn("guard: lock force-released",
+		"key", key, "kind", st.Kind.String(), "holders", strings.Join(holders, ", "),
+		"waiters", len(st.Waiters), "fence", st.Fence, "locker", l.id)
+}
+
+func labelNote(h Holder) string {
+	if h.Label == "" {
+		return ""
+	}
+	return ", " + h.Label
+}

@@ -1,0 +1,550 @@
+package guard
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/ctxid"
+)
+
+var (
+	//go:embed scripts/inspect.lua
+	inspectSrc string
+
+	inspectScript = redis.NewScript(inspectSrc + "\nreturn lock_state(ARGV[1])\n")
+)
+
+// maxWaitersRead bounds the entries Inspect reads of each wait queue.
+const maxWaitersRead = 1000
+
+// LockState is what Redis holds for one lock, as Inspect and List read it: who holds it,
+// who waits for it, and its fence, in one consistent view of the server that keeps it.
+// Durations are the server's; nothing is locked or changed by reading them.
+type LockState struct {
+	// Key is the lock's key, as given to Acquire.
+	Key string
+	// Kind is the lock's kind: KindExclusive, KindSemaphore, KindFair, or, for the two
+	// modes of a read-write lock, KindWrite while a writer holds it and KindRead
+	// otherwise (each Holder says its own mode).
+	Kind Kind
+	// Holders are the owners holding the lock: one for an exclusive or fair lock or a
+	// writer, any number of readers or permit holders.
+	Holders []Holder
+	// Waiters are the waiting, in the order they are served: for a fair lock its queued
+	// owners; for the other kinds the Lockers (processes) queued in Redis, one entry per
+	// process however many of its goroutines wait. Lockers that only try (TryAcquire)
+	// never queue. At most 1,000 are read.
+	Waiters []Waiter
+	// WriterWaiting is, for a read-write lock, how long a waiting writer's mark keeps new
+	// readers out unless the writer asks again (it asks within a third of its TTL); 0
+	// when no writer waits.
+	WriterWaiting time.Duration
+	// Contended reports that someone had to wait for the current hold.
+	Contended bool
+	// Fence is the last fencing token issued for the key: every later hold's token
+	// exceeds it. 0 when the key's fence record has expired (see FenceRetention). On a
+	// quorum Locker's majority view, the token that every majority's next one exceeds.
+	Fence int64
+	// Time is the server's clock when the state was read.
+	Time time.Time
+	// Server is the address of the server read, in a quorum Locker's per-server views;
+	// "" otherwise.
+	Server string
+	// Servers are, for a quorum Locker (NewQuorum), each server's own view, in the order
+	// of the clients given to NewQuorum; the LockState itself is then the majority's
+	// view: the holders that a majority of servers hold, each with the time left on the
+	// majority. Nil for other Lockers.
+	Servers []*LockState
+	// Err is, in a quorum Locker's per-server views, why that server could not be read;
+	// nil otherwise.
+	Err error
+}
+
+// Held reports whether any owner holds the lock.
+func (s *LockState) Held() bool { return len(s.Holders) > 0 }
+
+// HeldBy returns the hold of owner, with ok false when owner holds nothing here. With
+// the owner of a request's context (ctxid.FromContext), it tells whether that request
+// holds the lock.
+func (s *LockState) HeldBy(owner ctxid.ID) (h Holder, ok bool) {
+	for _, h := range s.Holders {
+		if h.Owner == owner {
+			return h, true
+		}
+	}
+	return Holder{}, false
+}
+
+// Holder is one owner's hold on a lock.
+type Holder struct {
+	// Owner is the owner ID holding the lock (see package ctxid).
+	Owner ctxid.ID
+	// Kind is the hold's mode: KindRead or KindWrite on a read-write lock, else the lock's kind.
+	Kind Kind
+	// Holds is the owner's hold count in Redis (reentries through other processes; a
+	// Locker counts its own nested holds in memory, as one hold in Redis).
+	Holds int
+	// Token is the hold's fencing token.
+	Token int64
+	// TTL is the time left on the hold's lease in Redis, renewed by its holder's watchdog.
+	TTL time.Duration
+	// AcquiredAt is when the hold was granted, by the server's clock, read from its token:
+	// a new token is the server's clock in microseconds, or one more than the key's last
+	// token when that is ahead. Zero when the token is ahead of the server's clock now
+	// (a clock stepped back since).
+	AcquiredAt time.Time
+	// Locker is the ID of the Locker holding the lock (see Locker.ID), from its Label, or
+	// this Locker's when Local; "" when unknown (a hold made without Label elsewhere).
+	Locker string
+	// Label is the text of the hold's Label, "" when it has none.
+	Label string
+	// TraceID is the trace of the acquiring request, when the hold has a Label and its
+	// context carried a span: hex, as tracing systems show it.
+	TraceID string
+	// Local reports that this Locker holds the lock: its Inspect was asked by the holding
+	// process.
+	Local bool
+	// Granted reports a fair lock granted to Owner by a release and not yet claimed: its
+	// waiter is being woken to take it, within its TTL.
+	Granted bool
+}
+
+// Waiter is one entry of a lock's wait queue.
+type Waiter struct {
+	// Locker is the ID of the waiting Locker (see Locker.ID).
+	Locker string
+	// Owner is, for a fair lock, the owner waiting; "" for the other kinds, whose queue
+	// names processes.
+	Owner ctxid.ID
+	// TTL is, for a fair lock, how long the owner keeps its place unless it asks again.
+	TTL time.Duration
+	// Local reports that Locker is this Locker.
+	Local bool
+}
+
+// ID returns the Locker's random ID, under which it queues for locks in Redis and which
+// labels its holds: what Inspect's Holder.Locker and Waiter.Locker name. Log it at start
+// to tell, later, which process a waiter or a holder is.
+func (l *Locker) ID() string { return l.id }
+
+// Inspect reads what Redis holds for the lock named key: its holders, its waiters and
+// its fence. The kind is chosen as for Acquire (Read or Write for the read-write lock,
+// Permits, Fair; exclusive by default); other options are ignored. It makes one script
+// call that writes nothing (one per server on a quorum Locker, which reports each
+// server's view and the majority's), takes no lock and may be called from any process.
+//
+// Errors: ErrInvalidKey, ErrInvalidConfig, ErrClosed, and a *RedisError
+// (ErrUnavailable) when the server could not be read — on a quorum Locker, when fewer
+// than a majority could, with a *QuorumError in its chain.
+func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (*LockState, error) {
+	s, err := l.callSettings(opts, "Inspect")
+	if err != nil {
+		return nil, err
+	}
+	rk, err := l.redisKeys(key, s.spec)
+	if err != nil {
+		return nil, err
+	}
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	r := inspectReq{key: key, spec: s.spec, rk: rk}
+	if l.q == nil {
+		st := l.readStates(ctx, l.client, []inspectReq{r})[0]
+		if st.Err != nil {
+			return nil, &RedisError{Op: "inspect", Key: key, Err: st.Err}
+		}
+		return st, nil
+	}
+	views := l.readQuorum(ctx, []inspectReq{r})[0]
+	return l.majority(r, views)
+}
+
+func (l *Locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// inspectReq is one lock to read.
+type inspectReq struct {
+	key  string
+	spec *kindSpec
+	rk   redisKeys
+}
+
+func (r inspectReq) keys() []string {
+	keys := []string{r.rk.lock, r.rk.fence, r.rk.queue}
+	if r.rk.aux != "" {
+		keys = append(keys, r.rk.aux)
+	}
+	if r.rk.aux2 != "" {
+		keys = append(keys, r.rk.aux2)
+	}
+	return keys
+}
+
+// readStates reads reqs from c in one pipeline; a state whose read failed has its Err set.
+func (l *Locker) readStates(ctx context.Context, c redis.UniversalClient, reqs []inspectReq) []*LockState {
+	out := make([]*LockState, len(reqs))
+	cmds := make([]*redis.Cmd, len(reqs))
+	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range reqs {
+			cmds[i] = inspectScript.EvalSha(ctx, p, r.keys(), maxWaitersRead)
+		}
+		return nil
+	})
+	for i, r := range reqs {
+		cmd := cmds[i]
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmd = inspectScript.Run(ctx, c, r.keys(), maxWaitersRead) // loads it on that node
+		}
+		st := &LockState{Key: r.key, Kind: r.spec.kind}
+		if err := cmd.Err(); err != nil {
+			l.refresh(err)
+			st.Err = err
+		} else if err := l.parseState(st, r, cmd.Val()); err != nil {
+			st.Err = err
+		}
+		out[i] = st
+	}
+	return out
+}
+
+// parseState fills st from inspect.lua's reply.
+func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
+	v, ok := reply.([]any)
+	if !ok || len(v) < 5 {
+		return fmt.Errorf("guard: inspect: unexpected reply %v", reply)
+	}
+	nowUs, err := serverTime(v[0])
+	if err != nil {
+		return err
+	}
+	st.Time = time.UnixMicro(nowUs)
+	fields := map[string]string{}
+	if kv, _ := v[1].([]any); len(kv)%2 == 0 {
+		for i := 0; i < len(kv); i += 2 {
+			fields[fmt.Sprint(kv[i])] = fmt.Sprint(kv[i+1])
+		}
+	}
+	pttl, _ := v[2].(int64)
+	st.Fence = leadingNumber(v[3])
+	_, st.Contended = fields["#w"]
+	var aux, aux2 []any
+	if len(v) > 5 {
+		aux, _ = v[5].([]any)
+	}
+	if len(v) > 6 {
+		aux2, _ = v[6].([]any)
+	}
+	nowMs := nowUs / 1000
+	switch r.spec.kind {
+	case KindExclusive, KindFair:
+		st.Holders = holdersOfHash(fields, r.spec.kind, time.Duration(max(pttl, 0))*time.Millisecond)
+		if r.spec.kind == KindFair {
+			st.Waiters = fairWaiters(aux, aux2, nowMs)
+		}
+	default:
+		st.Holders = holdersOfShares(fields, r.spec, leases(aux, nowMs))
+		if until, err := strconv.ParseInt(fields["#ww"], 10, 64); err == nil && until > nowMs {
+			st.WriterWaiting = time.Duration(until-nowMs) * time.Millisecond
+		}
+		if _, ok := fields["#W"]; ok && r.spec != semaphoreSpec {
+			st.Kind = KindWrite
+		} else if r.spec != semaphoreSpec {
+			st.Kind = KindRead
+		}
+	}
+	for i := range st.Holders {
+		if h := &st.Holders[i]; h.Token > 0 && h.Token <= nowUs {
+			h.AcquiredAt = time.UnixMicro(h.Token)
+		}
+	}
+	if q, _ := v[4].([]any); r.spec.kind != KindFair {
+		for _, id := range q {
+			st.Waiters = append(st.Waiters, Waiter{Locker: fmt.Sprint(id)})
+		}
+	}
+	l.markLocal(st, r)
+	return nil
+}
+
+// serverTime returns the reply of TIME in microseconds.
+func serverTime(reply any) (int64, error) {
+	clock, _ := reply.([]any)
+	if len(clock) != 2 {
+		return 0, fmt.Errorf("guard: inspect: unexpected server time %v", reply)
+	}
+	sec, err1 := strconv.ParseInt(fmt.Sprint(clock[0]), 10, 64)
+	usec, err2 := strconv.ParseInt(fmt.Sprint(clock[1]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("guard: inspect: unexpected server time %v", reply)
+	}
+	return sec*1e6 + usec, nil
+}
+
+// leadingNumber returns the number that the fence's value starts with, 0 for none.
+func leadingNumber(reply any) int64 {
+	f, _ := reply.(string)
+	end := 0
+	for end < len(f) && f[end] >= '0' && f[end] <= '9' {
+		end++
+	}
+	n, _ := strconv.ParseInt(f[:end], 10, 64)
+	return n
+}
+
+// holdersOfHash returns the holder of an exclusive or fair lock's hash, whose lease is ttl.
+func holdersOfHash(fields map[string]string, k Kind, ttl time.Duration) []Holder {
+	token := fields["#t"]
+	if c, ok := fields["#tq"]; ok {
+		token = c
+	}
+	var hs []Holder
+	for f, n := range fields {
+		if strings.IndexByte(f, '#') >= 0 {
+			continue
+		}
+		h := Holder{Owner: ctxid.ID(f), Kind: k, TTL: ttl, Granted: fields["#g"] == f}
+		h.Holds, _ = strconv.Atoi(n)
+		h.Token, _ = strconv.ParseInt(token, 10, 64)
+		h.Locker, h.Label, h.TraceID = parseLabel(fields[f+"#l"])
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// leases returns the holders zset's live members with the time left on each.
+func leases(zset []any, nowMs int64) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for i := 0; i+1 < len(zset); i += 2 {
+		until, _ := strconv.ParseFloat(fmt.Sprint(zset[i+1]), 64)
+		if left := int64(until) - nowMs; left > 0 {
+			out[fmt.Sprint(zset[i])] = time.Duration(left) * time.Millisecond
+		}
+	}
+	return out
+}
+
+// holdersOfShares returns the holders of a read-write lock or a semaphore: those of its
+// hash whose lease in the holders zset has not run out.
+func holdersOfShares(fields map[string]string, spec *kindSpec, live map[string]time.Duration) []Holder {
+	var hs []Holder
+	if w, ok := fields["#W"]; ok {
+		if ttl, ok := live["#W"]; ok {
+			h := Holder{Owner: ctxid.ID(w), Kind: KindWrite, TTL: ttl}
+			h.Holds, _ = strconv.Atoi(fields["#Wn"])
+			h.Token = tokenField(fields, "#t")
+			h.Locker, h.Label, h.TraceID = parseLabel(fields["#Wl"])
+			hs = append(hs, h)
+		}
+	}
+	k := spec.kind
+	if k == KindWrite {
+		k = KindRead
+	}
+	for f, n := range fields {
+		ttl, ok := live[f]
+		if strings.IndexByte(f, '#') >= 0 || !ok {
+			continue
+		}
+		h := Holder{Owner: ctxid.ID(f), Kind: k, TTL: ttl}
+		h.Holds, _ = strconv.Atoi(n)
+		h.Token = tokenField(fields, f+"#t")
+		h.Locker, h.Label, h.TraceID = parseLabel(fields[f+"#l"])
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// tokenField returns the token in field f, or in its confirmed copy (a quorum's).
+func tokenField(fields map[string]string, f string) int64 {
+	v, ok := fields[f+"q"]
+	if !ok {
+		v = fields[f]
+	}
+	t, _ := strconv.ParseInt(v, 10, 64)
+	return t
+}
+
+// fairWaiters returns a fair lock's queued owners whose places have not lapsed.
+func fairWaiters(owners, entries []any, nowMs int64) []Waiter {
+	var ws []Waiter
+	for i, o := range owners {
+		if i >= len(entries) || entries[i] == nil {
+			continue
+		}
+		// "<deadline ms> <TTL ms> <Locker ID>"
+		parts := strings.SplitN(fmt.Sprint(entries[i]), " ", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		deadline, _ := strconv.ParseInt(parts[0], 10, 64)
+		if deadline <= nowMs {
+			continue
+		}
+		ws = append(ws, Waiter{Locker: parts[2], Owner: ctxid.ID(fmt.Sprint(o)), TTL: time.Duration(deadline-nowMs) * time.Millisecond})
+	}
+	return ws
+}
+
+// markLocal marks the holds and the waiters of this Locker, and sorts the holders by
+// owner, the writer first.
+func (l *Locker) markLocal(st *LockState, r inspectReq) {
+	l.mu.Lock()
+	for i := range st.Holders {
+		h := &st.Holders[i]
+		local := l.held[holdKey{key: r.key, owner: h.Owner, kind: h.Kind}]
+		if local != nil && local.state == stateHeld || h.Locker == l.id {
+			h.Local = true
+			h.Locker = l.id
+		}
+	}
+	l.mu.Unlock()
+	for i := range st.Waiters {
+		st.Waiters[i].Local = st.Waiters[i].Locker == l.id
+	}
+	sort.Slice(st.Holders, func(i, j int) bool {
+		a, b := st.Holders[i], st.Holders[j]
+		if (a.Kind == KindWrite) != (b.Kind == KindWrite) {
+			return a.Kind == KindWrite
+		}
+		return a.Owner < b.Owner
+	})
+}
+
+// readQuorum reads reqs on every server of a quorum Locker at once: views[i][j] is
+// reqs[i] on server j.
+func (l *Locker) readQuorum(ctx context.Context, reqs []inspectReq) [][]*LockState {
+	n := len(l.q.nodes)
+	byServer := make([][]*LockState, n)
+	done := make(chan struct{}, n)
+	for j, c := range l.q.nodes {
+		go func() {
+			byServer[j] = l.readStates(ctx, c.client, reqs)
+			done <- struct{}{}
+		}()
+	}
+	for range n {
+		<-done
+	}
+	views := make([][]*LockState, len(reqs))
+	for i := range reqs {
+		views[i] = make([]*LockState, n)
+		for j := range n {
+			st := byServer[j][i]
+			st.Server = l.q.addrs[j]
+			views[i][j] = st
+		}
+	}
+	return views
+}
+
+// majority returns the majority's view of one lock from the servers' views, or a
+// *RedisError when fewer than a majority could be read.
+func (l *Locker) majority(r inspectReq, views []*LockState) (*LockState, error) {
+	q := l.q
+	errs := make([]error, len(views))
+	var read []*LockState
+	for j, v := range views {
+		if errs[j] = v.Err; v.Err == nil {
+			read = append(read, v)
+		}
+	}
+	if len(read) < q.need {
+		return nil, &RedisError{Op: "inspect", Key: r.key, Err: &QuorumError{Op: "inspect", Need: q.need, Addrs: q.addrs, Errs: errs}}
+	}
+	st := &LockState{Key: r.key, Kind: read[0].Kind, Time: read[0].Time, Servers: views}
+	type seen struct {
+		hs []Holder
+	}
+	by := map[string]*seen{}
+	var order []string
+	var fences []int64
+	var marks []time.Duration
+	waiting := map[string]bool{}
+	for _, v := range read {
+		fences = append(fences, v.Fence)
+		marks = append(marks, v.WriterWaiting)
+		st.Contended = st.Contended || v.Contended
+		if v.Kind == KindWrite {
+			st.Kind = KindWrite
+		}
+		for _, h := range v.Holders {
+			id := h.Kind.String() + " " + string(h.Owner)
+			if by[id] == nil {
+				by[id] = &seen{}
+				order = append(order, id)
+			}
+			by[id].hs = append(by[id].hs, h)
+		}
+		for _, w := range v.Waiters {
+			if id := w.Locker + " " + string(w.Owner); !waiting[id] {
+				waiting[id] = true
+				st.Waiters = append(st.Waiters, w)
+			}
+		}
+	}
+	// The token every next majority's exceeds: a majority's next token exceeds its
+	// highest fence, and the lowest such highest is the need-th lowest of all (a server
+	// not read counts as 0: it may be the one that decides).
+	for range len(views) - len(read) {
+		fences = append(fences, 0)
+	}
+	sort.Slice(fences, func(i, j int) bool { return fences[i] > fences[j] })
+	st.Fence = fences[len(views)-q.need]
+	st.WriterWaiting = nth(marks, q.need)
+	for _, id := range order {
+		if hs := by[id].hs; len(hs) >= q.need {
+			st.Holders = append(st.Holders, mergeHolder(hs, q.need, st.Time))
+		}
+	}
+	return st, nil
+}
+
+// mergeHolder returns the majority's view of one holder from the servers' that hold it:
+// the highest token (a quorum's, confirmed), the time left on need servers, the label
+// most of them keep.
+func mergeHolder(hs []Holder, need int, now time.Time) Holder {
+	h := hs[0]
+	ttls := make([]time.Duration, len(hs))
+	labels := map[[3]string]int{}
+	top := 0
+	for i, x := range hs {
+		ttls[i] = x.TTL
+		h.Token = max(h.Token, x.Token)
+		h.Holds = max(h.Holds, x.Holds)
+		h.Local = h.Local || x.Local
+		// A server whose grant came late may carry the label of another Locker of the
+		// same owner, which took it there first.
+		lb := [3]string{x.Locker, x.Label, x.TraceID}
+		if labels[lb]++; labels[lb] > top {
+			top = labels[lb]
+			h.Locker, h.Label, h.TraceID = x.Locker, x.Label, x.TraceID
+		}
+	}
+	h.TTL = nth(ttls, need)
+	h.AcquiredAt = time.Time{}
+	if h.Token > 0 && h.Token <= now.UnixMicro() {
+		h.AcquiredAt = time.UnixMicro(h.Token)
+	}
+	return h
+}
+
+// nth returns the n-th largest of ds, 0 when there are fewer.
+func nth(ds []time.Duration, n int) time.Duration {
+	if len(ds) < n {
+		return 0
+	}
+	ds = append([]time.Duration(nil), ds...)
+	sort.Slice(ds, func(i, j int) bool { return ds[i] > ds[j] })
+	return ds[n-1]
+}

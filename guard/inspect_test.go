@@ -1,0 +1,467 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// traced returns ctx carrying a sampled span context with a fixed trace ID.
+func traced(ctx context.Context) (context.Context, string) {
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})
+	return trace.ContextWithSpanContext(ctx, sc), tid.String()
+}
+
+// inspectCase is one kind as the inspect tests take it: the options of its holder and
+// of its waiter.
+type inspectCase struct {
+	name           string
+	hold, wait     []guard.Option
+	kind, waitKind guard.Kind
+}
+
+var inspectCases = []inspectCase{
+	{"exclusive", nil, nil, guard.KindExclusive, guard.KindExclusive},
+	{"read", []guard.Option{guard.Read()}, []guard.Option{guard.Write()}, guard.KindRead, guard.KindWrite},
+	{"write", []guard.Option{guard.Write()}, []guard.Option{guard.Read()}, guard.KindWrite, guard.KindRead},
+	{"semaphore", []guard.Option{guard.Permits(1)}, []guard.Option{guard.Permits(1)}, guard.KindSemaphore, guard.KindSemaphore},
+	{"fair", []guard.Option{guard.Fair()}, []guard.Option{guard.Fair()}, guard.KindFair, guard.KindFair},
+}
+
+// checkInspect holds key with holder (reentered through other, with the same owner, so
+// that Redis counts 2 holds), makes a waiter of waiter wait for it, and checks what
+// operator's Inspect reports.
+func checkInspect(t *testing.T, c inspectCase, key string, holder, other, waiter, operator *guard.Locker, ttl time.Duration) {
+	t.Helper()
+	ctx := ctxTimeout(t, 30*time.Second)
+	hctx, traceID := traced(ctxid.NewContext(ctx, ctxid.New()))
+	before := time.Now()
+	le := mustAcquire(t, holder, hctx, key, c.hold...)
+	after := time.Now()
+	defer le.Release(context.Background())
+	again := mustAcquire(t, other, hctx, key, c.hold...) // the same owner through another Locker
+	defer again.Release(context.Background())
+
+	wctx, cancel := context.WithCancel(ctxid.NewContext(ctx, ctxid.New()))
+	waiting := make(chan error, 1)
+	go func() {
+		le, err := waiter.Acquire(wctx, key, append(c.wait, guard.Retry(guard.UntilCanceled(guard.Fixed(100*time.Millisecond, 0))))...)
+		if err == nil {
+			err = errors.New("the waiter got the lock while it was held")
+			_ = le.Release(context.Background())
+		}
+		waiting <- err
+	}()
+	defer func() {
+		cancel()
+		<-waiting
+	}()
+	wantWaiter := func(st *guard.LockState) bool {
+		if c.waitKind == guard.KindWrite {
+			return st.WriterWaiting > 0
+		}
+		for _, w := range st.Waiters {
+			if w.Locker == waiter.ID() {
+				return true
+			}
+		}
+		return false
+	}
+	var st *guard.LockState
+	waitUntil(t, 10*time.Second, "the waiter to show in Inspect", func() bool {
+		var err error
+		st, err = operator.Inspect(ctx, key, c.hold...)
+		if err != nil {
+			t.Fatalf("Inspect: %v", err)
+		}
+		return wantWaiter(st)
+	})
+	if len(st.Holders) != 1 {
+		t.Fatalf("%s: holders %+v, want 1", c.name, st.Holders)
+	}
+	h := st.Holders[0]
+	owner, _ := ctxid.FromContext(hctx)
+	switch {
+	case st.Key != key || h.Owner != owner || h.Kind != c.kind:
+		t.Errorf("%s: key %q holder %s kind %s, want %q %s %s", c.name, st.Key, h.Owner, h.Kind, key, owner, c.kind)
+	case h.Holds != 2:
+		t.Errorf("%s: holds %d, want 2 (the hold reentered through another Locker)", c.name, h.Holds)
+	case h.Token != le.Token() || st.Fence != le.Token():
+		t.Errorf("%s: token %d fence %d, want the lease's %d", c.name, h.Token, st.Fence, le.Token())
+	case h.TTL <= 0 || h.TTL > ttl:
+		t.Errorf("%s: time left %s, want in (0, %s]", c.name, h.TTL, ttl)
+	case h.AcquiredAt.Before(before.Add(-50*time.Millisecond)) || h.AcquiredAt.After(after.Add(50*time.Millisecond)):
+		// The server's clock is this machine's: the grant is between the calls.
+		t.Errorf("%s: acquired at %s, want between %s and %s", c.name, h.AcquiredAt, before, after)
+	case h.Locker != holder.ID() || h.Label != "orders@test pid 42" || h.TraceID != traceID:
+		t.Errorf("%s: locker %q label %q trace %q, want %q, the label and %s", c.name, h.Locker, h.Label, h.TraceID, holder.ID(), traceID)
+	case h.Local:
+		t.Errorf("%s: reported held by the operator's Locker", c.name)
+	case !st.Contended && c.kind != guard.KindFair:
+		t.Errorf("%s: not marked contended with a waiter", c.name)
+	}
+	if c.kind == guard.KindFair && (st.Waiters[0].Owner == "" || st.Waiters[0].TTL <= 0) {
+		t.Errorf("fair: waiter %+v, want its owner and its place's time left", st.Waiters[0])
+	}
+	if held, ok := st.HeldBy(owner); !ok || held.Owner != owner {
+		t.Errorf("%s: HeldBy(holder) = %v", c.name, ok)
+	}
+	mine, err := holder.Inspect(ctx, key, c.hold...)
+	if err != nil || !mine.Holders[0].Local {
+		t.Errorf("%s: the holder's own Inspect: %+v, %v, want Local", c.name, mine, err)
+	}
+}
+
+func TestInspectKinds(t *testing.T) {
+	srv := redistest.Start(t)
+	ttl := 5 * time.Second
+	opts := []guard.Option{guard.TTL(ttl), guard.Label("orders@test pid 42")}
+	holder, _ := newLocker(t, srv, opts...)
+	other, _ := newLocker(t, srv, opts...)
+	waiter, _ := newLocker(t, srv, opts...)
+	operator, _ := newLocker(t, srv)
+	for _, c := range inspectCases {
+		t.Run(c.name, func(t *testing.T) {
+			checkInspect(t, c, "inspect:"+c.name, holder, other, waiter, operator, ttl)
+		})
+	}
+}
+
+func TestInspectFree(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	le := mustAcquire(t, l, ctx, "inspect:free")
+	token := le.Token()
+	mustRelease(t, le)
+	st, err := l.Inspect(ctx, "inspect:free")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Held() || len(st.Waiters) != 0 || st.Fence != token {
+		t.Errorf("after release: %+v, want free with fence %d", st, token)
+	}
+	if _, err := l.Inspect(ctx, ""); !errors.Is(err, guard.ErrInvalidKey) {
+		t.Errorf("Inspect(\"\") = %v, want ErrInvalidKey", err)
+	}
+}
+
+// Without Label, a hold stores nothing more: another process sees no Locker nor label,
+// and the holder's own Inspect knows it as its own.
+func TestInspectUnlabelled(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	le := mustAcquire(t, l, ctx, "inspect:plain")
+	defer mustRelease(t, le)
+	fields, err := c.HKeys(ctx, lockName("inspect:plain")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fields) != 3 { // owner, owner#a, #t
+		t.Errorf("lock hash fields %q, want the owner's count, nonces and the token only", fields)
+	}
+	other, _ := newLocker(t, srv)
+	st, err := other.Inspect(ctx, "inspect:plain")
+	if err != nil || len(st.Holders) != 1 {
+		t.Fatalf("Inspect: %+v, %v", st, err)
+	}
+	if h := st.Holders[0]; h.Locker != "" || h.Label != "" || h.Local {
+		t.Errorf("another Locker's view %+v, want no Locker, label or Local", h)
+	}
+	mine, _ := l.Inspect(ctx, "inspect:plain")
+	if h := mine.Holders[0]; !h.Local || h.Locker != l.ID() {
+		t.Errorf("the holder's view %+v, want Local with its ID", h)
+	}
+}
+
+func TestInspectLabelConfig(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	for _, label := range []string{strings.Repeat("x", guard.MaxLabelLen+1), "a\nb"} {
+		_, err := guard.New(c, guard.Label(label))
+		var ce *guard.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "Label" {
+			t.Errorf("Label(%q): %v, want a *ConfigError naming Label", label, err)
+		}
+	}
+	l := lockerOn(t, c, guard.Label(""))
+	le := mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "inspect:default-label")
+	defer mustRelease(t, le)
+	st, err := l.Inspect(context.Background(), "inspect:default-label")
+	if err != nil || st.Holders[0].Label != guard.ProcessLabel() || !strings.Contains(guard.ProcessLabel(), " pid ") {
+		t.Errorf("Label(\"\"): %+v, %v, want ProcessLabel %q", st, err, guard.ProcessLabel())
+	}
+}
+
+// On a Cluster, locks whose keys live on different primaries are each read on theirs.
+func TestInspectCluster(t *testing.T) {
+	cl := cluster.Get(t)
+	ttl := 5 * time.Second
+	opts := []guard.Option{guard.TTL(ttl), guard.Label("orders@test pid 42")}
+	holder := lockerOn(t, cl.Client(t), opts...)
+	other := lockerOn(t, cl.Client(t), opts...)
+	waiter := lockerOn(t, cl.Client(t), opts...)
+	operator := lockerOn(t, cl.Client(t))
+	primaries := cl.Primaries()
+	for i, c := range inspectCases {
+		p := primaries[i%len(primaries)]
+		t.Run(c.name, func(t *testing.T) {
+			// Every name of a lock shares its hash tag, which alone decides the slot.
+			key := keyOn(t, cl, p, "inspect-cluster-"+c.name)
+			checkInspect(t, c, key, holder, other, waiter, operator, ttl)
+		})
+	}
+}
+
+// A quorum Locker reports each server's view and the majority's; a server down leaves
+// the majority's view whole.
+func TestInspectQuorum(t *testing.T) {
+	rig := startQuorum(t, 3, false)
+	ttl := 5 * time.Second
+	opts := []guard.Option{guard.TTL(ttl), guard.Label("orders@test pid 42"), guard.RestartDelay(0)}
+	holder := rig.locker(t, opts...)
+	other := rig.locker(t, opts...)
+	waiter := rig.locker(t, opts...)
+	operator := rig.locker(t, guard.RestartDelay(0))
+	for _, c := range inspectCases[:3] { // the kinds a quorum serves
+		t.Run(c.name, func(t *testing.T) {
+			checkInspect(t, c, "inspect-quorum:"+c.name, holder, other, waiter, operator, ttl)
+		})
+	}
+	ctx := ctxTimeout(t, 20*time.Second)
+	le := mustAcquire(t, holder, ctx, "inspect-quorum:views")
+	defer le.Release(context.Background())
+	st, err := operator.Inspect(ctx, "inspect-quorum:views")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Servers) != 3 || len(st.Holders) != 1 || st.Holders[0].Token != le.Token() {
+		t.Fatalf("majority view %+v, want 3 servers' views and the holder with token %d", st, le.Token())
+	}
+	held := 0
+	for _, v := range st.Servers {
+		if v.Err == nil && len(v.Holders) == 1 {
+			held++
+		}
+	}
+	if held < 2 {
+		t.Errorf("%d servers' views show the holder, want a majority", held)
+	}
+	rig.servers[2].Kill(t)
+	st, err = operator.Inspect(ctx, "inspect-quorum:views")
+	if err != nil || len(st.Holders) != 1 || st.Servers[2].Err == nil {
+		t.Errorf("with a server down: %+v, %v, want the holder and the server's error", st, err)
+	}
+	rig.servers[1].Kill(t)
+	var qe *guard.QuorumError
+	if _, err := operator.Inspect(ctx, "inspect-quorum:views"); !errors.Is(err, guard.ErrUnavailable) || !errors.As(err, &qe) {
+		t.Errorf("with two servers down: %v, want ErrUnavailable with a *QuorumError", err)
+	}
+}
+
+// List finds every held lock among 10,000 on a 3-primary Cluster, one bounded SCAN per
+// call, and leaves out other keys.
+func TestInspectList(t *testing.T) {
+	cl := cluster.Get(t)
+	n := envInt("GUARD_LIST_LOCKS", 10000)
+	prefix := fmt.Sprintf("list-%d:", time.Now().UnixNano())
+	c := cl.Client(t)
+	l := lockerOn(t, c, guard.Prefix(prefix), guard.TTL(time.Minute))
+	ctx := ctxTimeout(t, 3*time.Minute)
+	parallel(t, n, func(i int) error {
+		opts := []guard.Option(nil)
+		if i%10 == 0 {
+			opts = append(opts, guard.Read())
+		}
+		_, err := l.TryAcquire(ctx, fmt.Sprintf("job:%d", i), opts...)
+		return err
+	})
+	// Keys that are not locks, and a lock whose key the pattern does not match.
+	for i := range 100 {
+		if err := c.Set(ctx, fmt.Sprintf("%s{job:%d}:other", prefix, i), "x", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.TryAcquire(ctx, "report:1"); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(map[string]int)
+	calls := 0
+	start := time.Now()
+	for cursor := ""; ; {
+		page, next, err := l.List(ctx, "job:*", cursor)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		calls++
+		for _, st := range page {
+			seen[st.Key]++
+			if !st.Held() || st.Holders[0].Owner == "" {
+				t.Fatalf("listed %+v, want held", st)
+			}
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	elapsed := time.Since(start)
+	var keys int64
+	for _, p := range cl.Primaries() {
+		keys += p.Client(t).DBSize(ctx).Val()
+	}
+	t.Logf("List: %d locks found among %d keys on %d primaries in %d calls (SCAN COUNT %d), %s",
+		len(seen), keys, len(cl.Primaries()), calls, guard.ListScanCount, elapsed.Round(time.Millisecond))
+	for i := range n {
+		if k := fmt.Sprintf("job:%d", i); seen[k] != 1 {
+			t.Fatalf("%s listed %d times, want once", k, seen[k])
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("listed %d locks, want %d", len(seen), n)
+	}
+	if calls < len(cl.Primaries()) {
+		t.Errorf("%d calls, want one SCAN per call and at least one per primary", calls)
+	}
+	if _, _, err := l.List(ctx, "", "nonsense"); !errors.Is(err, guard.ErrInvalidKey) {
+		t.Errorf("List with a bad cursor: %v, want ErrInvalidKey", err)
+	}
+}
+
+// A quorum's lock is listed once, found on the first server that holds it.
+func TestInspectListQuorum(t *testing.T) {
+	rig := startQuorum(t, 3, false)
+	l := rig.locker(t, guard.RestartDelay(0))
+	ctx := ctxTimeout(t, 20*time.Second)
+	for i := range 20 {
+		le := mustAcquire(t, l, ctx, fmt.Sprintf("q:%d", i))
+		defer le.Release(context.Background())
+	}
+	seen := map[string]int{}
+	for cursor := ""; ; {
+		page, next, err := l.List(ctx, "q:*", cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range page {
+			seen[st.Key]++
+			if len(st.Servers) != 3 || !st.Held() {
+				t.Errorf("listed %+v, want held with 3 servers' views", st)
+			}
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if len(seen) != 20 {
+		t.Errorf("listed %d locks, want 20: %v", len(seen), seen)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("%s listed %d times", k, n)
+		}
+	}
+}
+
+// fencedWrite is storage that refuses tokens below the highest it has seen.
+var fencedWrite = redis.NewScript(`
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) < last then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1`)
+
+// ForceRelease ends a stuck holder's lock: the waiter is woken and takes it with a token
+// above the raised fence, the old holder learns it lost its lease, and its fenced write
+// is refused once the new holder has written.
+func TestInspectForceRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	holder, store := newLocker(t, srv, guard.TTL(3*time.Second), guard.Label("stuck@test pid 1"))
+	waiter, _ := newLocker(t, srv, guard.TTL(3*time.Second))
+	operator, _ := newLocker(t, srv)
+	for _, kind := range []struct {
+		name string
+		opts []guard.Option
+	}{{"exclusive", nil}, {"fair", []guard.Option{guard.Fair()}}, {"write", []guard.Option{guard.Write()}}} {
+		t.Run(kind.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 20*time.Second)
+			key := "force:" + kind.name
+			old := mustAcquire(t, holder, ctx, key, kind.opts...)
+			wait := make(chan waitOutcome, 1)
+			go func() {
+				// A backoff far beyond the test: only the announcement wakes it in time.
+				le, err := waiter.Acquire(ctx, key, append(kind.opts, guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))...)
+				wait <- waitOutcome{le, err, time.Now()}
+			}()
+			waitUntil(t, 10*time.Second, "the waiter to queue", func() bool {
+				st, err := operator.Inspect(ctx, key, kind.opts...)
+				return err == nil && (len(st.Waiters) > 0 || st.WriterWaiting > 0)
+			})
+			st, err := operator.ForceRelease(ctx, key, kind.opts...)
+			if err != nil {
+				t.Fatalf("ForceRelease: %v", err)
+			}
+			if len(st.Holders) != 1 || st.Holders[0].Token != old.Token() || st.Holders[0].Label != "stuck@test pid 1" || st.Fence <= old.Token() {
+				t.Fatalf("ended %+v, want the old holder (token %d) and a fence above it", st, old.Token())
+			}
+			w := <-wait
+			if w.err != nil {
+				t.Fatalf("the waiter: %v, want the lock once force-released", w.err)
+			}
+			defer w.lease.Release(context.Background())
+			if w.lease.Token() <= st.Fence {
+				t.Errorf("the new holder's token %d, want above the raised fence %d", w.lease.Token(), st.Fence)
+			}
+			storeKey := "store:" + kind.name
+			if ok, _ := fencedWrite.Run(ctx, store, []string{storeKey}, w.lease.Token()).Int(); ok != 1 {
+				t.Fatal("the new holder's write was refused")
+			}
+			if ok, _ := fencedWrite.Run(ctx, store, []string{storeKey}, old.Token()).Int(); ok != 0 {
+				t.Error("the old holder's fenced write was accepted after the force release")
+			}
+			select {
+			case <-old.Context().Done():
+			case <-ctx.Done():
+				t.Fatal("the old holder was not told that its lease was lost")
+			}
+			if !errors.Is(context.Cause(old.Context()), guard.ErrLeaseLost) {
+				t.Errorf("the old lease ended with %v, want ErrLeaseLost", context.Cause(old.Context()))
+			}
+			_ = old.Release(context.Background())
+		})
+	}
+	// Nothing held: the fence is raised all the same, and nothing is reported ended.
+	st, err := operator.ForceRelease(context.Background(), "force:free")
+	if err != nil || st.Held() || st.Fence == 0 {
+		t.Errorf("ForceRelease of a free lock: %+v, %v", st, err)
+	}
+}
+
+// Behind Sentinel, Inspect reads the primary that the sentinels name.
+func TestInspectSentinel(t *testing.T) {
+	g := sentinel.Get(t)
+	ttl := 5 * time.Second
+	opts := []guard.Option{guard.TTL(ttl), guard.Label("orders@test pid 42")}
+	holder := lockerOn(t, g.Client(t), opts...)
+	other := lockerOn(t, g.Client(t), opts...)
+	waiter := lockerOn(t, g.Client(t), opts...)
+	operator := lockerOn(t, g.Client(t))
+	for _, c := range []inspectCase{inspectCases[0], inspectCases[1]} {
+		t.Run(c.name, func(t *testing.T) {
+			checkInspect(t, c, "inspect-sentinel:"+c.name, holder, other, waiter, operator, ttl)
+		})
+	}
+}

@@ -1,0 +1,276 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ListScanCount is the COUNT of the one SCAN that each List call makes: the most keys
+// a call asks one server to look at, so that listing never blocks Redis for long.
+const ListScanCount = 1000
+
+// List returns a page of the locks in Redis whose keys match pattern, of every kind, and
+// the cursor of the next page: "" once every server has been scanned. Start with cursor
+// "" and call again with the cursor returned until it is "". A page may be empty while
+// the cursor is not: each call makes one SCAN, of at most ListScanCount keys, on one
+// server (each primary of a Cluster in turn, each server of a quorum Locker in turn),
+// then one pipelined Inspect of the locks it found, so that a listing of many keys never
+// blocks Redis and can be resumed. As with SCAN, a lock held throughout the listing is
+// returned, one taken or freed during it may or may not be, and on a Cluster whose slots
+// move during it a lock may be returned twice or not at all.
+//
+// pattern is a glob over keys, as in Redis's MATCH: '*' any run, '?' one byte, '[…]' a
+// class; "" lists every lock. A lock is listed while it is held or waited for. On a
+// quorum Locker each lock is returned once, with the majority's view and each server's;
+// a server that cannot be scanned is passed over (what a majority holds is on another).
+//
+// Errors: ErrClosed, ErrInvalidKey for a cursor that List did not return, and a
+// *RedisError (ErrUnavailable) when the server could not be scanned or read.
+func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*LockState, next string, err error) {
+	if l.isClosed() {
+		return nil, "", ErrClosed
+	}
+	nodes, err := l.scanNodes(ctx)
+	if err != nil {
+		return nil, "", &RedisError{Op: "list", Err: err}
+	}
+	i, from, err := parseCursor(cursor, nodes)
+	if err != nil {
+		return nil, "", err
+	}
+	if pattern == "" {
+		pattern = "*"
+	}
+	var b strings.Builder
+	b.WriteString(globEscape(l.cfg.prefix))
+	b.WriteByte('{')
+	writeEscaped(&b, pattern)
+	b.WriteString("}*")
+	sctx := ctx
+	if d, ok := ctx.Deadline(); ok && l.q != nil {
+		// A quorum's server that does not answer must leave time to read the others.
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
+		defer cancel()
+	}
+	names, after, err := nodes[i].c.ScanType(sctx, from, b.String(), ListScanCount, "hash").Result()
+	switch {
+	case err != nil && l.q != nil && ctx.Err() == nil:
+		// A quorum's server that cannot be scanned is passed over: every lock that a
+		// majority holds is on another server too.
+		names, after = nil, 0
+	case err != nil:
+		l.refresh(err)
+		return nil, "", &RedisError{Op: "list", Err: fmt.Errorf("SCAN on %s: %w", nodes[i].addr, err)}
+	}
+	switch {
+	case after != 0:
+		next = nodes[i].addr + "/" + strconv.FormatUint(after, 10)
+	case i+1 < len(nodes):
+		next = nodes[i+1].addr + "/0"
+	}
+	locks, err = l.readPage(ctx, l.lockNames(names), i)
+	if err != nil {
+		return nil, "", err
+	}
+	return locks, next, nil
+}
+
+// readPage reads the locks of reqs, found on server i, and returns those held or waited
+// for: on a quorum Locker with the majority's view, and only when no server scanned
+// before i showed them.
+func (l *Locker) readPage(ctx context.Context, reqs []inspectReq, i int) ([]*LockState, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	var locks []*LockState
+	if l.q == nil {
+		for _, st := range l.readStates(ctx, l.client, reqs) {
+			if st.Err != nil {
+				return nil, &RedisError{Op: "list", Key: st.Key, Err: st.Err}
+			}
+			if listed(st) {
+				locks = append(locks, st)
+			}
+		}
+		return locks, nil
+	}
+	for k, views := range l.readQuorum(ctx, reqs) {
+		st, err := l.majority(reqs[k], views)
+		if err != nil {
+			return nil, err
+		}
+		if shownBefore(views, i) || !listed(st) && !anyListed(views) {
+			continue
+		}
+		locks = append(locks, st)
+	}
+	return locks, nil
+}
+
+// listed reports whether st shows a lock held or waited for.
+func listed(st *LockState) bool {
+	return st.Err == nil && (len(st.Holders) > 0 || len(st.Waiters) > 0 || st.WriterWaiting > 0)
+}
+
+func anyListed(views []*LockState) bool {
+	for _, v := range views {
+		if listed(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// shownBefore reports whether a quorum's lock found on server i was already returned
+// when an earlier server was scanned: one of them holds it too.
+func shownBefore(views []*LockState, i int) bool {
+	for _, v := range views[:i] {
+		if listed(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// scanNode is a server that List scans.
+type scanNode struct {
+	addr string
+	c    redis.UniversalClient
+}
+
+// scanNodes returns the servers that keep the Locker's locks, in address order: the
+// primaries of a Cluster, the shards of a Ring, the servers of a quorum, or the one
+// server of any other client.
+func (l *Locker) scanNodes(ctx context.Context) ([]scanNode, error) {
+	var nodes []scanNode
+	var mu sync.Mutex
+	add := func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		nodes = append(nodes, scanNode{addr: c.Options().Addr, c: c})
+		mu.Unlock()
+		return nil
+	}
+	switch c := l.client.(type) {
+	case *redis.ClusterClient:
+		if err := c.ForEachMaster(ctx, add); err != nil {
+			return nil, err
+		}
+	case *redis.Ring:
+		if err := c.ForEachShard(ctx, add); err != nil {
+			return nil, err
+		}
+	case *redis.Client:
+		nodes = append(nodes, scanNode{addr: c.Options().Addr, c: c})
+	case nil: // a quorum Locker
+		for j, n := range l.q.nodes {
+			nodes = append(nodes, scanNode{addr: strconv.Itoa(j), c: n.client})
+		}
+		return nodes, nil // in the order of the servers' views
+	default:
+		nodes = append(nodes, scanNode{addr: "redis", c: c})
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].addr < nodes[j].addr })
+	return nodes, nil
+}
+
+// parseCursor returns the server to scan and where to start, from a cursor of List.
+// A server that no longer serves (a Cluster changed) is replaced by the next one in
+// address order, scanned from its start.
+func parseCursor(cursor string, nodes []scanNode) (int, uint64, error) {
+	if len(nodes) == 0 {
+		return 0, 0, &RedisError{Op: "list", Err: fmt.Errorf("no server to scan")}
+	}
+	if cursor == "" {
+		return 0, 0, nil
+	}
+	j := strings.LastIndexByte(cursor, '/')
+	from, err := strconv.ParseUint(cursor[j+1:], 10, 64)
+	if j < 0 || err != nil {
+		return 0, 0, keyError(cursor, "not a cursor returned by List")
+	}
+	addr := cursor[:j]
+	for i, n := range nodes {
+		switch {
+		case n.addr == addr:
+			return i, from, nil
+		case n.addr > addr && !isIndex(addr):
+			return i, 0, nil
+		}
+	}
+	if isIndex(addr) {
+		return 0, 0, keyError(cursor, "not a cursor returned by List")
+	}
+	return len(nodes) - 1, 0, nil
+}
+
+func isIndex(s string) bool {
+	_, err := strconv.Atoi(s)
+	return err == nil
+}
+
+// lockNames returns the locks named among names, the Redis names of hashes: those whose
+// name is a lock hash of a kind, under the Locker's prefix.
+func (l *Locker) lockNames(names []string) []inspectReq {
+	var reqs []inspectReq
+	for _, name := range names {
+		rest, ok := strings.CutPrefix(name, l.cfg.prefix+"{")
+		if !ok {
+			continue
+		}
+		end := strings.IndexByte(rest, '}')
+		if end < 0 {
+			continue
+		}
+		spec := specOfSuffix(rest[end+1:])
+		if spec == nil {
+			continue
+		}
+		key := unescapeKey(rest[:end])
+		rk, err := l.redisKeys(key, spec)
+		if err != nil || rk.lock != name {
+			continue
+		}
+		reqs = append(reqs, inspectReq{key: key, spec: spec, rk: rk})
+	}
+	return reqs
+}
+
+// specOfSuffix returns the kind whose lock hash has suffix, nil for none (the other hashes
+// of a lock, such as a fair lock's queue entries).
+func specOfSuffix(suffix string) *kindSpec {
+	for _, s := range []*kindSpec{exclusiveSpec, readSpec, semaphoreSpec, fairSpec} {
+		if s.suffix == suffix {
+			return s
+		}
+	}
+	return nil
+}
+
+// unescapeKey undoes writeEscaped.
+func unescapeKey(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	return strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}").Replace(s)
+}
+
+// globEscape escapes the characters that MATCH treats as a pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
