@@ -511,7 +511,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		case r.err == nil:
 			// A grant after the majority's: part of the hold (renewed and released
 			// with the others), carrying the hold's token like them.
-			if l.raiseOn(q.nodes[r.i], h, top) == nil {
+			if l.raiseOn(context.Background(), q.nodes[r.i], h, top) == nil {
 				h.qh.carry.Or(1 << r.i)
 			}
 		}
@@ -522,7 +522,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	if outcome.Load() == attemptWon {
 		var v any
 		var err error
-		if top, v, err = l.raiseQuorum(h, nonce, grants); err == nil {
+		if top, v, err = l.raiseQuorum(ctx, h, nonce, grants); err == nil {
 			return acquireReply{v: v}
 		}
 		outcome.Store(attemptLost)
@@ -564,7 +564,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 // not be handed out. Every granting server that has not confirmed the token is told it
 // (raise.lua, which also raises its fence); the attempt fails, and is undone, when
 // fewer than a majority carry it afterwards.
-func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64, any, error) {
+func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants []quorumGrant) (int64, any, error) {
 	q := l.q
 	var top, holds int64 = 0, 1
 	confirmed, held := 0, 0
@@ -599,7 +599,7 @@ func (l *Locker) raiseQuorum(h *held, nonce string, grants []quorumGrant) (int64
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[g.i] = l.raiseOn(q.nodes[g.i], h, top)
+			errs[g.i] = l.raiseOn(ctx, q.nodes[g.i], h, top)
 		}()
 	}
 	wg.Wait()
@@ -655,13 +655,13 @@ func onlyAt(n, i int) []bool {
 }
 
 // raiseOn gives h's hold on one server the token top (raise.lua).
-func (l *Locker) raiseOn(c *conn, h *held, top int64) error {
+func (l *Locker) raiseOn(ctx context.Context, c *conn, h *held, top int64) error {
 	tokenField, _ := tokenFields(h)
 	holderField, holderValue := string(h.hk.owner), ""
 	if h.s.kind == KindWrite {
 		holderField, holderValue = "#W", string(h.hk.owner)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), min(l.cfg.releaseTimeout, h.s.ttl-h.s.driftMargin()))
+	ctx, cancel := context.WithTimeout(ctx, min(l.cfg.releaseTimeout, h.s.ttl-h.s.driftMargin()))
 	defer cancel()
 	args := []any{nil, nil, 2, h.rk.lock, h.rk.fence, strconv.FormatInt(top, 10), tokenField, holderField, holderValue, h.args.retention}
 	n, err := c.runScript(ctx, raiseScript, args, true).Int64()
@@ -676,9 +676,17 @@ func (l *Locker) raiseOn(c *conn, h *held, top int64) error {
 
 // undoQuorum undoes, aside, the attempt with nonce on the servers marked in on (all when
 // on is nil); on a closed Locker, at once.
+// An undo whose call failed without a server's answer (a timeout: the command may have
+// been dropped with its connection) is sent once more: the undo nonce makes a second
+// run a no-op.
 func (l *Locker) undoQuorum(h *held, nonce string, on []bool) {
 	l.each(on, true, func(ctx context.Context, c *conn) error {
-		return c.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
+		args := h.releaseArgs(l.newNonce(), nonce)
+		err := c.runScript(ctx, h.s.spec.release, args, true).Err()
+		if err != nil && !isServerError(err) && ctx.Err() == nil {
+			err = c.runScript(ctx, h.s.spec.release, args, true).Err()
+		}
+		return err
 	})
 }
 
