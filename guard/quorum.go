@@ -424,6 +424,9 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	q := l.q
 	n := len(q.nodes)
 	s, args := q.acquireCall(h, nonce, manner)
+	// The round's context ends when its last call returns; the write-back of a fresh
+	// hold's token runs after that, within the caller's.
+	callerCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
 	var (
 		grants  []quorumGrant
@@ -522,7 +525,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	if outcome.Load() == attemptWon {
 		var v any
 		var err error
-		if top, v, err = l.raiseQuorum(ctx, h, nonce, grants); err == nil {
+		if top, v, err = l.raiseQuorum(callerCtx, h, nonce, grants); err == nil {
 			return acquireReply{v: v}
 		}
 		outcome.Store(attemptLost)
