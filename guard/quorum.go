@@ -102,7 +102,9 @@ func (q *quorum) observe(d time.Duration) {
 //
 //   - An attempt runs on every server at once, with one nonce; it succeeds when a majority
 //     granted it within the lease's validity budget (TTL minus the time spent minus
-//     DriftMargin). Otherwise it is undone on every server that granted it or left its
+//     DriftMargin). A server silent past the reply budget counts as failed once another
+//     owner's hold contests the attempt, and past the round's patience in any case (see
+//     ReplyBudget): a paused minority does not hold contenders for their validity. Otherwise it is undone on every server that granted it or left its
 //     outcome unknown, and counts as a busy attempt — or fails with ErrUnavailable, a
 //     *QuorumError in the chain, when so many servers failed that no majority could
 //     have answered.
