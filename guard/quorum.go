@@ -825,6 +825,7 @@ func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, t
 		return true
 	}
 	pending := make([]bool, len(batch))
+	missing := make([]uint64, len(batch)) // the servers that reported the hold gone
 	for _, i := range idx {
 		pending[i] = true
 		failed[i] = make([]error, n)
@@ -844,6 +845,7 @@ func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, t
 				ok[i]++
 			default:
 				gone[i]++
+				missing[i] |= 1 << nr.i
 				failed[i][nr.i] = errNotHeld
 			}
 			if decide(i) {
@@ -853,7 +855,68 @@ func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, t
 		}
 		return open == 0
 	}
-	l.round(ctx, cancel, limits{}, call, take, nil)
+	// A server that reports the hold gone after the renewal was decided is repaired too.
+	var lateMu sync.Mutex
+	late := func(nr nodeReply) {
+		g := nr.v.(*renewGroup)
+		for k, i := range g.idx {
+			if v, err := g.cmds[k].Int64(); err == nil && v != 1 && errs[i] == nil {
+				lateMu.Lock()
+				l.repairQuorum(batch[i], nr.i)
+				lateMu.Unlock()
+			}
+		}
+	}
+	l.round(ctx, cancel, limits{}, call, take, late)
+	for _, i := range idx {
+		if errs[i] != nil {
+			continue
+		}
+		for j := range n {
+			if missing[i]&(1<<j) != 0 {
+				l.repairQuorum(batch[i], j)
+			}
+		}
+	}
+}
+
+// repairQuorum takes h's hold back, aside, on server i, which reported it gone while a
+// majority renewed it (it expired there while the server was paused or slow, or the
+// server restarted empty and its restart delay has passed): an attempt that will not
+// wait, then the hold's token written back there. The hold then counts on i again, so
+// that losing another server later does not cost the lease its majority. A lock another
+// owner took there meanwhile is left alone, and a hold released meanwhile is undone.
+func (l *Locker) repairQuorum(h *held, i int) {
+	l.background(func() {
+		if l.gone(h) || h.qh == nil {
+			return
+		}
+		c := l.q.nodes[i]
+		ctx, cancel := context.WithTimeout(context.Background(), min(l.cfg.releaseTimeout, h.s.ttl-h.s.driftMargin()))
+		defer cancel()
+		nonce := l.newNonce()
+		s, args := l.q.acquireCall(h, nonce, mannerTry)
+		_, confirmField := tokenFields(h)
+		v, err := nodeAttempt(ctx, c, s, args, h.rk.lock, confirmField)
+		if err != nil {
+			if !isServerError(err) {
+				l.undoQuorum(h, nonce, onlyAt(len(l.q.nodes), i))
+			}
+			return
+		}
+		g, err := parseGranted(v.(attemptReply).v)
+		if err != nil || !g.acquired {
+			return
+		}
+		if g.holds > 1 || l.raiseOn(ctx, c, h, h.token) != nil || l.gone(h) {
+			// A reentry (the owner took it there through another Locker meanwhile) is
+			// not this hold's to count; a failed write-back or a release leaves it.
+			l.undoQuorum(h, nonce, onlyAt(len(l.q.nodes), i))
+			return
+		}
+		h.qh.carry.Or(1 << i)
+		l.tel.repaired(h, l.q.addrs[i])
+	})
 }
 
 func countErrs(errs []error) int {

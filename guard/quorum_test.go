@@ -852,3 +852,32 @@ func TestQuorumPausedServer(t *testing.T) {
 		t.Fatalf("TryAcquire with a majority paused took %s, want about its budget %s", took, budget)
 	}
 }
+
+// TestQuorumRepair: a hold lost on one server (expired there while the server was slow,
+// or the server restarted empty) is taken back there at the lease's next renewal, with
+// the lease's token, so that losing a second server afterwards does not cost the lease
+// its majority. Without the repair, the pause below leaves one server of three holding
+// and the lease is lost at its validity deadline.
+func TestQuorumRepair(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	l := r.locker(t, guard.RestartDelay(0), guard.TTL(time.Second))
+	ctx := ctxTimeout(t, 20*time.Second)
+	le := mustAcquire(t, l, ctx, "repair")
+	defer func() { _ = le.Release(ctx) }()
+	c0 := r.servers[0].Client(t)
+	defer c0.Close()
+	if err := c0.Del(ctx, lockName("repair")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	token := strconv.FormatInt(le.Token(), 10)
+	waitUntil(t, 3*time.Second, "the hold taken back on the server that lost it", func() bool {
+		return c0.HGet(ctx, lockName("repair"), "#t").Val() == token &&
+			c0.HGet(ctx, lockName("repair"), string(le.Owner())).Val() == "1"
+	})
+	r.servers[1].Pause(t)
+	time.Sleep(2500 * time.Millisecond) // 2.5 TTLs on servers 0 and 2 alone
+	r.servers[1].Resume(t)
+	if err := le.Err(); err != nil {
+		t.Fatalf("lease after a second server paused past the TTL: %v, want it held on the repaired server and the third", err)
+	}
+}

@@ -331,6 +331,13 @@ func (t *telemetry) renewed(h *held, outcome string, err error) {
 	}
 }
 
+// repaired records a quorum hold taken back on a server that had lost it, as a span event
+// of the lease (see Locker.repairQuorum).
+func (t *telemetry) repaired(h *held, server string) {
+	h.tel.span.AddEvent("guard.hold_repaired", trace.WithAttributes(
+		AttrLockName.String(h.tel.name), attribute.String("guard.server", server)))
+}
+
 // releasedLate records a release that found the lock already expired.
 func (t *telemetry) releasedLate(h *held) {
 	h.tel.span.AddEvent("guard.released_late", trace.WithAttributes(
