@@ -44,6 +44,8 @@ type config struct {
 	// AutoPipeline gives each Locker its client's auto-pipelining face
 	// (client.AutoPipeline()) instead of the client.
 	AutoPipeline bool `json:"auto_pipeline,omitempty"`
+	// FenceRetention, when set, is the Lockers' guard.FenceRetention.
+	FenceRetention time.Duration `json:"fence_retention,omitempty"`
 }
 
 // newLocker builds a Locker with c's options on client, or on its auto-pipelining face
@@ -71,6 +73,9 @@ func (c config) lockerOpts() []guard.Option {
 	}
 	if c.SyncReplicas > 0 {
 		opts = append(opts, guard.SyncReplicas(c.SyncReplicas, c.SyncTimeout))
+	}
+	if c.FenceRetention > 0 {
+		opts = append(opts, guard.FenceRetention(c.FenceRetention))
 	}
 	return opts
 }
@@ -130,6 +135,9 @@ type load struct {
 	// Readers and permit holders read the fenced register but do not write it.
 	Kind    string `json:"kind,omitempty"`
 	Permits int    `json:"permits,omitempty"`
+	// Distinct gives every section a key of its own (Keys[0], the worker and the section's
+	// number), as keys made from request ids are: nothing may pile up in Redis for them.
+	Distinct bool `json:"distinct,omitempty"`
 }
 
 // kindOf draws the kind of one section: its options and whether it writes the register.
@@ -218,6 +226,9 @@ func (w *worker) run(ctx context.Context) {
 func (w *worker) section(ctx context.Context) bool {
 	key := w.load.Keys[w.rng.IntN(len(w.load.Keys))]
 	w.seq++
+	if w.load.Distinct {
+		key += ":" + w.id + ":" + strconv.Itoa(w.seq)
+	}
 	label := w.id + "/" + strconv.Itoa(w.seq)
 
 	// Read before acquiring, so that data lost during the Acquire call itself shows.

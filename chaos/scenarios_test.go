@@ -59,6 +59,7 @@ var scenarios = []scenario{
 	{name: "contention baseline", smoke: true, run: baseline},
 	{name: "redis paused < TTL", run: pausedShort},
 	{name: "redis paused > TTL", smoke: true, run: pausedLong},
+	{name: "distinct keys, redis paused > TTL", run: distinctKeys},
 	{name: "holder process paused > TTL (fenced)", smoke: true, run: holderPaused},
 	{name: "latency above read timeout", smoke: true, run: latency},
 	{name: "partition (black hole) > TTL", run: partition},
@@ -263,6 +264,62 @@ func pausedShort(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 
 func pausedLong(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	return pausedFor(t, sc, 2*baseConfig().TTL)
+}
+
+// distinctKeys gives every section a key of its own (keys made from request ids), with
+// nested reentry, while Redis is paused past the TTL now and then; once the Lockers are
+// closed and the fence retention has passed, nothing may be left in Redis: memory follows
+// what is held, not every key ever locked. The row notes the keys and the memory.
+func distinctKeys(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+	cfg := sc.tune(baseConfig())
+	cfg.FenceRetention = time.Second
+	w := newWorld(t, cfg)
+	w.addNode("a", false)
+	w.addNode("b", false)
+	ctx := context.Background()
+	memory := func() int64 {
+		v, _ := w.lock.Client(w.tb).Info(ctx, "memory").Result()
+		for _, line := range strings.Split(v, "\r\n") {
+			if n, ok := strings.CutPrefix(line, "used_memory:"); ok {
+				b, _ := strconv.ParseInt(n, 10, 64)
+				return b
+			}
+		}
+		return 0
+	}
+	before := memory()
+	stop := w.run(load{Keys: []string{"d"}, Distinct: true, Workers: sc.workers,
+		AcquireMin: 100 * time.Millisecond, AcquireMax: 500 * time.Millisecond,
+		HoldMin: 0, HoldMax: 5 * time.Millisecond, Nested: true})
+	d := 2 * cfg.TTL
+	n := w.faultLoop(sc.run, d+2*time.Second, func(int) {
+		w.fault("SIGSTOP redis", func() {
+			w.lock.Pause(w.tb)
+			time.Sleep(d)
+			w.lock.Resume(w.tb)
+		})
+	})
+	stop()
+	for _, nd := range w.nodes {
+		_ = nd.locker.Close()
+	}
+	keys := map[string]bool{}
+	for _, s := range w.hist.Sections() {
+		keys[s.Key] = true
+	}
+	// Every lock ends within its TTL, its fence record a retention after its release;
+	// a wait queue lives 3 TTLs after its last waiter queued.
+	time.Sleep(3*cfg.TTL + cfg.FenceRetention + time.Second)
+	left, err := w.lock.Client(w.tb).DBSize(ctx).Result()
+	if err != nil {
+		w.fatalf(setup, "", 0, "DBSIZE at the end: %v", err)
+	}
+	if left > 0 {
+		w.failf(chaos.I3, "", 0, "%d keys left in Redis after %d distinct keys were locked and released, 3 TTLs and the fence retention after the Lockers closed", left, len(keys))
+	}
+	row, vs := w.finish("", fmt.Sprintf("%d distinct keys, %d× SIGSTOP redis %s (TTL %s, FenceRetention %s)", len(keys), n, d, cfg.TTL, cfg.FenceRetention), sc.slack)
+	addNote(&row, fmt.Sprintf("%d distinct keys locked and released: DBSIZE %d and used_memory %+d B a retention after the end", len(keys), left, memory()-before))
+	return row, vs
 }
 
 // holderPaused stops a worker process with SIGSTOP between the read and the write of its
