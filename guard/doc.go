@@ -225,8 +225,10 @@
 // whole wait; its attributes are the lock name (the Name option, else the key template,
 // else "unnamed"), the key (unless RedactKeys), the owner, the attempts made, the outcome
 // (acquired, busy, timeout, canceled, error), reentrancy and the fencing token. A lease
-// held under a span adds events to it: guard.renewal_failed, guard.lease_lost and
-// guard.released_late. No span covers the held section: the caller's own span does. While
+// held under a span adds events to it: guard.renewal_failed, guard.lease_lost,
+// guard.released_late, and guard.released when the lock is released (its name, fencing
+// token and the seconds held). No span covers the held section: the caller's own span
+// does; the acquire span's end and the guard.released event bound it. While
 // the tracer provider is a no-op (OpenTelemetry's default global one, until the
 // application installs a real one), no span is started at all.
 //

@@ -34,6 +34,7 @@ const (
 	AttrReentrant   = attribute.Key("guard.reentrant")     // the owner already held the lock
 	AttrToken       = attribute.Key("guard.fencing_token") // the lease's fencing token
 	AttrWaitSeconds = attribute.Key("guard.wait.seconds")  // time spent acquiring
+	AttrHoldSeconds = attribute.Key("guard.hold.seconds")  // time held, on the guard.released event
 )
 
 // Outcomes of an acquisition, as recorded in AttrOutcome.
@@ -309,16 +310,25 @@ func (t *telemetry) held(ctx context.Context, name string, kind Kind) heldTeleme
 // noSpan is the span of acquisitions made without tracing: it records nothing.
 var noSpan = trace.SpanFromContext(context.Background())
 
-// ended records the end of a held lease, lost or released.
+// ended records the end of a held lease, lost or released: a released one is a
+// guard.released event on the acquirer's span, with the lock name, the fencing token and
+// the time held, so that a trace shows when each hold ended.
 func (t *telemetry) ended(h *held, lost *LeaseLostError) {
 	ctx := context.Background()
 	ht := h.tel
 	t.active.Add(ctx, -1, t.set(ht.name, ht.kind, "", -1).add...)
-	t.hold.Record(ctx, time.Since(h.acquired).Seconds(), t.set(ht.name, ht.kind, "", -1).rec...)
+	held := time.Since(h.acquired)
+	t.hold.Record(ctx, held.Seconds(), t.set(ht.name, ht.kind, "", -1).rec...)
 	if lost != nil {
 		t.lost.Add(ctx, 1, t.set(ht.name, ht.kind, "", -1).add...)
 		ht.span.AddEvent("guard.lease_lost", trace.WithAttributes(
 			AttrLockName.String(ht.name), attribute.String("guard.reason", lost.Reason)))
+		return
+	}
+	if ht.span.IsRecording() {
+		ht.span.AddEvent("guard.released", trace.WithAttributes(
+			AttrLockName.String(ht.name), AttrToken.Int64(h.token),
+			AttrHoldSeconds.Float64(held.Seconds())))
 	}
 }
 

@@ -258,6 +258,49 @@ func TestTelemetryLeaseLost(t *testing.T) {
 	}
 }
 
+// TestTelemetryReleasedEvent: the release of a lease is a guard.released event on the
+// caller's span, with the lock name, the lease's fencing token and the time held; a
+// reentrant hold's release adds none, the last release of the lock does.
+func TestTelemetryReleasedEvent(t *testing.T) {
+	srv := redistest.Start(t)
+	rig := newOtelRig(t)
+	l, _ := newLocker(t, srv, rig.options()...)
+	ctx, span := rig.tp.Tracer("test").Start(ctxTimeout(t, 5*time.Second), "job")
+	le := mustAcquire(t, l, ctx, "released", guard.Name("jobs"))
+	inner := mustAcquire(t, l, le.Context(), "released", guard.Name("jobs"))
+	if !inner.Reentrant() {
+		t.Fatal("the nested acquisition did not reenter")
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := le.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+
+	var events []sdktrace.Event
+	for _, s := range rig.spans.Ended() {
+		if s.Name() == "job" {
+			events = append(events, s.Events()...)
+		}
+	}
+	if len(events) != 1 || events[0].Name != "guard.released" {
+		t.Fatalf("events on the caller's span = %+v, want one guard.released", events)
+	}
+	attrs := attribute.NewSet(events[0].Attributes...)
+	if v, _ := attrs.Value(guard.AttrLockName); v.AsString() != "jobs" {
+		t.Errorf("lock name = %q, want jobs", v.AsString())
+	}
+	if v, _ := attrs.Value(guard.AttrToken); v.AsInt64() != le.Token() {
+		t.Errorf("token = %d, want the lease's %d", v.AsInt64(), le.Token())
+	}
+	if v, ok := attrs.Value(guard.AttrHoldSeconds); !ok || v.AsFloat64() < 0.02 || v.AsFloat64() > 5 {
+		t.Errorf("hold seconds = %v (%v), want at least the 20 ms slept", v.AsFloat64(), ok)
+	}
+}
+
 // TestGlobalTracerInstalledAfterNew: a Locker made while OpenTelemetry's global tracer
 // provider is still its default starts no spans, but records them once the application
 // installs a real provider, even after New. (It leaves a no-op global provider behind.)
