@@ -11,65 +11,126 @@ import (
 	"github.com/guardkit/guardkit/guard"
 )
 
-// spanCheck passes spans on to an exporter and counts guard's acquisitions.
+// spanCheck keeps the spans it is given, for the span tree and the program's check, and
+// passes them on to an exporter when it has one.
 type spanCheck struct {
-	sdktrace.SpanExporter
-	mu                  sync.Mutex
-	acquired, reentrant int
+	next  sdktrace.SpanExporter // nil: the spans are only kept
+	mu    sync.Mutex
+	spans []sdktrace.ReadOnlySpan
 }
 
 // ExportSpans implements sdktrace.SpanExporter.
 func (c *spanCheck) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
 	c.mu.Lock()
-	for _, s := range spans {
+	c.spans = append(c.spans, spans...)
+	c.mu.Unlock()
+	if c.next == nil {
+		return nil
+	}
+	return c.next.ExportSpans(ctx, spans)
+}
+
+// Shutdown implements sdktrace.SpanExporter.
+func (c *spanCheck) Shutdown(ctx context.Context) error {
+	if c.next == nil {
+		return nil
+	}
+	return c.next.Shutdown(ctx)
+}
+
+// all returns the spans kept so far.
+func (c *spanCheck) all() []sdktrace.ReadOnlySpan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]sdktrace.ReadOnlySpan(nil), c.spans...)
+}
+
+// counts returns the guard.acquire spans that acquired, and how many of them reentered.
+func (c *spanCheck) counts() (acquired, reentrant int) {
+	for _, s := range c.all() {
 		if s.Name() != "guard.acquire" {
 			continue
 		}
 		for _, kv := range s.Attributes() {
 			switch {
 			case kv.Key == guard.AttrOutcome && kv.Value.AsString() == guard.OutcomeAcquired:
-				c.acquired++
+				acquired++
 			case kv.Key == guard.AttrReentrant && kv.Value.AsBool():
-				c.reentrant++
+				reentrant++
 			}
 		}
 	}
-	c.mu.Unlock()
-	return c.SpanExporter.ExportSpans(ctx, spans)
+	return acquired, reentrant
 }
 
-func (c *spanCheck) counts() (acquired, reentrant int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.acquired, c.reentrant
-}
-
-// metricCheck passes metrics on to an exporter and notes the names of guard's.
+// metricCheck keeps guard's metrics from the last export and passes every export on to
+// an exporter when it has one; without one it stands for it (temporality, aggregation).
 type metricCheck struct {
 	sdkmetric.Exporter
 	mu   sync.Mutex
-	seen map[string]bool
+	last []metricdata.Metrics
 }
 
 // Export implements sdkmetric.Exporter.
 func (c *metricCheck) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
 	c.mu.Lock()
-	if c.seen == nil {
-		c.seen = map[string]bool{}
-	}
 	for _, sm := range rm.ScopeMetrics {
 		if sm.Scope.Name == guard.ScopeName {
-			for _, m := range sm.Metrics {
-				c.seen[m.Name] = true
-			}
+			c.last = append([]metricdata.Metrics(nil), sm.Metrics...)
 		}
 	}
 	c.mu.Unlock()
+	if c.Exporter == nil {
+		return nil
+	}
 	return c.Exporter.Export(ctx, rm)
 }
 
-func (c *metricCheck) saw(name string) bool {
+// Temporality implements sdkmetric.Exporter: cumulative, as the stdout exporter's default.
+func (c *metricCheck) Temporality(k sdkmetric.InstrumentKind) metricdata.Temporality {
+	if c.Exporter == nil {
+		return sdkmetric.DefaultTemporalitySelector(k)
+	}
+	return c.Exporter.Temporality(k)
+}
+
+// Aggregation implements sdkmetric.Exporter.
+func (c *metricCheck) Aggregation(k sdkmetric.InstrumentKind) sdkmetric.Aggregation {
+	if c.Exporter == nil {
+		return sdkmetric.DefaultAggregationSelector(k)
+	}
+	return c.Exporter.Aggregation(k)
+}
+
+// ForceFlush implements sdkmetric.Exporter.
+func (c *metricCheck) ForceFlush(ctx context.Context) error {
+	if c.Exporter == nil {
+		return nil
+	}
+	return c.Exporter.ForceFlush(ctx)
+}
+
+// Shutdown implements sdkmetric.Exporter.
+func (c *metricCheck) Shutdown(ctx context.Context) error {
+	if c.Exporter == nil {
+		return nil
+	}
+	return c.Exporter.Shutdown(ctx)
+}
+
+// metrics returns guard's metrics from the last export.
+func (c *metricCheck) metrics() []metricdata.Metrics {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.seen[name]
+	return c.last
+}
+
+// saw reports whether guard's metric name was exported.
+func (c *metricCheck) saw(name string) bool {
+	for _, m := range c.metrics() {
+		if m.Name == name {
+			return true
+		}
+	}
+	return false
 }

@@ -1,14 +1,20 @@
 // Command tracing runs the service example's shop with OpenTelemetry: every lock
 // acquisition is a guard.acquire span (lock name, key, outcome, attempts, reentrancy,
-// fencing token, wait) under the caller's span, and guard's metrics (wait and hold time,
-// acquisitions by outcome, renewals, lost leases) are exported when the program ends.
-// Both go to stdout as JSON, one span or one metrics export per line, through
-// OpenTelemetry's stdout exporters; a real service would use OTLP exporters instead.
+// fencing token, wait) under the caller's span, every release a guard.released event on
+// it, and guard's metrics (wait and hold time, acquisitions by outcome, renewals, lost
+// leases) are exported when the program ends.
 //
-//	go run ./examples/tracing                           # embedded Redis
+// By default it prints each request as a tree: the request, the wait for each lock (its
+// outcome and attempts), the hold that follows (its fencing token), what ran under the
+// hold — other locks, a nested reentry — and the release, each with its start after the
+// request's and its duration; then a line per metric. With -json it prints the spans and
+// metrics as OpenTelemetry's stdout exporters write them instead, one JSON object per
+// line; a real service would use OTLP exporters.
+//
+//	go run ./examples/tracing                           # embedded Redis, span trees
 //	REDIS_ADDR=localhost:6379 go run ./examples/tracing # a real one
-//	go run ./examples/tracing -pretty                   # indented JSON
-//	go run ./examples/tracing | grep '^{"Name":"guard.acquire"' | jq -c '.Attributes | map({(.Key): .Value.Value}) | add'
+//	go run ./examples/tracing -json                     # raw JSON (-pretty indents it)
+//	go run ./examples/tracing -json | grep '^{"Name":"guard.acquire"' | jq -c '.Attributes | map({(.Key): .Value.Value}) | add'
 package main
 
 import (
@@ -16,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"sync"
@@ -35,39 +42,47 @@ import (
 
 func main() {
 	redisAddr := flag.String("redis", "", "Redis address (default $"+embedded.EnvAddr+", else an embedded Redis)")
-	pretty := flag.Bool("pretty", false, "indent the JSON of spans and metrics")
+	raw := flag.Bool("json", false, "print spans and metrics as JSON, one object per line, instead of span trees")
+	pretty := flag.Bool("pretty", false, "with -json, indent the JSON")
 	flag.Parse()
-	log.SetFlags(0)
-	log.SetOutput(os.Stdout) // spans and metrics go to stdout too: one stream, in order
-	if err := run(*redisAddr, *pretty); err != nil {
-		log.Print(err)
+	// Spans, metrics and log lines go to stdout: one stream, in order.
+	if err := run(os.Stdout, *redisAddr, output{json: *raw || *pretty, pretty: *pretty}); err != nil {
+		fmt.Println(err)
 		os.Exit(1)
 	}
 }
 
-func run(redisAddr string, pretty bool) error {
-	rdb, err := embedded.Open(redisAddr, log.Default())
+// output says how run prints spans and metrics.
+type output struct {
+	json   bool // OpenTelemetry's stdout exporters' JSON instead of trees
+	pretty bool // indented JSON
+}
+
+func run(w io.Writer, redisAddr string, out output) error {
+	logger := log.New(w, "", 0)
+	rdb, err := embedded.Open(redisAddr, logger)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
 
-	traceOpts := []stdouttrace.Option{stdouttrace.WithWriter(os.Stdout)}
-	metricOpts := []stdoutmetric.Option{stdoutmetric.WithWriter(os.Stdout)}
-	if pretty {
-		traceOpts = append(traceOpts, stdouttrace.WithPrettyPrint())
-		metricOpts = append(metricOpts, stdoutmetric.WithPrettyPrint())
+	// The checks keep what is exported, for the trees and for this program to verify its
+	// own output; with -json they pass it on to the stdout exporters.
+	spans, metrics := &spanCheck{}, &metricCheck{}
+	if out.json {
+		traceOpts := []stdouttrace.Option{stdouttrace.WithWriter(w)}
+		metricOpts := []stdoutmetric.Option{stdoutmetric.WithWriter(w)}
+		if out.pretty {
+			traceOpts = append(traceOpts, stdouttrace.WithPrettyPrint())
+			metricOpts = append(metricOpts, stdoutmetric.WithPrettyPrint())
+		}
+		if spans.next, err = stdouttrace.New(traceOpts...); err != nil {
+			return err
+		}
+		if metrics.Exporter, err = stdoutmetric.New(metricOpts...); err != nil {
+			return err
+		}
 	}
-	spanOut, err := stdouttrace.New(traceOpts...)
-	if err != nil {
-		return err
-	}
-	metricOut, err := stdoutmetric.New(metricOpts...)
-	if err != nil {
-		return err
-	}
-	// The checks count what is exported, for this program to verify its own output.
-	spans, metrics := &spanCheck{SpanExporter: spanOut}, &metricCheck{Exporter: metricOut}
 
 	res := resource.NewSchemaless(attribute.String("service.name", "shop"))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithResource(res))
@@ -87,7 +102,7 @@ func run(redisAddr string, pretty bool) error {
 		return err
 	}
 	run := embedded.RunID()
-	log.Printf("%d orders of 1 × %s, each submitted twice at once; %d in stock", orders, sku, stock)
+	logger.Printf("%d orders of 1 × %s, each submitted twice at once; %d in stock", orders, sku, stock)
 	tracer := tp.Tracer("github.com/guardkit/guardkit/examples/tracing")
 	var wg sync.WaitGroup
 	for i := range 2 * orders {
@@ -113,19 +128,25 @@ func run(redisAddr string, pretty bool) error {
 	}
 	wg.Wait()
 
-	log.Print("metrics:")
+	if !out.json {
+		printTrees(w, spanTrees(spans.all()))
+	}
+	logger.Print("metrics:")
 	if err := mp.Shutdown(ctx); err != nil { // exports the metrics one last time
 		return err
 	}
 	if err := tp.Shutdown(ctx); err != nil {
 		return err
 	}
-	return check(spans, metrics, orders, stock)
+	if !out.json {
+		printMetrics(w, metrics.metrics())
+	}
+	return check(logger, spans, metrics, orders, stock)
 }
 
 // check verifies that the telemetry shows what happened: every paid order's Pay
 // reentered the order lock, and the wait histogram was exported.
-func check(spans *spanCheck, metrics *metricCheck, orders, stock int) error {
+func check(logger *log.Logger, spans *spanCheck, metrics *metricCheck, orders, stock int) error {
 	acquired, reentrant := spans.counts()
 	paid := stock
 	want := 2*orders + // every submission locks its order
@@ -138,6 +159,6 @@ func check(spans *spanCheck, metrics *metricCheck, orders, stock int) error {
 	if !metrics.saw("guard.lock.wait.duration") || !metrics.saw("guard.lock.acquisitions") {
 		return fmt.Errorf("tracing: guard's wait and acquisition metrics were not exported")
 	}
-	log.Printf("ok: %d acquisitions traced, %d of them reentrant; wait and acquisition metrics exported", acquired, reentrant)
+	logger.Printf("ok: %d acquisitions traced, %d of them reentrant; wait and acquisition metrics exported", acquired, reentrant)
 	return nil
 }
