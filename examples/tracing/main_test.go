@@ -88,7 +88,7 @@ func TestSpanTree(t *testing.T) {
 	}
 
 	want := map[string]string{
-		"paid": "checkout(wait order, hold order(wait sku, hold sku(release sku), reentry order, release order))",
+		"paid":         "checkout(wait order, hold order(wait sku, hold sku(release sku), reentry order, release order))",
 		"out of stock": "checkout(wait order, hold order(wait sku, hold sku(release sku), release order))",
 		"already paid": "checkout(wait order, hold order(release order))",
 	}
