@@ -88,9 +88,9 @@ demo:
 	@echo "building and running examples/demo"
 	$(GO) run ./examples/demo
 
-## bench-compare: guardkit side by side with other Go lock libraries on one redis-server (bench/, its own module); writes bench/RESULTS.md and the summary in docs/PERFORMANCE.md.
+## bench-compare: guardkit side by side with other Go lock libraries on one redis-server (bench/, its own module); writes bench/RESULTS.md, its SVG charts in bench/charts and the summary in docs/PERFORMANCE.md.
 bench-compare: redis-server
-	cd bench && $(GO) run . -out RESULTS.md -json results.jsonl -readme ../docs/PERFORMANCE.md
+	cd bench && $(GO) run . -out RESULTS.md -json results.jsonl -charts charts -readme ../docs/PERFORMANCE.md
 
 .PHONY: chaos chaos-single chaos-kinds chaos-deploy chaos-quorum
 ## chaos: the fault and abuse suite on real redis-server processes, its four groups in

@@ -64,6 +64,7 @@ var clusterContended = []struct {
 type options struct {
 	out, jsonOut, analysis, cpuprofile string
 	memprofile, readme                 string
+	charts, from                       string
 	reps                               int
 	quick                              bool
 	scenarios, libs                    []string
@@ -78,6 +79,8 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	flag.StringVar(&o.readme, "readme", "", "replace the text between the bench-compare markers of this file with a summary")
+	flag.StringVar(&o.charts, "charts", "", "draw the headline comparisons as SVG charts in this directory, shown by the -out report")
+	flag.StringVar(&o.from, "from", "", "with -charts: draw the charts from the medians of this JSON lines file (written by -json) and run nothing")
 	flag.IntVar(&o.reps, "reps", 3, "repetitions of every cell")
 	flag.BoolVar(&o.quick, "quick", false, "tiny durations, for trying the harness")
 	flag.StringVar(&scen, "scenario", strings.Join(scenarioOrder, ","), "scenarios to run")
@@ -94,6 +97,17 @@ func main() {
 }
 
 func run(o options) error {
+	if o.from != "" {
+		if o.charts == "" {
+			return fmt.Errorf("-from draws charts: give -charts too")
+		}
+		sums, err := readMedians(o.from)
+		if err != nil {
+			return err
+		}
+		rep := report{o: o, sums: sums}
+		return rep.writeCharts(o.charts)
+	}
 	d := durations{warm: 150 * time.Millisecond, uncontended: 500 * time.Millisecond,
 		contended: 700 * time.Millisecond, reentrant: 200 * time.Millisecond,
 		manyWindow: 2 * time.Second, manyTTL: 3 * time.Second}
@@ -334,6 +348,11 @@ func run(o options) error {
 	rep := report{o: o, d: d, e: e, started: started, commit: commit, elapsed: time.Since(started), sums: sums, variants: all, manyN: manyN, deployErrs: deployErrs}
 	md := rep.markdown()
 	fmt.Print(md)
+	if o.charts != "" {
+		if err := rep.writeCharts(o.charts); err != nil {
+			return err
+		}
+	}
 	if o.out != "" {
 		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
 			return err

@@ -142,6 +142,9 @@ func (r *report) markdown() string {
 	b.WriteString("# guardkit: comparative benchmarks\n\n")
 	fmt.Fprintf(&b, "Produced by one run of `make bench-compare` (`cd bench && go run . %s`) on %s, in %s.\n\n",
 		strings.Join(os.Args[1:], " "), r.started.UTC().Format("2006-01-02 15:04 MST"), r.elapsed.Round(time.Second))
+	if r.o.charts != "" {
+		b.WriteString(r.chartsMarkdown(r.o.charts))
+	}
 	r.machine(&b)
 	r.method(&b)
 	r.addCeilingRatio()
