@@ -40,6 +40,7 @@ type Option func(*config)
 
 type config struct {
 	args []string
+	tls  bool
 }
 
 // ownedArgs are the redis-server arguments the harness sets itself; letting
@@ -57,6 +58,17 @@ func Args(extra ...string) Option {
 	return func(c *config) { c.args = append(c.args, extra...) }
 }
 
+// TLS makes the server also listen for TLS on a second loopback port ([Server.TLSAddr]),
+// with the given certificate, key and CA files (PEM); clients connecting there must
+// present a certificate the CA signed. The plain port stays open, for the harness's own
+// readiness check and for tests that write with a plain client. Default: no TLS port.
+func TLS(cert, key, ca string) Option {
+	return func(c *config) {
+		c.tls = true
+		c.args = append(c.args, "--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca, "--tls-auth-clients", "yes")
+	}
+}
+
 // Server is one redis-server process on a fixed loopback address. The address
 // survives [Server.Restart]; the process and its dataset do not.
 type Server struct {
@@ -70,6 +82,9 @@ type Server struct {
 	// once like port and kept across restarts.
 	bus     bool
 	busPort int
+	// tls asks for a TLS port (--tls-port), picked once like port.
+	tls     bool
+	tlsPort int
 
 	mu     sync.Mutex
 	runs   int
@@ -132,7 +147,7 @@ func newServer(base string, opts []Option) (*Server, error) {
 	if err := checkArgs("Args", cfg.args, ownedArgs); err != nil {
 		return nil, err
 	}
-	return &Server{bin: bin, base: base, extra: cfg.args}, nil
+	return &Server{bin: bin, base: base, extra: cfg.args, tls: cfg.tls}, nil
 }
 
 // checkArgs fails when args names one of the arguments in owned; option is
@@ -164,6 +179,11 @@ func (s *Server) start() error {
 				return fmt.Errorf("redistest: find a free port: %w", err)
 			}
 		}
+		for s.tls && (s.tlsPort == 0 || s.tlsPort == s.port || s.tlsPort == s.busPort) {
+			if s.tlsPort, err = freePort(); err != nil {
+				return fmt.Errorf("redistest: find a free port: %w", err)
+			}
+		}
 		err = s.launch()
 		if err == nil {
 			return nil
@@ -173,6 +193,9 @@ func (s *Server) start() error {
 		}
 		if s.bus {
 			s.busPort = 0
+		}
+		if s.tls {
+			s.tlsPort = 0
 		}
 	}
 }
@@ -191,6 +214,15 @@ func StartN(tb testing.TB, n int, opts ...Option) []*Server {
 // across restarts.
 func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// TLSAddr returns the address of the server's TLS port, "127.0.0.1:port", for a server
+// started with [TLS]; "" otherwise.
+func (s *Server) TLSAddr() string {
+	if s.tlsPort == 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))
 }
 
 // String returns the server's address, so that logs and failure messages
@@ -408,6 +440,9 @@ func (s *Server) launch() error {
 	)
 	if s.busPort != 0 {
 		args = append(args, "--cluster-port", strconv.Itoa(s.busPort))
+	}
+	if s.tlsPort != 0 {
+		args = append(args, "--tls-port", strconv.Itoa(s.tlsPort))
 	}
 	args = append(args, s.extra...)
 	cmd := exec.Command(s.bin, args...)
