@@ -355,8 +355,8 @@ func RestartDelay(d time.Duration) Option {
 // counts as failed for that attempt. Two contenders that split the live servers' votes
 // while one server is paused then undo and try again at once instead of waiting for it
 // until their lease's validity runs out, and TryAcquire answers within the budget. A
-// round that nothing contests waits longer for a silent server, its patience: 8 budgets,
-// at least 1s, at most a tenth of the TTL (never less than the budget). Past it a
+// round that nothing contests waits longer for a silent server, its patience: 8 budgets
+// and at least 1s, within the lease's validity (TTL minus DriftMargin). Past it a
 // majority silent fails the attempt with ErrUnavailable (which a waiter with budget left
 // waits out: see WaitOutages), and a release stops waiting for the servers that carry
 // the hold beyond a majority. A reply that comes later is still used: a grant is undone,

@@ -65,11 +65,12 @@ func (q *quorum) budget(ttl time.Duration) time.Duration {
 }
 
 // patience returns how long a round waits for silent servers when the replies in hand
-// do not contest it (see ReplyBudget): 8 budgets, at least a second, at most a tenth of
-// the TTL, and never less than the budget.
-func (q *quorum) patience(ttl time.Duration) time.Duration {
-	b := q.budget(ttl)
-	return max(min(max(budgetTrips*b, time.Second), ttl/10), b)
+// do not contest it (see ReplyBudget): 8 budgets and at least a second, within the
+// lease's validity budget (TTL minus DriftMargin) — a loaded machine whose replies all
+// come late is slow, not down.
+func (q *quorum) patience(s *settings) time.Duration {
+	b := q.budget(s.ttl)
+	return max(min(max(budgetTrips*b, time.Second), s.ttl-s.driftMargin()), b)
 }
 
 // limits bounds a round's wait for silent servers: past budget when contested reports
@@ -282,6 +283,7 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limit
 	var (
 		mu       sync.Mutex
 		decided  bool
+		overdue  bool // past the budget: a contested round gives up on its silent servers
 		left     = len(nodes)
 		answered = make([]bool, len(nodes))
 		finished = make(chan struct{})
@@ -296,6 +298,21 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limit
 		decided = take(r)
 		return decided
 	}
+	// giveUp hands the servers still silent to take as failed, when the round is past
+	// its patience (all) or past its budget and contested; mu is held. It reports
+	// whether the round just ended.
+	giveUp := func(all bool) bool {
+		if decided || !all && !(overdue && lim.contested != nil && lim.contested()) {
+			return false
+		}
+		ended := false
+		for i := range nodes {
+			if !answered[i] && !decided {
+				ended = decide(nodeReply{i: i, err: errSilent})
+			}
+		}
+		return ended
+	}
 	one := func(i int) {
 		v, err := call(ctx, nodes[i])
 		if err == nil {
@@ -304,7 +321,7 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limit
 		r := nodeReply{i: i, v: v, err: err}
 		mu.Lock()
 		was := answered[i] || decided
-		ended := decide(r)
+		ended := decide(r) || giveUp(false)
 		left--
 		last := left == 0
 		if last && !was && !ended && !decided {
@@ -330,17 +347,12 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limit
 		<-finished
 		return
 	}
-	// giveUp hands the servers still silent to take as failed, if contested allows it.
-	giveUp := func(contested func() bool) bool {
+	// timeUp marks the round past its budget (or its patience, all set) and gives up
+	// what that allows.
+	timeUp := func(all bool) bool {
 		mu.Lock()
-		ended := false
-		if !decided && (contested == nil || contested()) {
-			for i := range nodes {
-				if !answered[i] && !decided {
-					ended = decide(nodeReply{i: i, err: errSilent})
-				}
-			}
-		}
+		overdue = true
+		ended := giveUp(all)
 		mu.Unlock()
 		if ended {
 			close(finished)
@@ -356,7 +368,7 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limit
 			return
 		case <-t.C:
 		}
-		if giveUp(lim.contested) {
+		if timeUp(false) {
 			<-finished
 			return
 		}
@@ -367,7 +379,7 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limit
 	select {
 	case <-finished:
 	case <-t.C:
-		giveUp(nil)
+		timeUp(true)
 		<-finished
 	}
 }
@@ -522,7 +534,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		}
 	}
 	contested := func() bool { return busy > 0 || refused }
-	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s.ttl), contested}, call, take, late)
+	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s), contested}, call, take, late)
 
 	if outcome.Load() == attemptWon {
 		var v any
@@ -748,7 +760,7 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 		d = time.Now().Add(l.cfg.releaseTimeout)
 	}
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
-	l.round(rctx, cancel, limits{patience: q.patience(h.s.ttl)}, call, take, resend)
+	l.round(rctx, cancel, limits{patience: q.patience(h.s)}, call, take, resend)
 	if ok < q.need {
 		return 0, &QuorumError{Op: "release", Need: q.need, Addrs: q.addrs, Errs: errs}
 	}

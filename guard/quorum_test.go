@@ -762,7 +762,7 @@ func TestQuorumReentryWhileConfirmationInFlight(t *testing.T) {
 // within its reply budget (not after its lease's validity, as it did) and leaves nothing
 // granted on the live servers. Lockers that contend for the key keep getting it while
 // the server is paused, and a majority paused fails an attempt with ErrUnavailable
-// within the budget.
+// after the round's patience (1s here), not the lease's validity.
 func TestQuorumPausedServer(t *testing.T) {
 	r := startQuorum(t, 3, false)
 	const budget = 50 * time.Millisecond
@@ -848,8 +848,8 @@ func TestQuorumPausedServer(t *testing.T) {
 	if !errors.Is(err, guard.ErrUnavailable) {
 		t.Fatalf("TryAcquire with a majority paused: %v, want ErrUnavailable", err)
 	}
-	if took > time.Second {
-		t.Fatalf("TryAcquire with a majority paused took %s, want about its budget %s", took, budget)
+	if took > 1500*time.Millisecond {
+		t.Fatalf("TryAcquire with a majority paused took %s, want about its patience (1s)", took)
 	}
 }
 
