@@ -408,9 +408,19 @@ func TestQuorumLossAnnounced(t *testing.T) {
 		r := startQuorum(t, 3, false)
 		l := r.locker(t, guard.TTL(3*time.Second), guard.RestartDelay(0))
 		le := mustAcquire(t, l, ctxTimeout(t, 10*time.Second), "loss")
-		for _, s := range r.servers[:2] {
-			c := s.Client(t)
-			_ = c.Del(context.Background(), lockName("loss")).Err()
+		// Both at once: a renewal between two deletions would find the hold gone on one
+		// server only, and take it back there (repair), as it should.
+		cs := []*redis.Client{r.servers[0].Client(t), r.servers[1].Client(t)}
+		var wg sync.WaitGroup
+		for _, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = c.Del(context.Background(), lockName("loss")).Err()
+			}()
+		}
+		wg.Wait()
+		for _, c := range cs {
 			_ = c.Close()
 		}
 		deleted := time.Now()
@@ -814,9 +824,11 @@ func TestQuorumPausedServer(t *testing.T) {
 		return true
 	})
 
-	// Contention: two Lockers take turns on one key while the server stays paused.
+	// Contention: two Lockers take turns on one key while the server stays paused. Each
+	// split vote used to wait for the paused server until the lease's validity (about
+	// 2s here): at most one grant per 2s.
 	var grants atomic.Int64
-	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, l := range []*guard.Locker{a, b} {
@@ -834,9 +846,9 @@ func TestQuorumPausedServer(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("grants in 1s of contention with a server paused: %d", grants.Load())
-	if grants.Load() < 10 {
-		t.Fatalf("%d grants in 1s of contention with a server paused: the quorum stalled", grants.Load())
+	t.Logf("grants in 2s of contention with a server paused: %d", grants.Load())
+	if grants.Load() < 4 {
+		t.Fatalf("%d grants in 2s of contention with a server paused: the quorum stalled", grants.Load())
 	}
 
 	// A majority paused: an attempt fails with ErrUnavailable within the budget.
