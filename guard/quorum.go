@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,16 @@ func (q *quorum) patience(s *settings) time.Duration {
 type limits struct {
 	budget, patience time.Duration
 	contested        func() bool
+}
+
+// jitter sleeps a random time below the reply budget, or until ctx ends.
+func (q *quorum) jitter(ctx context.Context, ttl time.Duration) {
+	t := time.NewTimer(rand.N(q.budget(ttl)) + 1)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // observe folds a server's reply time into the smoothed round trip (weight 1/8).
@@ -548,6 +559,13 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	}
 	outcome.Store(attemptLost) // also when every server answered without a decision
 	l.undoQuorum(h, nonce, undo)
+	if len(grants) > 0 && busy > 0 && manner != mannerTry {
+		// A split vote: contenders that each won some servers undo at once, and the
+		// undo's announcement wakes them all together. A pause of up to a budget, drawn
+		// at random, keeps them from splitting the same servers again on their next
+		// attempt, as Redlock's retry delay does.
+		q.jitter(callerCtx, h.s.ttl)
+	}
 	switch {
 	case refused:
 		return acquireReply{v: []any{int64(acquireRefused)}}
