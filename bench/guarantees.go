@@ -41,10 +41,10 @@ var guaranteeCuts = []struct {
 }{
 	{"scripts", "none: guardkit's scripts as they are", nil},
 	{"scripts/no-release-nonce", "a retried release reports the truth", []scriptEdit{{
-		file: "release", re: regexp.MustCompile(`(?s)local fence, entry = KEYS\[2\].*?\nend\n`), with: "",
+		file: "release", re: regexp.MustCompile(`note\(':' \.\. nonce, v\[3\]\)\n`), with: "",
 		describe: "the release nonce APPENDed to the fence key and the key's retention renewed"}}},
 	{"scripts/no-token-rewrite", "tokens rise per key while the fence key lives, whatever the clock", []scriptEdit{{
-		file: "acquire", re: regexp.MustCompile(`(?s)local last = string\.match\(redis\.call\('GETRANGE'.*?'PX', ARGV\[4\]\)\nend\n`),
+		file: "acquire", re: regexp.MustCompile(`(?s)local last = f and string\.match\(f, '\^%d\+'\).*?'PX', ARGV\[4\]\)\nend\n`),
 		with:     "",
 		describe: "the last token read from the fence key and overwritten (the token is the clock alone)"}}},
 	{"scripts/no-clock-floor", "tokens rise after Redis restarts empty or fails over to a lagging replica", []scriptEdit{{
