@@ -518,10 +518,17 @@ func mergeHolder(hs []Holder, need int, now time.Time) Holder {
 	ttls := make([]time.Duration, len(hs))
 	labels := map[[3]string]int{}
 	top := 0
+	// The token and the hold count are those most servers carry: a server whose grant
+	// came after the majority's shows its own token until the hold's is written back
+	// there (and the highest of such tokens is not the lease's).
+	tokens, holds := map[int64]int{}, map[int]int{}
+	for _, x := range hs {
+		tokens[x.Token]++
+		holds[x.Holds]++
+	}
+	h.Token, h.Holds = mostCommon(tokens), mostCommon(holds)
 	for i, x := range hs {
 		ttls[i] = x.TTL
-		h.Token = max(h.Token, x.Token)
-		h.Holds = max(h.Holds, x.Holds)
 		h.Local = h.Local || x.Local
 		// A server whose grant came late may carry the label of another Locker of the
 		// same owner, which took it there first.
@@ -537,6 +544,18 @@ func mergeHolder(hs []Holder, need int, now time.Time) Holder {
 		h.AcquiredAt = time.UnixMicro(h.Token)
 	}
 	return h
+}
+
+// mostCommon returns the value counted most often, the largest among equals.
+func mostCommon[T int | int64](counts map[T]int) T {
+	var best T
+	n := 0
+	for v, c := range counts {
+		if c > n || c == n && v > best {
+			best, n = v, c
+		}
+	}
+	return best
 }
 
 // nth returns the n-th largest of ds, 0 when there are fewer.
