@@ -44,18 +44,10 @@ var (
 // Errors: ErrInvalidKey, ErrInvalidConfig, ErrClosed, and a *RedisError (ErrUnavailable)
 // when Redis could not be reached, with a *QuorumError in its chain on a quorum Locker.
 func (l *Locker) ForceRelease(ctx context.Context, key string, opts ...Option) (*LockState, error) {
-	s, err := l.callSettings(opts, "ForceRelease")
+	r, s, err := l.inspectReq(key, opts, "ForceRelease")
 	if err != nil {
 		return nil, err
 	}
-	rk, err := l.redisKeys(key, s.spec)
-	if err != nil {
-		return nil, err
-	}
-	if l.isClosed() {
-		return nil, ErrClosed
-	}
-	r := inspectReq{key: key, spec: s.spec, rk: rk}
 	var st *LockState
 	if l.q == nil {
 		st = l.forceOn(ctx, &l.conn, r, s)

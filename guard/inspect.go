@@ -144,18 +144,10 @@ func (l *Locker) ID() string { return l.id }
 // (ErrUnavailable) when the server could not be read — on a quorum Locker, when fewer
 // than a majority could, with a *QuorumError in its chain.
 func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (*LockState, error) {
-	s, err := l.callSettings(opts, "Inspect")
+	r, _, err := l.inspectReq(key, opts, "Inspect")
 	if err != nil {
 		return nil, err
 	}
-	rk, err := l.redisKeys(key, s.spec)
-	if err != nil {
-		return nil, err
-	}
-	if l.isClosed() {
-		return nil, ErrClosed
-	}
-	r := inspectReq{key: key, spec: s.spec, rk: rk}
 	if l.q == nil {
 		st := l.readStates(ctx, l.client, []inspectReq{r})[0]
 		if st.Err != nil {
@@ -566,4 +558,21 @@ func nth(ds []time.Duration, n int) time.Duration {
 	ds = append([]time.Duration(nil), ds...)
 	sort.Slice(ds, func(i, j int) bool { return ds[i] > ds[j] })
 	return ds[n-1]
+}
+
+// inspectReq checks key and opts for an operator's call named where (Inspect,
+// ForceRelease) and returns what the call reads or writes, with the call's settings.
+func (l *Locker) inspectReq(key string, opts []Option, where string) (inspectReq, *settings, error) {
+	s, err := l.callSettings(opts, where)
+	if err != nil {
+		return inspectReq{}, nil, err
+	}
+	rk, err := l.redisKeys(key, s.spec)
+	if err != nil {
+		return inspectReq{}, nil, err
+	}
+	if l.isClosed() {
+		return inspectReq{}, nil, ErrClosed
+	}
+	return inspectReq{key: key, spec: s.spec, rk: rk}, s, nil
 }

@@ -476,27 +476,12 @@ func (l *Locker) settleUnsure(ctx context.Context, h *held) {
 
 // compensate undoes, in the background, the acquire attempt with nonce if it took effect;
 // err is the attempt's, and an attempt still in a batch is waited for first (for up to
-// the release timeout), so that the undo does not overtake it. The caller, whose
-// context is ctx, does not wait for it. Once the Locker is closed nothing more runs
-// aside: the undo then runs here, within what is left of ctx's deadline (a caller is
-// never made late by it), and a hold it cannot drop in that time ends with its TTL,
-// which no renewal extends.
-func (l *Locker) compensate(ctx context.Context, h *held, nonce string, err error) {
-	l.compensated(ctx, h, nonce, err)
-}
-
-// undoNow undoes the attempt with nonce, as compensate, and waits for the undo until ctx
-// ends: a caller told that its attempt failed finds the lock free after it, unless its
-// own deadline came first (the undo then finishes aside).
-func (l *Locker) undoNow(ctx context.Context, h *held, nonce string) {
-	select {
-	case <-l.compensated(ctx, h, nonce, nil):
-	case <-ctx.Done():
-	}
-}
-
-// compensated is compensate, returning a channel closed when the undo is done.
-func (l *Locker) compensated(ctx context.Context, h *held, nonce string, err error) <-chan struct{} {
+// the release timeout), so that the undo does not overtake it. The returned channel is
+// closed once the undo is done; the caller, whose context is ctx, need not wait for it.
+// Once the Locker is closed nothing more runs aside: the undo then runs here, within what
+// is left of ctx's deadline (a caller is never made late by it), and a hold it cannot
+// drop in that time ends with its TTL, which no renewal extends.
+func (l *Locker) compensate(ctx context.Context, h *held, nonce string, err error) <-chan struct{} {
 	done := make(chan struct{})
 	run := func(ctx context.Context) {
 		defer close(done)
@@ -518,6 +503,16 @@ func (l *Locker) compensated(ctx context.Context, h *held, nonce string, err err
 	defer cancel()
 	run(ctx)
 	return done
+}
+
+// undoNow undoes the attempt with nonce, as compensate, and waits for the undo until ctx
+// ends: a caller told that its attempt failed finds the lock free after it, unless its
+// own deadline came first (the undo then finishes aside).
+func (l *Locker) undoNow(ctx context.Context, h *held, nonce string) {
+	select {
+	case <-l.compensate(ctx, h, nonce, nil):
+	case <-ctx.Done():
+	}
 }
 
 // undo drops the hold taken by the acquire attempt with nonce, if that attempt took
