@@ -103,7 +103,7 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	if q == nil && cfg.restartDelaySet {
 		return nil, &ConfigError{Field: "RestartDelay", Reason: "applies to NewQuorum only: the servers of one deployment restart together, or fail over"}
 	}
-	if q == nil && cfg.replyBudget != 0 {
+	if q == nil && cfg.replyBudgetSet {
 		return nil, &ConfigError{Field: "ReplyBudget", Reason: "applies to NewQuorum only: one deployment answers as one"}
 	}
 	if q != nil {

@@ -55,7 +55,8 @@ type settings struct {
 	permits         int           // holders a semaphore admits (Permits)
 	restartDelay    time.Duration // RestartDelay, when restartDelaySet
 	restartDelaySet bool
-	replyBudget     time.Duration // ReplyBudget; 0: derived (quorum.budget)
+	replyBudget     time.Duration // ReplyBudget, when replyBudgetSet; else derived (quorum.budget)
+	replyBudgetSet  bool
 	outageFails     bool          // WaitOutages(false)
 	pingOnNew       time.Duration // PingOnNew; 0: no check
 	label           string        // Label's text; "" for none
@@ -145,7 +146,7 @@ func (s *settings) validate() error {
 		return &ConfigError{Field: "FenceRetention", Reason: fmt.Sprintf("must be ≥ 1s, got %s", s.fenceRetention)}
 	case s.wrap.minHold < 0:
 		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must be ≥ 0 (0 means none), got %s", s.wrap.minHold)}
-	case s.replyBudget < 0:
+	case s.replyBudgetSet && s.replyBudget <= 0:
 		return &ConfigError{Field: "ReplyBudget", Reason: fmt.Sprintf("must be > 0, got %s", s.replyBudget)}
 	case s.restartDelay < 0:
 		return &ConfigError{Field: "RestartDelay", Reason: fmt.Sprintf("must be ≥ 0 (0 turns the check off), got %s", s.restartDelay)}
@@ -365,12 +366,7 @@ func RestartDelay(d time.Duration) Option {
 // Applies to NewQuorum. Default: 8 round trips as the Locker measured them, at least
 // 20ms and at most a tenth of the TTL.
 func ReplyBudget(d time.Duration) Option {
-	return Option{name: "ReplyBudget", scope: scopeLocker, apply: func(s *settings) {
-		if d <= 0 {
-			d = -1 // refused by validate, with the field named
-		}
-		s.replyBudget = d
-	}}
+	return Option{name: "ReplyBudget", scope: scopeLocker, apply: func(s *settings) { s.replyBudget, s.replyBudgetSet = d, true }}
 }
 
 // ReleaseTimeout bounds a release's Redis call. Release ignores the caller's
