@@ -55,7 +55,7 @@
 // keep them out of source code.
 //
 // Verification is strict and cheap to reject: input longer than
-// [MaxTokenLen] is refused before parsing, only [A-Za-z0-9._-] is accepted,
+// [MaxTokenLen] is refused before parsing, only [A-Za-z0-9._/-] is accepted,
 // every field must be canonical, the MAC is compared in constant time, and
 // issue time and hops are judged only once the MAC matched. No input makes it
 // panic. Owner IDs themselves are not secret and may be logged.

@@ -307,7 +307,9 @@ func (le *Lease) Key() string { return le.h.hk.key }
 // Write, Permits or Fair.
 func (le *Lease) Kind() Kind { return le.h.hk.kind }
 
-// Owner returns the owner ID the lock is held for.
+// Owner returns the section that holds the lock: for a fresh hold, a new section made
+// directly in the owner of the context Acquire was called with (ctxid.Section); for a
+// reentrant lease, the section that held the lock already, which the caller is in.
 func (le *Lease) Owner() ctxid.ID { return le.h.hk.owner }
 
 // Token returns the fencing token: strictly greater than every token issued before for
@@ -336,9 +338,9 @@ func (le *Lease) Context() context.Context {
 	defer le.mu.Unlock()
 	if le.ctx == nil {
 		parent := le.parent
-		if id, ok := ctxid.FromContext(parent); !ok || id != le.h.hk.owner {
-			parent = ctxid.NewContext(parent, le.h.hk.owner) // an owner made by Acquire
-		}
+		if id, ok := ctxid.FromContext(parent); !ok || !id.Within(le.h.hk.owner) {
+			parent = ctxid.Enter(parent, le.h.hk.owner) // the section made by Acquire
+		} // else a reentry: keep the caller's section, within the holder's
 		ctx := context.WithValue(context.WithoutCancel(parent), leaseKey{}, le)
 		var inner context.Context
 		inner, le.cancel = context.WithCancelCause(ctx)
@@ -410,9 +412,9 @@ func (le *Lease) ValidUntil() time.Time {
 // Done read the validity deadline when called. Call the returned function when done
 // with it.
 func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
-	if id, ok := ctxid.FromContext(ctx); !ok || id != le.h.hk.owner {
-		ctx = ctxid.NewContext(ctx, le.h.hk.owner)
-	} // else keep ctx's owner as it is, with the hop count it arrived with
+	if id, ok := ctxid.FromContext(ctx); !ok || !id.Within(le.h.hk.owner) {
+		ctx = ctxid.Enter(ctx, le.h.hk.owner)
+	} // else keep ctx's owner as it is (a section within the holder's), with its hop count
 	ctx = context.WithValue(ctx, leaseKey{}, le)
 	ctx, cancel := context.WithCancelCause(ctx)
 	lctx := le.Context()

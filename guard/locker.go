@@ -18,6 +18,8 @@ import (
 )
 
 var (
+	//go:embed scripts/chain.lua
+	chainSrc string
 	//go:embed scripts/acquire.lua
 	acquireSrc string
 	//go:embed scripts/release.lua
@@ -29,7 +31,7 @@ var (
 	//go:embed scripts/version.lua
 	versionSrc string
 
-	acquireScript = newScript("", acquireSrc)
+	acquireScript = newScript("", chainSrc+acquireSrc)
 	releaseScript = newScript(mayRunOOM, releaseSrc)
 	renewScript   = newScript(mayRunOOM, renewSrc)
 	wakeScript    = redis.NewScript(wakeSrc)
@@ -63,9 +65,10 @@ type Locker struct {
 	bg    sync.WaitGroup // background calls: compensating releases, abandoned attempts
 }
 
-// maxOwnerLen bounds owner IDs set by callers with ctxid.NewContext; ctxid.New makes
-// 22-byte IDs. '#' is refused too: it separates an owner from its fields in Redis.
-const maxOwnerLen = 128
+// maxOwnerLen bounds owner IDs set by callers with ctxid.NewContext: a root of up to 128
+// bytes and ctxid.MaxDepth sections of 9 (ctxid.New makes 22-byte roots). '#' is refused
+// too: it separates an owner from its fields in Redis.
+const maxOwnerLen = 128 + 9*ctxid.MaxDepth
 
 // holdKey identifies the holds of one owner on one key in this process.
 type holdKey struct {
@@ -244,30 +247,37 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	}
 	var a acquisition
 	rctx := l.tel.startAcquire(ctx, &a, s, key, string(owner))
-	le, err := l.acquireAs(ctx, rctx, &a, key, rk, owner, s, p)
+	le, err := l.acquireIn(ctx, rctx, &a, key, rk, owner, s, p)
 	a.end(rctx, le, err, p)
 	return le, err
 }
 
-// acquireAs acquires key for owner. ctx carries the owner and becomes the lease's
-// context; rctx, ctx plus the acquire span, is what Redis calls are made with.
-func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string, rk redisKeys, owner ctxid.ID, s *settings, p RetryPolicy) (*Lease, error) {
+// acquireIn acquires key within the section owner: it reenters a hold of owner's, or of a
+// section owner is in, that this process has; otherwise it acquires key in Redis for a new
+// section directly in owner (which reenters there a hold of owner's chain that another
+// process has). ctx carries the owner and becomes the lease's context; rctx, ctx plus the
+// acquire span, is what Redis calls are made with.
+func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string, rk redisKeys, owner ctxid.ID, s *settings, p RetryPolicy) (*Lease, error) {
 	var deadline time.Time
 	if p.limit == limitMaxWait {
 		deadline = time.Now().Add(p.maxWait)
 	}
-	hk := holdKey{key: key, owner: owner, kind: s.kind}
 	for {
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
 			return nil, ErrClosed
 		}
-		h := l.held[hk]
+		h := l.heldIn(key, owner, s.kind)
 		if h == nil {
-			h = &held{l: l, hk: hk, rk: rk, s: s}
+			section, err := ctxid.Section(owner)
+			if err != nil {
+				l.mu.Unlock()
+				return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
+			}
+			h = &held{l: l, hk: holdKey{key: key, owner: section, kind: s.kind}, rk: rk, s: s}
 			h.boxArgs(ctx)
-			l.held[hk] = h
+			l.held[h.hk] = h
 			l.mu.Unlock()
 			return l.acquireRemote(ctx, rctx, a, h, p, deadline)
 		}
@@ -294,6 +304,36 @@ func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string
 	}
 }
 
+// heldIn returns this process's hold of key by owner or by the nearest section owner is
+// in, or nil. l.mu is held.
+func (l *Locker) heldIn(key string, owner ctxid.ID, kind Kind) *held {
+	for id, ok := owner, true; ok; id, ok = id.Parent() {
+		if h := l.held[holdKey{key: key, owner: id, kind: kind}]; h != nil {
+			return h
+		}
+	}
+	return nil
+}
+
+// adopt makes h, an acquisition that reentered through Redis the hold of a section its
+// owner is in (g.holder), that section's hold here: renewed and released as the holder.
+// When another goroutine of this process adopted the same hold first, adopt returns that
+// hold, which the caller joins, giving h's count in Redis back (after unlocking l.mu).
+// l.mu is held; h is not held yet.
+func (l *Locker) adopt(h *held, g granted) *held {
+	if l.held[h.hk] == h {
+		delete(l.held, h.hk)
+	}
+	h.hk.owner, h.args.owner = g.holder, string(g.holder)
+	if o := l.held[h.hk]; o != nil && o.state == stateHeld {
+		h.state = stateReleased
+		h.acquireEnded()
+		return o
+	}
+	l.held[h.hk] = h
+	return nil
+}
+
 // acquireRemote acquires h in Redis for its owner and publishes the outcome to the
 // owner's other goroutines waiting on h.ready.
 func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *held, p RetryPolicy, deadline time.Time) (*Lease, error) {
@@ -313,6 +353,14 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 			l.compensate(ctx, h, g.nonce, nil)
 		}
 		return nil, err
+	}
+	if g.holder != "" && g.holder != h.hk.owner {
+		if o := l.adopt(h, g); o != nil {
+			le := o.newLease(ctx, true)
+			l.mu.Unlock()
+			l.compensate(ctx, h, g.nonce, nil)
+			return le, nil
+		}
 	}
 	h.hold(g)
 	h.tel = l.tel.held(ctx, a.name, a.kind)
