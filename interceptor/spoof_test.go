@@ -31,6 +31,7 @@ func TestSpoofedOwnerNeverReenters(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
+	owner = le.Owner() // callers act from inside the section that holds the lock
 	defer le.Release(context.Background())
 
 	// The service trusts the current key and, during rotation, the previous one.
