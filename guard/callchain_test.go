@@ -206,3 +206,34 @@ func TestSectionDepthLimit(t *testing.T) {
 		_ = leases[i].Release(context.Background())
 	}
 }
+
+// TestQuorumSections: on a quorum Locker too, a second process acting inside the section
+// that holds a lock reenters it with its token (exclusive and read-write), its release
+// leaves the section's hold in place, and a sibling section is refused.
+func TestQuorumSections(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	a, b := r.locker(t, guard.RestartDelay(0)), r.locker(t, guard.RestartDelay(0))
+	req, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
+	for _, kind := range []guard.Option{guard.TTL(30 * time.Second), guard.Write()} {
+		x := mustAcquire(t, a, req, "q", kind)
+		in, err := b.TryAcquire(ctxid.NewContext(req, x.Owner()), "q", kind)
+		if err != nil || !in.Reentrant() || in.Token() != x.Token() || in.Owner() != x.Owner() {
+			t.Fatalf("reentry through the quorum: %v", err)
+		}
+		if _, err := b.TryAcquire(req, "q", kind); !errors.Is(err, guard.ErrLocked) {
+			t.Fatalf("sibling section = %v, want ErrLocked", err)
+		}
+		mustRelease(t, in)
+		if _, err := b.TryAcquire(context.Background(), "q", kind); !errors.Is(err, guard.ErrLocked) {
+			t.Fatalf("free after the reentrant release: %v", err)
+		}
+		if x.Err() != nil {
+			t.Fatalf("section's lease ended: %v", x.Err())
+		}
+		mustRelease(t, x)
+	}
+	w := mustAcquire(t, a, req, "doc", guard.Write())
+	rd := mustAcquire(t, b, w.Context(), "doc", guard.Read()) // a read within the writer
+	mustRelease(t, rd)
+	mustRelease(t, w)
+}

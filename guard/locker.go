@@ -315,22 +315,35 @@ func (l *Locker) heldIn(key string, owner ctxid.ID, kind Kind) *held {
 	return nil
 }
 
-// adopt makes h, an acquisition that reentered through Redis the hold of a section its
-// owner is in (g.holder), that section's hold here: renewed and released as the holder.
-// When another goroutine of this process adopted the same hold first, adopt returns that
-// hold, which the caller joins, giving h's count in Redis back (after unlocking l.mu).
-// l.mu is held; h is not held yet.
-func (l *Locker) adopt(h *held, g granted) *held {
+// rekey makes h, an acquisition that reentered through Redis the hold of holder (a
+// section its owner is in), that section's hold here: renewed and released as the holder,
+// and found in the table as the holder's unless this process has a record of that hold
+// already (see adopt). l.mu is held; h is not held yet.
+func (l *Locker) rekey(h *held, holder ctxid.ID) {
 	if l.held[h.hk] == h {
 		delete(l.held, h.hk)
 	}
-	h.hk.owner, h.args.owner = g.holder, string(g.holder)
-	if o := l.held[h.hk]; o != nil && o.state == stateHeld {
-		h.state = stateReleased
-		h.acquireEnded()
-		return o
+	h.hk.owner, h.args.owner = holder, string(holder)
+	if l.held[h.hk] == nil {
+		l.held[h.hk] = h
 	}
-	l.held[h.hk] = h
+}
+
+// adopt rekeys h to g.holder (see rekey). When another goroutine of this process had
+// the same hold first, adopt returns that hold, which the caller joins, giving h's count
+// in Redis back (after unlocking l.mu). l.mu is held; h is not held yet.
+func (l *Locker) adopt(h *held, g granted) *held {
+	if h.hk.owner != g.holder {
+		l.rekey(h, g.holder)
+	}
+	if o := l.held[h.hk]; o != h {
+		if o != nil && o.state == stateHeld {
+			h.state = stateReleased
+			h.acquireEnded()
+			return o
+		}
+		l.held[h.hk] = h
+	}
 	return nil
 }
 
@@ -343,7 +356,9 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 		err = ErrClosed
 	}
 	if err != nil {
-		delete(l.held, h.hk)
+		if l.held[h.hk] == h {
+			delete(l.held, h.hk)
+		}
 		if g.acquired {
 			h.state = stateReleased
 		}
@@ -354,7 +369,7 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 		}
 		return nil, err
 	}
-	if g.holder != "" && g.holder != h.hk.owner {
+	if g.holder != "" {
 		if o := l.adopt(h, g); o != nil {
 			le := o.newLease(ctx, true)
 			l.mu.Unlock()
