@@ -1,6 +1,6 @@
 // Package guard puts a Redis lock around a piece of work: a lease that is exclusive across
 // every process sharing the Redis, renewed while the work runs, released when it ends,
-// and reentrant for the same owner however deep the call chain goes.
+// and reentrant along the call chain however deep it goes.
 //
 // # Usage
 //

@@ -145,14 +145,17 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	return l, nil
 }
 
-// Acquire takes the lock named key for the owner in ctx, waiting while another owner
+// Acquire takes the lock named key within the owner in ctx, waiting while another owner
 // holds it as the Retry option says (by default until ctx ends). When ctx carries no
-// owner, a fresh one is made (see package ctxid); the returned Lease's Context carries it.
+// owner, a fresh one is made (see package ctxid).
 //
-// If the owner already holds the lock in this process, Acquire returns at once with a
-// reentrant Lease and makes no Redis call; if it holds the lock through another process
-// (a downstream service reached with the same owner), Redis counts the hold. Each Lease
-// must be released; the lock is freed when the last hold is released.
+// If the section of ctx, or a section it is in, holds the lock in this process, Acquire
+// returns at once with a reentrant Lease and makes no Redis call; if it holds the lock
+// through another process (a downstream service reached with a token signed inside the
+// section), Redis counts the hold. Otherwise the lock is taken for a new section directly
+// in the owner of ctx (ctxid.Section), which the returned Lease's Context carries: another
+// goroutine with ctx itself is another section, and waits. Each Lease must be released;
+// the lock is freed when the last hold is released.
 //
 // While it waits, Redis being unreachable or its primary moving (a failover: refused
 // connections, timeouts, READONLY, LOADING, CLUSTERDOWN and the like) is waited out like
@@ -291,7 +294,7 @@ func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string
 		}
 		ready := h.ready
 		l.mu.Unlock()
-		// Another goroutine of the same owner is acquiring this key: its outcome decides.
+		// Another goroutine of the same section is acquiring this key: its outcome decides.
 		if p.limit == limitAttempts && p.attempts == 1 {
 			return nil, &LockedError{Key: key}
 		}
