@@ -27,7 +27,7 @@ func TestRetriedScriptsTakeEffectOnce(t *testing.T) {
 	b, c := newLocker(t, srv)
 	ctx, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
 	mustRelease(t, mustAcquire(t, a, ctx, "warm-up")) // load scripts, so EVALSHA hits
-	var section ctxid.ID // the section that holds "idem"
+	var section ctxid.ID                              // the section that holds "idem"
 	holds := func() int {
 		n, _ := c.HGet(ctx, lockName("idem"), string(section)).Int()
 		return n

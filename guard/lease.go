@@ -27,7 +27,9 @@ const (
 // l.mu for the lease's life (state, cause, handles, validity), l.renew.mu for its place
 // in the watchdog — and is read and written only with that mutex held, even where no
 // other goroutine could reach h any more. The fields above the first group are fixed at
-// creation; the second group is written once, under l.mu, before ready is closed, and is
+// creation, but for hk.owner and args.owner, which an acquisition that reentered a
+// section's hold through Redis sets once, under l.mu, before the hold is published
+// (Locker.rekey); the second group is written once, under l.mu, before ready is closed, and is
 // read-only after.
 type held struct {
 	l    *Locker
@@ -35,6 +37,10 @@ type held struct {
 	rk   redisKeys
 	s    *settings
 	args scriptArgs // the scripts' fixed arguments
+	// section is the owner h's attempts were sent for. The hold's owner (hk.owner, and
+	// args.owner) is the holder's once h reentered through Redis the hold of a section
+	// that one is in (Locker.rekey); an undo is then sent for both (Locker.undoArgs).
+	section ctxid.ID
 
 	// Written by the acquiring goroutine before the hold is published under l.mu.
 	releaseNonce string // nonce of the release that ends the hold, made with the first attempt's

@@ -278,7 +278,7 @@ func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string
 				l.mu.Unlock()
 				return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
 			}
-			h = &held{l: l, hk: holdKey{key: key, owner: section, kind: s.kind}, rk: rk, s: s}
+			h = &held{l: l, hk: holdKey{key: key, owner: section, kind: s.kind}, rk: rk, s: s, section: section}
 			h.boxArgs(ctx)
 			l.held[h.hk] = h
 			l.mu.Unlock()
@@ -600,7 +600,12 @@ func (l *Locker) undoWithin(ctx context.Context, h *held, nonce string) {
 		l.undoQuorum(h, nonce, nil)
 		return
 	}
-	err := l.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
+	var err error
+	for _, args := range h.undoArgs(l, nonce) {
+		if e := l.runScript(ctx, h.s.spec.release, args, true).Err(); e != nil {
+			err = e
+		}
+	}
 	l.refresh(err)
 }
 

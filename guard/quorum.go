@@ -722,10 +722,15 @@ func (l *Locker) raiseOn(ctx context.Context, c *conn, h *held, top int64) error
 // run a no-op.
 func (l *Locker) undoQuorum(h *held, nonce string, on []bool) {
 	l.each(on, true, func(ctx context.Context, c *conn) error {
-		args := h.releaseArgs(l.newNonce(), nonce)
-		err := c.runScript(ctx, h.s.spec.release, args, true).Err()
-		if err != nil && !isServerError(err) && ctx.Err() == nil {
-			err = c.runScript(ctx, h.s.spec.release, args, true).Err()
+		var err error
+		for _, args := range h.undoArgs(l, nonce) {
+			e := c.runScript(ctx, h.s.spec.release, args, true).Err()
+			if e != nil && !isServerError(e) && ctx.Err() == nil {
+				e = c.runScript(ctx, h.s.spec.release, args, true).Err()
+			}
+			if e != nil {
+				err = e
+			}
 		}
 		return err
 	})
