@@ -3,17 +3,20 @@
 -- section and by every section within it, and by no other owner, so an acquisition looks
 -- for a hold of the caller's own or of a section the caller is in.
 
--- chain returns owner followed by the sections it is in: its root, then each section
--- below the root down to its parent. An owner without '/' is its own chain.
+-- chain returns owner followed by the sections it is in that may hold a lock: each
+-- section from the one directly below the root down to owner's parent. A root holds
+-- nothing (every acquisition is made for a section: guard's Locker.acquireIn), so it is
+-- left out, and an acquisition directly in a root reads no more fields than the owner's.
 local function chain(owner)
-  local c, i = {owner}, 0
-  while true do
+  local c = {owner}
+  local i = string.find(owner, '/', 1, true)
+  while i do
     i = string.find(owner, '/', i + 1, true)
-    if not i then
-      return c
+    if i then
+      c[#c + 1] = string.sub(owner, 1, i - 1)
     end
-    c[#c + 1] = string.sub(owner, 1, i - 1)
   end
+  return c
 end
 
 -- within reports whether owner is section or a section within it.
