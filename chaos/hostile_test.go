@@ -229,6 +229,7 @@ func newOwnerTarget(t testing.TB, key string) *ownerTarget {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	ctx, owner = held.Context(), held.Owner() // the section that holds key
 	good, ok := signer.Outbound(ctx)
 	if !ok {
 		t.Fatal("no outbound token")
@@ -348,27 +349,28 @@ func spoofSeeds(o *ownerTarget) []string {
 	}
 }
 
-// TestOwnerTokenReplay: a token vouches for an owner, not for a key. Captured from one
-// request, it lets another request act as that owner on every lock the owner holds
-// until it expires (MaxAge): it is a bearer credential, as ctxid documents. After
-// MaxAge it opens nothing.
+// TestOwnerTokenReplay: a token vouches for a section of a request, not for a key.
+// Captured from one request, it lets another request act inside that section until it
+// expires (MaxAge): it reenters the locks the section holds, as ctxid documents, and not
+// those of a sibling section of the same request. After MaxAge it opens nothing.
 func TestOwnerTokenReplay(t *testing.T) {
 	o := newOwnerTarget(t, "account:1")
-	other, err := o.locker.Acquire(ctxid.NewContext(context.Background(), o.owner), "account:2")
+	sibling, err := o.locker.Acquire(ctxid.NewContext(context.Background(), o.owner.Root()), "account:2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Release(context.Background())
-	for _, key := range []string{"account:1", "account:2"} {
-		ctx, _, err := o.signer.Accept(context.Background(), o.good)
-		if err != nil {
-			t.Fatal(err)
-		}
-		le, err := o.locker.Acquire(ctx, key)
-		if err != nil || !le.Reentrant() {
-			t.Fatalf("replayed token on %q: %v; tokens are per owner, so it reenters", key, err)
-		}
-		_ = le.Release(ctx)
+	defer sibling.Release(context.Background())
+	ctx, _, err := o.signer.Accept(context.Background(), o.good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le, err := o.locker.Acquire(ctx, "account:1")
+	if err != nil || !le.Reentrant() {
+		t.Fatalf("replayed token on the section's lock: %v; it reenters", err)
+	}
+	_ = le.Release(ctx)
+	if _, err := o.locker.TryAcquire(ctx, "account:2"); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("replayed token on a sibling section's lock: %v, want ErrLocked", err)
 	}
 	later, err := ctxid.NewSigner([]ctxid.Key{{ID: "k1", Secret: []byte("chaos-secret-0123456789abcdef!!")}},
 		ctxid.WithClock(func() time.Time { return time.Now().Add(6 * time.Minute) }))

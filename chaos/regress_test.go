@@ -135,7 +135,7 @@ func TestReentryBehindLocalWaiters(t *testing.T) {
 	srv := redistest.Start(t)
 	a := warmLocker(t, srv.Client(t))
 	b := warmLocker(t, srv.Client(t))
-	ctx, owner := ctxid.Ensure(context.Background())
+	ctx, _ := ctxid.Ensure(context.Background())
 	held, err := a.Acquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestReentryBehindLocalWaiters(t *testing.T) {
 	defer cancel()
 	time.Sleep(200 * time.Millisecond)
 
-	rctx, rcancel := context.WithTimeout(ctxid.NewContext(context.Background(), owner), 2*time.Second)
+	rctx, rcancel := context.WithTimeout(ctxid.NewContext(context.Background(), held.Owner()), 2*time.Second)
 	defer rcancel()
 	in, err := b.Acquire(rctx, "k")
 	if err != nil {

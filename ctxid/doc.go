@@ -10,10 +10,14 @@
 //
 //	ctx, owner := ctxid.Ensure(ctx)
 //
-// The owner is the request, not the goroutine. Goroutines started with the
-// request's context share its owner and reenter the locks it holds, so they
-// are not excluded from one another. Work that must exclude its siblings takes
-// its own owner:
+// Owners form a tree. The request's owner is the root; each lock acquisition
+// that is not already inside a section holding that key is a new [Section] of
+// the caller's owner, and the lease's context carries it. A lock held by a
+// section is reentered by that section and the sections within it
+// ([ID.Within]) and by no one else, so goroutines that share only the
+// request's context take turns, while goroutines started with a section's
+// context are part of it. Work that must not reenter even what its caller
+// holds takes an unrelated owner:
 //
 //	workerCtx, _ := ctxid.Fork(ctx)
 //
@@ -44,9 +48,12 @@
 // could make two of its requests reenter each other. A nil *Signer trusts no
 // inbound owner at all.
 //
-// A token is an HMAC-SHA256 over its version, key ID, owner, issue time and
-// hop count. It is a bearer credential until it expires (MaxAge, 5 minutes by
-// default): anyone who captures one can act as its owner until then, so send
+// A token is an HMAC-SHA256 over its version, key ID, owner (the section path
+// of the call that sent it), issue time and hop count. It is a bearer
+// credential until it expires (MaxAge, 5 minutes by default): anyone who
+// captures one can act inside its section until then, reentering the locks
+// that section and the sections it is in hold (not those of sibling sections
+// of the same request), so send
 // tokens only over encrypted connections and only to services that share the
 // key, never to third parties. The hop limit (MaxHops) stops tokens from
 // circulating forever in call loops; it does not prevent replay. Every
@@ -55,7 +62,7 @@
 // keep them out of source code.
 //
 // Verification is strict and cheap to reject: input longer than
-// [MaxTokenLen] is refused before parsing, only [A-Za-z0-9._-] is accepted,
+// [MaxTokenLen] is refused before parsing, only [A-Za-z0-9._/-] is accepted,
 // every field must be canonical, the MAC is compared in constant time, and
 // issue time and hops are judged only once the MAC matched. No input makes it
 // panic. Owner IDs themselves are not secret and may be logged.

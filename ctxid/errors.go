@@ -6,6 +6,11 @@ import "errors"
 // bad owner) when a string is not a canonical owner ID.
 var ErrInvalid = errors.New("ctxid: invalid owner ID")
 
+// ErrTooDeep is wrapped by the errors of [Section] when the parent is
+// [MaxDepth] sections deep already, so that a new section could not be
+// carried in a signed token.
+var ErrTooDeep = errors.New("ctxid: sections nested too deep")
+
 // ErrConfig is wrapped by the errors of [NewSigner] when a key or an option is
 // invalid; the message names the offending field.
 var ErrConfig = errors.New("ctxid: invalid configuration")
@@ -19,7 +24,7 @@ var ErrUntrusted = errors.New("ctxid: untrusted owner token")
 var (
 	// ErrTooLong: the token is longer than MaxTokenLen; it was not parsed.
 	ErrTooLong = errors.New("ctxid: token too long")
-	// ErrMalformed: the token is empty, has a byte outside [A-Za-z0-9._-],
+	// ErrMalformed: the token is empty, has a byte outside [A-Za-z0-9._/-],
 	// the wrong number of fields, an unknown version, or a field that is not
 	// in its canonical form.
 	ErrMalformed = errors.New("ctxid: malformed token")

@@ -36,7 +36,7 @@ func ExampleEnsure() {
 func ExampleFork() {
 	ctx, owner := ctxid.Ensure(context.Background())
 
-	// Workers that must exclude one another each take their own owner.
+	// Work that must not reenter what its caller holds takes an owner of its own.
 	a, ownerA := ctxid.Fork(ctx)
 	_, ownerB := ctxid.Fork(ctx)
 	fmt.Println(ownerA != owner, ownerB != owner, ownerA != ownerB)
@@ -46,6 +46,20 @@ func ExampleFork() {
 	// Output:
 	// true true true
 	// true
+}
+
+func ExampleSection() {
+	root := ctxid.New()
+	x, _ := ctxid.Section(root) // what guard makes for an acquisition in root
+	inX, _ := ctxid.Section(x)  // a section nested in x
+	sibling, _ := ctxid.Section(root)
+
+	// A lock held by x is reentered from inside x, not by a sibling section.
+	fmt.Println(inX.Within(x), sibling.Within(x), x.Within(root))
+	fmt.Println(inX.Depth(), inX.Root() == root)
+	// Output:
+	// true false true
+	// 2 true
 }
 
 func ExampleParse() {

@@ -14,8 +14,9 @@ import (
 )
 
 // MaxTokenLen is the longest token [Signer.Verify] reads; longer input is
-// rejected before any parsing. Tokens made by [Signer.Sign] are at most 126
-// bytes long.
+// rejected before any parsing. Tokens made by [Signer.Sign] are at most 225
+// bytes long: 117 for a root owner with a 32-character key ID, and 9 more
+// per section of the owner, [MaxDepth] sections at most.
 const MaxTokenLen = 256
 
 // Header is the conventional name of the HTTP header (and, lower-cased, of the
@@ -144,7 +145,8 @@ func newSigningKey(id string, secret []byte) *signingKey {
 // token made where the owner was created; [Signer.Outbound] counts for you).
 // The token has the form v1.<key ID>.<owner>.<issued unix seconds>.<hops>.<mac>,
 // where mac is the unpadded base64url HMAC-SHA256 of everything before it,
-// so it only holds [A-Za-z0-9._-] and fits in any header.
+// so it only holds [A-Za-z0-9._/-] ('/' within a section path) and fits in any
+// header.
 //
 // Sign fails when owner is not a canonical ID ([ErrInvalid]), when hops is
 // negative or above MaxHops ([ErrTooManyHops]), or when the Signer is nil.
@@ -209,7 +211,7 @@ func (s *Signer) Verify(token string) (Claims, error) {
 		return Claims{}, reject(ErrMalformed, "empty token")
 	}
 	for i := 0; i < len(token); i++ {
-		if c := token[i]; c != '.' && b64val[c] == 0xFF {
+		if c := token[i]; c != '.' && c != sep && b64val[c] == 0xFF {
 			return Claims{}, reject(ErrMalformed, fmt.Sprintf("byte %#02x at offset %d is not allowed", c, i))
 		}
 	}

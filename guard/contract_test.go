@@ -175,8 +175,14 @@ func TestEntryPointDefaultWait(t *testing.T) {
 	})
 }
 
-//go:embed scripts/acquire.lua
-var acquireLua string
+var (
+	//go:embed scripts/chain.lua
+	chainLua string
+	//go:embed scripts/acquire.lua
+	acquireBody string
+	// acquireLua is the exclusive lock's acquire script as it is sent: chain.lua first.
+	acquireLua = chainLua + acquireBody
+)
 
 // scriptCounter counts the calls of one Lua script a client makes, in either of its
 // forms: with the "#!lua" line that Redis 7 is sent, or without it.

@@ -1,6 +1,6 @@
 // Package guard puts a Redis lock around a piece of work: a lease that is exclusive across
 // every process sharing the Redis, renewed while the work runs, released when it ends,
-// and reentrant for the same owner however deep the call chain goes.
+// and reentrant along the call chain however deep it goes.
 //
 // # Usage
 //
@@ -49,16 +49,26 @@
 //
 // # Owners and reentrancy
 //
-// A lock is held by an owner: a random ID carried in the context (package ctxid). Acquire
-// uses the owner in its context and attaches a fresh one when there is none; the lease's
-// Context and Bind carry it on. A nested Acquire of a key the owner already holds in this
-// process returns at once without a Redis call; one in another process reached with the
-// same owner (see ctxid's signed tokens) is counted in Redis. The lock is free again when
-// every hold has been released.
+// A lock is held by a section of a request. The request's owner is a random ID carried in
+// the context (package ctxid; Acquire makes one when there is none); each acquisition of a
+// key that the caller's section, or a section it is in, does not hold takes the key as a
+// new section directly in the caller's (ctxid.Section), and the lease's Context and Bind
+// carry that section on. An acquisition reenters a lock when it runs inside the section
+// that holds it — its context descends from the lease's — and waits its turn otherwise,
+// even within the same request. A nested reentry in this process returns at once without
+// a Redis call and with the section's fencing token; one in another process reached from
+// inside the section (ctxid's signed tokens carry the section's path) is counted in Redis,
+// whose scripts apply the same rule. The lock is free again when every hold has been
+// released.
 //
-// The owner is the request, not the goroutine: goroutines started with a request's
-// context share its owner and reenter its locks. Use ctxid.Fork for work that must be
-// excluded from its siblings.
+// So goroutines that share only their request's context (the errgroup pattern) take turns
+// on a lock, each with its own token, while goroutines started inside a section with its
+// context are part of that section: they reenter its locks, and its lease's context bounds
+// them. Sections nest ctxid.MaxDepth deep; an acquisition that would need a deeper one
+// fails with an error matching ctxid.ErrTooDeep. A read-write lock held for writing by a
+// section is also taken for reading by the sections within it (a downgrade), and a
+// semaphore's permit is reentered by the sections within its holder without a second
+// permit; sibling sections of one request read, write and take permits as separate owners.
 //
 // # Leases
 //

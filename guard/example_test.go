@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,7 +64,7 @@ func ExampleWrap() {
 }
 
 // Guarded calls nest: with the context it received, a guarded function reenters a lock
-// its request already holds instead of waiting for itself.
+// the section it runs in already holds instead of waiting for itself.
 func ExampleWrap_nested() {
 	rdb, stop := exampleRedis()
 	defer stop()
@@ -83,7 +84,7 @@ func ExampleWrap_nested() {
 
 	transfer := guard.Wrap(func(ctx context.Context, req TransferRequest) (bool, error) {
 		outer, _ := guard.TokenFromContext(ctx)
-		inner, err := debit(ctx, req) // ctx, not the caller's context: it carries the owner
+		inner, err := debit(ctx, req) // ctx, not the caller's context: it carries the section
 		return inner == outer, err
 	}, guard.Use(locker), guard.Key("account:{req.From}"))
 
@@ -92,6 +93,65 @@ func ExampleWrap_nested() {
 	// Output:
 	// debit reentered: true
 	// same fencing token: true <nil>
+}
+
+// Goroutines that share only their request's context are sibling sections of it: they
+// take the lock one at a time, each with its own fencing token. A goroutine started
+// inside the guarded work, with its context, is part of that section and reenters.
+func ExampleDo_fanOut() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locker, err := guard.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	ctx := context.Background() // the request's
+	var mu sync.Mutex
+	inside, most, tokens, reentered := 0, 0, map[int64]bool{}, 0
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = guard.Do(ctx, func(ctx context.Context) error {
+				mu.Lock()
+				inside++
+				most = max(most, inside)
+				token, _ := guard.TokenFromContext(ctx)
+				tokens[token] = true
+				mu.Unlock()
+
+				helper := make(chan bool)
+				go func() { // started inside the section, with its context
+					le, err := locker.TryAcquire(ctx, "batch:nightly")
+					helper <- err == nil && le.Reentrant() && le.Token() == token
+					if err == nil {
+						_ = le.Release(ctx)
+					}
+				}()
+				ok := <-helper
+
+				mu.Lock()
+				inside--
+				if ok {
+					reentered++
+				}
+				mu.Unlock()
+				return nil
+			}, guard.Use(locker), guard.Key("batch:nightly"))
+		}()
+	}
+	wg.Wait()
+	fmt.Println("at most inside at once:", most)
+	fmt.Println("distinct fencing tokens:", len(tokens))
+	fmt.Println("helpers that reentered:", reentered)
+	// Output:
+	// at most inside at once: 1
+	// distinct fencing tokens: 3
+	// helpers that reentered: 3
 }
 
 // WrapE reports configuration mistakes as errors instead of panicking; Wrap would panic

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,10 +25,11 @@ func TestRetriedScriptsTakeEffectOnce(t *testing.T) {
 	t.Cleanup(func() { _ = pc.Close() })
 	a := lockerOn(t, pc)
 	b, c := newLocker(t, srv)
-	ctx, owner := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
+	ctx, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
 	mustRelease(t, mustAcquire(t, a, ctx, "warm-up")) // load scripts, so EVALSHA hits
+	var section ctxid.ID                              // the section that holds "idem"
 	holds := func() int {
-		n, _ := c.HGet(ctx, lockName("idem"), string(owner)).Int()
+		n, _ := c.HGet(ctx, lockName("idem"), string(section)).Int()
 		return n
 	}
 	evalsha := func() int64 { return srv.CommandCalls(t)["evalsha"] }
@@ -35,6 +37,7 @@ func TestRetriedScriptsTakeEffectOnce(t *testing.T) {
 	before := evalsha()
 	proxy.DropNextReply()
 	la := mustAcquire(t, a, ctx, "idem")
+	section = la.Owner()
 	if ran := evalsha() - before; ran != 2 {
 		t.Fatalf("acquire ran %d times on the server, want 2 (the client's retry)", ran)
 	}
@@ -43,7 +46,7 @@ func TestRetriedScriptsTakeEffectOnce(t *testing.T) {
 		t.Fatalf("after a retried acquire: holds %d, fence %q, token %d; want 1 and the token", holds(), fence, la.Token())
 	}
 
-	lb := mustAcquire(t, b, ctx, "idem") // same owner, another Locker: Redis counts 2
+	lb := mustAcquire(t, b, la.Context(), "idem") // inside the section, another Locker: Redis counts 2
 	if holds() != 2 {
 		t.Fatalf("holds = %d, want 2", holds())
 	}
@@ -137,19 +140,18 @@ func TestAbandonedAttemptOnStalledRedis(t *testing.T) {
 	}
 }
 
-// TestAbandonedAttemptThenSameOwner: an attempt abandoned when its context ended did take
-// the lock; the same owner acquires again (a retrying caller, or a downstream service with
-// the owner's token) and reenters that hold before the attempt's undo lands. The undo
-// still finds its own nonce and drops exactly the hold it took, so once the second lease
-// is released the lock is free, long before its TTL.
-func TestAbandonedAttemptThenSameOwner(t *testing.T) {
+// TestAbandonedAttemptThenSameRequest: an attempt abandoned when its context ended did take
+// the lock, for a section nobody else can be inside. The same request acquiring again (a
+// retrying caller) is another section: it waits for the attempt's undo, which finds its
+// own nonce and frees the lock long before its TTL, and then holds the lock alone.
+func TestAbandonedAttemptThenSameRequest(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	lossy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = lossy.Close() })
 	first := lockerOn(t, lossy, guard.TTL(time.Minute))
 	second, direct := newLocker(t, srv, guard.TTL(time.Minute))
-	ctx, owner := ctxid.Ensure(context.Background())
+	ctx, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
 	mustRelease(t, mustAcquire(t, first, ctx, "warm-up"))
 
 	proxy.DelayNextReply(700 * time.Millisecond)
@@ -159,9 +161,15 @@ func TestAbandonedAttemptThenSameOwner(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("first Acquire = %v, want the deadline", err)
 	}
-	le := mustAcquire(t, second, ctx, "retry")
-	if n, _ := direct.HGet(ctx, lockName("retry"), string(owner)).Int(); n != 2 {
-		t.Fatalf("holds = %d, want 2: the abandoned attempt's and this one", n)
+	le := mustAcquire(t, second, ctx, "retry") // waits for the undo, not the TTL
+	fields, _ := direct.HGetAll(ctx, lockName("retry")).Result()
+	if fields[string(le.Owner())] != "1" {
+		t.Fatalf("hash %v: want the second section's single hold", fields)
+	}
+	for f := range fields {
+		if !strings.HasPrefix(f, "#") && !strings.HasPrefix(f, string(le.Owner())) {
+			t.Fatalf("hash %v: a hold of another section (%q) is left", fields, f)
+		}
 	}
 	mustRelease(t, le)
 	waitUntil(t, 3*time.Second, "the abandoned attempt's undo", func() bool {

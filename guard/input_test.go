@@ -96,7 +96,7 @@ func TestInvalidKeys(t *testing.T) {
 func TestInvalidOwner(t *testing.T) {
 	srv := redistest.Start(t)
 	l, _ := newLocker(t, srv)
-	for _, o := range []ctxid.ID{"#t", "a#b", ctxid.ID(strings.Repeat("o", 200))} {
+	for _, o := range []ctxid.ID{"#t", "a#b", ctxid.ID(strings.Repeat("o", 300))} {
 		_, err := l.Acquire(ctxid.NewContext(context.Background(), o), "k")
 		if !errors.Is(err, ctxid.ErrInvalid) {
 			t.Fatalf("owner %.20q: %v, want ctxid.ErrInvalid", o, err)

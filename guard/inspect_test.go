@@ -51,7 +51,7 @@ func checkInspect(t *testing.T, c inspectCase, key string, holder, other, waiter
 	le := mustAcquire(t, holder, hctx, key, c.hold...)
 	after := time.Now()
 	defer le.Release(context.Background())
-	again := mustAcquire(t, other, hctx, key, c.hold...) // the same owner through another Locker
+	again := mustAcquire(t, other, ctxid.NewContext(hctx, le.Owner()), key, c.hold...) // inside the section, through another Locker
 	defer again.Release(context.Background())
 
 	wctx, cancel := context.WithCancel(ctxid.NewContext(ctx, ctxid.New()))
@@ -92,7 +92,7 @@ func checkInspect(t *testing.T, c inspectCase, key string, holder, other, waiter
 		t.Fatalf("%s: holders %+v, want 1", c.name, st.Holders)
 	}
 	h := st.Holders[0]
-	owner, _ := ctxid.FromContext(hctx)
+	owner := le.Owner()
 	switch {
 	case st.Key != key || h.Owner != owner || h.Kind != c.kind:
 		t.Errorf("%s: key %q holder %s kind %s, want %q %s %s", c.name, st.Key, h.Owner, h.Kind, key, owner, c.kind)

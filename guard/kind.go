@@ -42,7 +42,9 @@ func (k Kind) String() string {
 //   - acquire: KEYS lock, fence, queue[, aux[, aux2]]; ARGV owner, TTL ms, attempt nonce,
 //     fence retention ms, manner ("0" wait, "1" polite, "2" try, "3" leave: a waiter that
 //     gave up), Locker ID[, limit, sharded flag]. Replies: token (integer) for a fresh
-//     hold; {1, "token", holds} for a reentry or a hold the owner already had in Redis;
+//     hold; {1, "token", holds} for a reentry or a hold the owner already had in Redis,
+//     {1, "token", holds, holder} for a reentry of a hold of a section the owner is in
+//     (scripts/chain.lua, put before every kind's scripts);
 //     {0, pttl} busy (pttl -1: free but left to others); {2} refused for good (a reader
 //     asking to write: ErrUpgrade).
 //   - release: KEYS as acquire; ARGV owner, release nonce, undo nonce, fence retention
@@ -109,7 +111,7 @@ var (
 )
 
 // kindScript is a script of a kind beyond the exclusive one: lib.lua and the body.
-func kindScript(flags, body string) *script { return newScript(flags, kindLib+body) }
+func kindScript(flags, body string) *script { return newScript(flags, chainSrc+kindLib+body) }
 
 var (
 	exclusiveSpec = &kindSpec{

@@ -27,7 +27,9 @@ const (
 // l.mu for the lease's life (state, cause, handles, validity), l.renew.mu for its place
 // in the watchdog — and is read and written only with that mutex held, even where no
 // other goroutine could reach h any more. The fields above the first group are fixed at
-// creation; the second group is written once, under l.mu, before ready is closed, and is
+// creation, but for hk.owner and args.owner, which an acquisition that reentered a
+// section's hold through Redis sets once, under l.mu, before the hold is published
+// (Locker.rekey); the second group is written once, under l.mu, before ready is closed, and is
 // read-only after.
 type held struct {
 	l    *Locker
@@ -35,6 +37,10 @@ type held struct {
 	rk   redisKeys
 	s    *settings
 	args scriptArgs // the scripts' fixed arguments
+	// section is the owner h's attempts were sent for. The hold's owner (hk.owner, and
+	// args.owner) is the holder's once h reentered through Redis the hold of a section
+	// that one is in (Locker.rekey); an undo is then sent for both (Locker.undoArgs).
+	section ctxid.ID
 
 	// Written by the acquiring goroutine before the hold is published under l.mu.
 	releaseNonce string // nonce of the release that ends the hold, made with the first attempt's
@@ -307,7 +313,9 @@ func (le *Lease) Key() string { return le.h.hk.key }
 // Write, Permits or Fair.
 func (le *Lease) Kind() Kind { return le.h.hk.kind }
 
-// Owner returns the owner ID the lock is held for.
+// Owner returns the section that holds the lock: for a fresh hold, a new section made
+// directly in the owner of the context Acquire was called with (ctxid.Section); for a
+// reentrant lease, the section that held the lock already, which the caller is in.
 func (le *Lease) Owner() ctxid.ID { return le.h.hk.owner }
 
 // Token returns the fencing token: strictly greater than every token issued before for
@@ -336,9 +344,9 @@ func (le *Lease) Context() context.Context {
 	defer le.mu.Unlock()
 	if le.ctx == nil {
 		parent := le.parent
-		if id, ok := ctxid.FromContext(parent); !ok || id != le.h.hk.owner {
-			parent = ctxid.NewContext(parent, le.h.hk.owner) // an owner made by Acquire
-		}
+		if id, ok := ctxid.FromContext(parent); !ok || !id.Within(le.h.hk.owner) {
+			parent = ctxid.Enter(parent, le.h.hk.owner) // the section made by Acquire
+		} // else a reentry: keep the caller's section, within the holder's
 		ctx := context.WithValue(context.WithoutCancel(parent), leaseKey{}, le)
 		var inner context.Context
 		inner, le.cancel = context.WithCancelCause(ctx)
@@ -410,9 +418,9 @@ func (le *Lease) ValidUntil() time.Time {
 // Done read the validity deadline when called. Call the returned function when done
 // with it.
 func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
-	if id, ok := ctxid.FromContext(ctx); !ok || id != le.h.hk.owner {
-		ctx = ctxid.NewContext(ctx, le.h.hk.owner)
-	} // else keep ctx's owner as it is, with the hop count it arrived with
+	if id, ok := ctxid.FromContext(ctx); !ok || !id.Within(le.h.hk.owner) {
+		ctx = ctxid.Enter(ctx, le.h.hk.owner)
+	} // else keep ctx's owner as it is (a section within the holder's), with its hop count
 	ctx = context.WithValue(ctx, leaseKey{}, le)
 	ctx, cancel := context.WithCancelCause(ctx)
 	lctx := le.Context()

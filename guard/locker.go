@@ -18,6 +18,8 @@ import (
 )
 
 var (
+	//go:embed scripts/chain.lua
+	chainSrc string
 	//go:embed scripts/acquire.lua
 	acquireSrc string
 	//go:embed scripts/release.lua
@@ -29,7 +31,7 @@ var (
 	//go:embed scripts/version.lua
 	versionSrc string
 
-	acquireScript = newScript("", acquireSrc)
+	acquireScript = newScript("", chainSrc+acquireSrc)
 	releaseScript = newScript(mayRunOOM, releaseSrc)
 	renewScript   = newScript(mayRunOOM, renewSrc)
 	wakeScript    = redis.NewScript(wakeSrc)
@@ -63,9 +65,10 @@ type Locker struct {
 	bg    sync.WaitGroup // background calls: compensating releases, abandoned attempts
 }
 
-// maxOwnerLen bounds owner IDs set by callers with ctxid.NewContext; ctxid.New makes
-// 22-byte IDs. '#' is refused too: it separates an owner from its fields in Redis.
-const maxOwnerLen = 128
+// maxOwnerLen bounds owner IDs set by callers with ctxid.NewContext: a root of up to 128
+// bytes and ctxid.MaxDepth sections of 9 (ctxid.New makes 22-byte roots). '#' is refused
+// too: it separates an owner from its fields in Redis.
+const maxOwnerLen = 128 + 9*ctxid.MaxDepth
 
 // holdKey identifies the holds of one owner on one key in this process.
 type holdKey struct {
@@ -142,14 +145,17 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	return l, nil
 }
 
-// Acquire takes the lock named key for the owner in ctx, waiting while another owner
+// Acquire takes the lock named key within the owner in ctx, waiting while another owner
 // holds it as the Retry option says (by default until ctx ends). When ctx carries no
-// owner, a fresh one is made (see package ctxid); the returned Lease's Context carries it.
+// owner, a fresh one is made (see package ctxid).
 //
-// If the owner already holds the lock in this process, Acquire returns at once with a
-// reentrant Lease and makes no Redis call; if it holds the lock through another process
-// (a downstream service reached with the same owner), Redis counts the hold. Each Lease
-// must be released; the lock is freed when the last hold is released.
+// If the section of ctx, or a section it is in, holds the lock in this process, Acquire
+// returns at once with a reentrant Lease and makes no Redis call; if it holds the lock
+// through another process (a downstream service reached with a token signed inside the
+// section), Redis counts the hold. Otherwise the lock is taken for a new section directly
+// in the owner of ctx (ctxid.Section), which the returned Lease's Context carries: another
+// goroutine with ctx itself is another section, and waits. Each Lease must be released;
+// the lock is freed when the last hold is released.
 //
 // While it waits, Redis being unreachable or its primary moving (a failover: refused
 // connections, timeouts, READONLY, LOADING, CLUSTERDOWN and the like) is waited out like
@@ -244,30 +250,37 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	}
 	var a acquisition
 	rctx := l.tel.startAcquire(ctx, &a, s, key, string(owner))
-	le, err := l.acquireAs(ctx, rctx, &a, key, rk, owner, s, p)
+	le, err := l.acquireIn(ctx, rctx, &a, key, rk, owner, s, p)
 	a.end(rctx, le, err, p)
 	return le, err
 }
 
-// acquireAs acquires key for owner. ctx carries the owner and becomes the lease's
-// context; rctx, ctx plus the acquire span, is what Redis calls are made with.
-func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string, rk redisKeys, owner ctxid.ID, s *settings, p RetryPolicy) (*Lease, error) {
+// acquireIn acquires key within the section owner: it reenters a hold of owner's, or of a
+// section owner is in, that this process has; otherwise it acquires key in Redis for a new
+// section directly in owner (which reenters there a hold of owner's chain that another
+// process has). ctx carries the owner and becomes the lease's context; rctx, ctx plus the
+// acquire span, is what Redis calls are made with.
+func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string, rk redisKeys, owner ctxid.ID, s *settings, p RetryPolicy) (*Lease, error) {
 	var deadline time.Time
 	if p.limit == limitMaxWait {
 		deadline = time.Now().Add(p.maxWait)
 	}
-	hk := holdKey{key: key, owner: owner, kind: s.kind}
 	for {
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
 			return nil, ErrClosed
 		}
-		h := l.held[hk]
+		h := l.heldIn(key, owner, s.kind)
 		if h == nil {
-			h = &held{l: l, hk: hk, rk: rk, s: s}
+			section, err := ctxid.Section(owner)
+			if err != nil {
+				l.mu.Unlock()
+				return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
+			}
+			h = &held{l: l, hk: holdKey{key: key, owner: section, kind: s.kind}, rk: rk, s: s, section: section}
 			h.boxArgs(ctx)
-			l.held[hk] = h
+			l.held[h.hk] = h
 			l.mu.Unlock()
 			return l.acquireRemote(ctx, rctx, a, h, p, deadline)
 		}
@@ -281,7 +294,7 @@ func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string
 		}
 		ready := h.ready
 		l.mu.Unlock()
-		// Another goroutine of the same owner is acquiring this key: its outcome decides.
+		// Another goroutine of the same section is acquiring this key: its outcome decides.
 		if p.limit == limitAttempts && p.attempts == 1 {
 			return nil, &LockedError{Key: key}
 		}
@@ -294,6 +307,49 @@ func (l *Locker) acquireAs(ctx, rctx context.Context, a *acquisition, key string
 	}
 }
 
+// heldIn returns this process's hold of key by owner or by the nearest section owner is
+// in, or nil. l.mu is held.
+func (l *Locker) heldIn(key string, owner ctxid.ID, kind Kind) *held {
+	for id, ok := owner, true; ok; id, ok = id.Parent() {
+		if h := l.held[holdKey{key: key, owner: id, kind: kind}]; h != nil {
+			return h
+		}
+	}
+	return nil
+}
+
+// rekey makes h, an acquisition that reentered through Redis the hold of holder (a
+// section its owner is in), that section's hold here: renewed and released as the holder,
+// and found in the table as the holder's unless this process has a record of that hold
+// already (see adopt). l.mu is held; h is not held yet.
+func (l *Locker) rekey(h *held, holder ctxid.ID) {
+	if l.held[h.hk] == h {
+		delete(l.held, h.hk)
+	}
+	h.hk.owner, h.args.owner = holder, string(holder)
+	if l.held[h.hk] == nil {
+		l.held[h.hk] = h
+	}
+}
+
+// adopt rekeys h to g.holder (see rekey). When another goroutine of this process had
+// the same hold first, adopt returns that hold, which the caller joins, giving h's count
+// in Redis back (after unlocking l.mu). l.mu is held; h is not held yet.
+func (l *Locker) adopt(h *held, g granted) *held {
+	if h.hk.owner != g.holder {
+		l.rekey(h, g.holder)
+	}
+	if o := l.held[h.hk]; o != h {
+		if o != nil && o.state == stateHeld {
+			h.state = stateReleased
+			h.acquireEnded()
+			return o
+		}
+		l.held[h.hk] = h
+	}
+	return nil
+}
+
 // acquireRemote acquires h in Redis for its owner and publishes the outcome to the
 // owner's other goroutines waiting on h.ready.
 func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *held, p RetryPolicy, deadline time.Time) (*Lease, error) {
@@ -303,7 +359,9 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 		err = ErrClosed
 	}
 	if err != nil {
-		delete(l.held, h.hk)
+		if l.held[h.hk] == h {
+			delete(l.held, h.hk)
+		}
 		if g.acquired {
 			h.state = stateReleased
 		}
@@ -313,6 +371,14 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 			l.compensate(ctx, h, g.nonce, nil)
 		}
 		return nil, err
+	}
+	if g.holder != "" {
+		if o := l.adopt(h, g); o != nil {
+			le := o.newLease(ctx, true)
+			l.mu.Unlock()
+			l.compensate(ctx, h, g.nonce, nil)
+			return le, nil
+		}
 	}
 	h.hold(g)
 	h.tel = l.tel.held(ctx, a.name, a.kind)
@@ -529,7 +595,12 @@ func (l *Locker) undoWithin(ctx context.Context, h *held, nonce string) {
 		l.undoQuorum(h, nonce, nil)
 		return
 	}
-	err := l.runScript(ctx, h.s.spec.release, h.releaseArgs(l.newNonce(), nonce), true).Err()
+	var err error
+	for _, args := range h.undoArgs(l, nonce) {
+		if e := l.runScript(ctx, h.s.spec.release, args, true).Err(); e != nil {
+			err = e
+		}
+	}
 	l.refresh(err)
 }
 

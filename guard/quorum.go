@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guardkit/guardkit/ctxid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -400,7 +401,8 @@ type quorumGrant struct {
 	i         int
 	token     int64
 	holds     int64
-	confirmed int64 // the hold's token as a quorum confirmed it there (raise.lua), 0: none
+	confirmed int64    // the hold's token as a quorum confirmed it there (raise.lua), 0: none
+	holder    ctxid.ID // a reentry's holder, when a section the owner is in (see granted)
 }
 
 // attemptReply is one server's reply to an attempt: the script's, and the owner's
@@ -411,18 +413,40 @@ type attemptReply struct {
 }
 
 // nodeAttempt runs an attempt on one server, followed on the same connection by the read
-// of the owner's confirmed token (a reentry's token: see raise.lua).
-func nodeAttempt(ctx context.Context, c *conn, s *script, args []any, lock, confirmField string) (any, error) {
-	var conf *redis.StringCmd
+// of the owner's confirmed token (a reentry's token: see raise.lua): the first of
+// confirmFields that is set.
+func nodeAttempt(ctx context.Context, c *conn, s *script, args []any, lock string, confirmFields []string) (any, error) {
+	var conf *redis.SliceCmd
 	cmd := pipeScript(ctx, c.client, &c.legacy, s, append([]any(nil), args...), func(pipe redis.Pipeliner) {
-		conf = pipe.HGet(ctx, lock, confirmField)
+		conf = pipe.HMGet(ctx, lock, confirmFields...)
 	})
 	v, err := cmd.Result()
 	if err != nil {
 		return nil, err
 	}
-	confirmed, _ := conf.Int64()
+	var confirmed int64
+	for _, f := range conf.Val() {
+		if s, ok := f.(string); ok {
+			confirmed, _ = strconv.ParseInt(s, 10, 64)
+			break
+		}
+	}
 	return attemptReply{v: v, confirmed: confirmed}, nil
+}
+
+// confirmFields names the fields that may hold the confirmed token of the hold an
+// attempt of h's takes or reenters: for a reader, those of h's owner and of each section
+// it is in (the hold reentered may be any of theirs); for the other kinds, the lock's.
+func confirmFields(h *held) []string {
+	_, confirmed := tokenFields(h)
+	if h.s.kind != KindRead {
+		return []string{confirmed}
+	}
+	fields := []string{confirmed}
+	for id, ok := h.hk.owner.Parent(); ok; id, ok = id.Parent() {
+		fields = append(fields, string(id)+"#tq")
+	}
+	return fields
 }
 
 // tokenFields names the fields of h's lock hash that hold its token and its confirmed
@@ -465,9 +489,9 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		settled = make(chan struct{})
 	)
 	defer close(settled)
-	_, confirmField := tokenFields(h)
+	fields := confirmFields(h)
 	call := func(ctx context.Context, c *conn) (any, error) {
-		return nodeAttempt(ctx, c, s, args, h.rk.lock, confirmField)
+		return nodeAttempt(ctx, c, s, args, h.rk.lock, fields)
 	}
 	replied, confirmed, held, busy := 0, 0, 0, 0
 	take := func(r nodeReply) bool {
@@ -486,7 +510,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 				failed++
 			case g.acquired:
 				undo[r.i] = true
-				grants = append(grants, quorumGrant{i: r.i, token: g.token, holds: g.holds, confirmed: a.confirmed})
+				grants = append(grants, quorumGrant{i: r.i, token: g.token, holds: g.holds, confirmed: a.confirmed, holder: g.holder})
 				if a.confirmed > 0 {
 					confirmed++
 				}
@@ -612,6 +636,7 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants 
 		}
 	}
 	current := q.current(confirmed, held)
+	var holder ctxid.ID
 	for _, g := range grants {
 		switch {
 		case !current:
@@ -619,11 +644,22 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants 
 		case g.confirmed > 0:
 			top, holds = max(top, g.confirmed), max(holds, g.holds)
 		}
+		if current && holder == "" && g.holds > 1 {
+			holder = g.holder
+		}
 	}
 	reentry := holds > 1
 	var reply any = top
 	if holds > 1 {
 		reply = []any{int64(acquireHeld), strconv.FormatInt(top, 10), holds}
+	}
+	if reentry && holder != "" {
+		// A reentry of the hold of a section the owner is in: the write-back below and the
+		// hold's renewals and release are the holder's.
+		reply = append(reply.([]any), string(holder))
+		l.mu.Lock()
+		l.rekey(h, holder)
+		l.mu.Unlock()
 	}
 	errs := make([]error, len(q.nodes))
 	var wg sync.WaitGroup
@@ -716,10 +752,15 @@ func (l *Locker) raiseOn(ctx context.Context, c *conn, h *held, top int64) error
 // run a no-op.
 func (l *Locker) undoQuorum(h *held, nonce string, on []bool) {
 	l.each(on, true, func(ctx context.Context, c *conn) error {
-		args := h.releaseArgs(l.newNonce(), nonce)
-		err := c.runScript(ctx, h.s.spec.release, args, true).Err()
-		if err != nil && !isServerError(err) && ctx.Err() == nil {
-			err = c.runScript(ctx, h.s.spec.release, args, true).Err()
+		var err error
+		for _, args := range h.undoArgs(l, nonce) {
+			e := c.runScript(ctx, h.s.spec.release, args, true).Err()
+			if e != nil && !isServerError(e) && ctx.Err() == nil {
+				e = c.runScript(ctx, h.s.spec.release, args, true).Err()
+			}
+			if e != nil {
+				err = e
+			}
 		}
 		return err
 	})
@@ -926,8 +967,7 @@ func (l *Locker) repairQuorum(h *held, i int) {
 		defer cancel()
 		nonce := l.newNonce()
 		s, args := l.q.acquireCall(h, nonce, mannerTry)
-		_, confirmField := tokenFields(h)
-		v, err := nodeAttempt(ctx, c, s, args, h.rk.lock, confirmField)
+		v, err := nodeAttempt(ctx, c, s, args, h.rk.lock, confirmFields(h))
 		if err != nil {
 			if !isServerError(err) {
 				l.undoQuorum(h, nonce, onlyAt(len(l.q.nodes), i))

@@ -64,21 +64,23 @@ func TestReentrancyInProcess(t *testing.T) {
 	mustRelease(t, le)
 }
 
-// TestReentrancyAcrossLockers: a second Locker (another process) with the same owner ID
-// reenters through Redis, and its release does not free the first one's hold.
+// TestReentrancyAcrossLockers: a second Locker (another process) acting within the section
+// that holds the lock reenters through Redis, and its release does not free the first
+// one's hold.
 func TestReentrancyAcrossLockers(t *testing.T) {
 	srv := redistest.Start(t)
 	a, c := newLocker(t, srv)
 	b, _ := newLocker(t, srv)
 	third, _ := newLocker(t, srv)
-	ctx, owner := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
+	ctx, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
 
 	la := mustAcquire(t, a, ctx, "account:2")
-	lb := mustAcquire(t, b, ctxid.NewContext(context.Background(), owner), "account:2")
-	if !lb.Reentrant() || lb.Token() != la.Token() {
-		t.Fatalf("downstream lease: reentrant %v, token %d, want true and %d", lb.Reentrant(), lb.Token(), la.Token())
+	section := la.Owner()
+	lb := mustAcquire(t, b, ctxid.NewContext(ctxTimeout(t, 10*time.Second), section), "account:2")
+	if !lb.Reentrant() || lb.Token() != la.Token() || lb.Owner() != section {
+		t.Fatalf("downstream lease: reentrant %v, token %d, owner %q, want true, %d, %q", lb.Reentrant(), lb.Token(), lb.Owner(), la.Token(), section)
 	}
-	if n, _ := c.HGet(ctx, lockName("account:2"), string(owner)).Int(); n != 2 {
+	if n, _ := c.HGet(ctx, lockName("account:2"), string(section)).Int(); n != 2 {
 		t.Fatalf("Redis hold count = %d, want 2", n)
 	}
 	mustRelease(t, lb)
@@ -93,48 +95,40 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 	mustRelease(t, le)
 }
 
-// TestSameOwnerConcurrentAcquire: goroutines of one request acquiring the same key at once
-// share one Redis acquisition.
-func TestSameOwnerConcurrentAcquire(t *testing.T) {
+// TestSectionConcurrentAcquire: goroutines started inside one section, each taking a key
+// the section does not hold, are sibling sections within it and take turns.
+func TestSectionConcurrentAcquire(t *testing.T) {
 	srv := redistest.Start(t)
 	l, c := newLocker(t, srv)
-	other, _ := newLocker(t, srv)
-	ctx, owner := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
-	blocker := mustAcquire(t, other, context.Background(), "shared")
+	ctx, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
+	outer := mustAcquire(t, l, ctx, "outer")
+	defer mustRelease(t, outer)
 
-	leases := make(chan *guard.Lease, 8)
+	tokens := make(chan int64, 8)
 	for range 8 {
 		go func() {
-			le, err := l.Acquire(ctx, "shared")
+			le, err := l.Acquire(outer.Context(), "shared")
 			if err != nil {
 				t.Errorf("Acquire: %v", err)
+				tokens <- 0
+				return
 			}
-			leases <- le
+			tokens <- le.Token()
+			mustRelease(t, le)
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
-	mustRelease(t, blocker)
-	var got []*guard.Lease
+	// Eight sibling sections within outer took turns: each its own hold and token.
+	seen := map[int64]bool{}
 	for range 8 {
-		if le := <-leases; le != nil {
-			got = append(got, le)
-		}
+		seen[<-tokens] = true
 	}
-	if len(got) != 8 {
-		t.FailNow()
+	if len(seen) != 8 || seen[0] {
+		t.Fatalf("%d distinct tokens, want 8", len(seen))
 	}
-	if n, _ := c.HGet(ctx, lockName("shared"), string(owner)).Int(); n != 1 {
-		t.Fatalf("Redis hold count = %d, want 1 (one acquisition shared by the goroutines)", n)
-	}
-	for _, le := range got {
-		if le.Token() != got[0].Token() {
-			t.Fatalf("tokens differ: %d vs %d", le.Token(), got[0].Token())
-		}
-		mustRelease(t, le)
-	}
-	if n, _ := c.Exists(ctx, lockName("shared")).Result(); n != 0 {
-		t.Fatal("lock left in Redis after every hold was released")
-	}
+	waitUntil(t, 5*time.Second, "the last release", func() bool {
+		n, _ := c.Exists(ctx, lockName("shared")).Result()
+		return n == 0
+	})
 }
 
 func TestForkExcludesSiblings(t *testing.T) {
@@ -171,12 +165,12 @@ func TestBindKeepsHops(t *testing.T) {
 	defer mustRelease(t, le)
 	bound, cancel := le.Bind(ctx)
 	defer cancel()
-	if id, _ := ctxid.FromContext(bound); id != owner || ctxid.HopsFromContext(bound) != 3 {
-		t.Fatalf("bound context: owner %v hops %d, want %v and 3", id, ctxid.HopsFromContext(bound), owner)
+	if id, _ := ctxid.FromContext(bound); id != le.Owner() || !id.Within(owner) || ctxid.HopsFromContext(bound) != 3 {
+		t.Fatalf("bound context: owner %v hops %d, want %v (within %v) and 3", id, ctxid.HopsFromContext(bound), le.Owner(), owner)
 	}
 	other, cancel2 := le.Bind(context.Background())
 	defer cancel2()
-	if id, _ := ctxid.FromContext(other); id != owner {
+	if id, _ := ctxid.FromContext(other); id != le.Owner() {
 		t.Fatalf("Bind on a context without an owner: owner %v", id)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/guardkit/guardkit/ctxid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,7 +15,7 @@ import (
 // Tags of the list replies of an acquire script; a fresh hold is a bare integer token.
 const (
 	acquireBusy    = 0 // {0, pttl}: another owner holds it (pttl -1: free, left to others)
-	acquireHeld    = 1 // {1, "token", holds}: the owner held it already (reentry)
+	acquireHeld    = 1 // {1, "token", holds[, holder]}: the owner, or the section holder it is in, held it already (reentry)
 	acquireRefused = 2 // {2}: refused for good: a reader asking to write (ErrUpgrade)
 )
 
@@ -27,6 +28,7 @@ type granted struct {
 	sent     time.Time     // when the attempt was sent: validity is measured from here
 	nonce    string        // the attempt's nonce, to undo it
 	upgrade  bool          // refused: the owner holds the read lock and asked to write
+	holder   ctxid.ID      // a reentry's holder when it is a section the owner is in, not the owner
 }
 
 // parseGranted decodes the reply of an acquire script.
@@ -40,12 +42,16 @@ func parseGranted(reply any) (granted, error) {
 		tag, _ = v[0].(int64)
 	}
 	switch {
-	case tag == acquireHeld && len(v) == 3:
+	case tag == acquireHeld && (len(v) == 3 || len(v) == 4):
 		s, _ := v[1].(string)
 		token, err := strconv.ParseInt(s, 10, 64)
 		holds, _ := v[2].(int64)
-		if err == nil && holds > 0 {
-			return granted{acquired: true, token: token, holds: holds}, nil
+		var holder string
+		if len(v) == 4 {
+			holder, _ = v[3].(string)
+		}
+		if err == nil && holds > 0 && (len(v) == 3 || holder != "") {
+			return granted{acquired: true, token: token, holds: holds, holder: ctxid.ID(holder)}, nil
 		}
 	case tag == acquireBusy && len(v) == 2:
 		pttl, _ := v[1].(int64)

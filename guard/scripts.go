@@ -193,11 +193,28 @@ var argNoLabel any = ""
 
 // releaseArgs returns the command line of release.lua (see its header).
 func (h *held) releaseArgs(nonce, undo string) []any {
+	return h.releaseArgsAs(h.args.owner, nonce, undo)
+}
+
+// releaseArgsAs is releaseArgs for owner.
+func (h *held) releaseArgsAs(owner any, nonce, undo string) []any {
 	a := &h.args
 	if a.aux != nil {
 		args := h.keyArgs(make([]any, 2, 16))
-		return append(args, a.owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg())
+		return append(args, owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg())
 	}
 	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
-		a.owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg()}
+		owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg()}
+}
+
+// undoArgs returns the command lines that undo h's attempt with nonce: one, as the
+// hold's owner, and a second as the section the attempt was sent for when h took on the
+// hold of a section that one is in (an attempt may have reentered that hold on one server
+// and taken a fresh hold on another). Each finds the attempt by its nonce or does nothing.
+func (h *held) undoArgs(l *Locker, nonce string) [][]any {
+	args := [][]any{h.releaseArgs(l.newNonce(), nonce)}
+	if h.section != "" && h.section != h.hk.owner {
+		args = append(args, h.releaseArgsAs(string(h.section), l.newNonce(), nonce))
+	}
+	return args
 }

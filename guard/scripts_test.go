@@ -181,12 +181,13 @@ func TestRetriedReentryCountsOnce(t *testing.T) {
 	t.Cleanup(func() { _ = pc.Close() })
 	lossy := lockerOn(t, pc)
 	l, c := newLocker(t, srv)
-	ctx, owner := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
+	ctx, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
 	mustRelease(t, mustAcquire(t, lossy, ctx, "warm-up"))
 
 	outer := mustAcquire(t, l, ctx, "re")
+	owner := outer.Owner() // the section holding "re"
 	proxy.DropNextReply()
-	inner := mustAcquire(t, lossy, ctx, "re")
+	inner := mustAcquire(t, lossy, ctxid.NewContext(ctx, owner), "re")
 	if n, _ := c.HGet(ctx, lockName("re"), string(owner)).Int(); n != 2 {
 		t.Fatalf("holds after a retried reentry = %d, want 2", n)
 	}

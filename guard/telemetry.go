@@ -28,7 +28,7 @@ const (
 	AttrLockName    = attribute.Key("guard.lock.name")     // the lock name: Name option, else the key template
 	AttrLockKind    = attribute.Key("guard.lock.kind")     // the lock's Kind: exclusive, read, write, semaphore, fair
 	AttrLockKey     = attribute.Key("guard.lock.key")      // the rendered key (spans only; see RedactKeys)
-	AttrOwner       = attribute.Key("guard.owner")         // the owner ID (spans only)
+	AttrOwner       = attribute.Key("guard.owner")         // the owner ID: the caller's, then the holding section's (spans only)
 	AttrOutcome     = attribute.Key("guard.outcome")       // acquired, busy, timeout, canceled, error; ok, failed, lost for renewals
 	AttrAttempts    = attribute.Key("guard.attempts")      // acquire round trips made
 	AttrReentrant   = attribute.Key("guard.reentrant")     // the owner already held the lock
@@ -267,7 +267,8 @@ func (a *acquisition) end(ctx context.Context, le *Lease, err error, p RetryPoli
 			AttrWaitSeconds.Float64(wait.Seconds()),
 		}
 		if le != nil {
-			attrs = append(attrs, AttrToken.Int64(le.Token()))
+			// The holding section replaces the caller's owner the span started with.
+			attrs = append(attrs, AttrToken.Int64(le.Token()), AttrOwner.String(string(le.Owner())))
 		}
 		a.span.SetAttributes(attrs...)
 		if err != nil && outcome == OutcomeError {

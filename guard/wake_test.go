@@ -275,8 +275,9 @@ func TestReentryPastLocalWaiters(t *testing.T) {
 	srv := redistest.Start(t)
 	a, _ := newLocker(t, srv)
 	b, _ := newLocker(t, srv)
-	ctx, owner := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
+	ctx, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
 	held := mustAcquire(t, a, ctx, "shared-down")
+	owner := held.Owner() // the downstream call is made from inside the holding section
 	go func() {
 		// Another request waiting at the downstream service; it gets the lock at the end.
 		if le, err := b.Acquire(ctxTimeout(t, 10*time.Second), "shared-down", sleepy); err == nil {

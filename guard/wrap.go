@@ -54,10 +54,12 @@ var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard
 //     ErrLeaseLost even if fn succeeded, because exclusivity was not guaranteed; fn's
 //     own error stays in the chain, and resp is still fn's.
 //
-// A guarded call made inside fn with fn's context (or one derived from it) runs for the
-// same owner: on the same key it reenters the lock at once, with the same fencing token
-// and no Redis call, instead of deadlocking; on another key it acquires that one too.
-// Pass fn's context on, not the one the outer caller gave: that one may carry no owner.
+// A guarded call made inside fn with fn's context (or one derived from it, in any
+// goroutine) runs inside the section that holds the lock: on the same key it reenters the
+// lock at once, with the same fencing token and no Redis call, instead of deadlocking; on
+// another key it acquires that one as a section within it. Pass fn's context on, not the
+// one the outer caller gave: with that one the call is a sibling section, and waits for
+// the lock fn holds.
 //
 // A release whose reply says the lock was expired or taken, and came back while the
 // lease was still valid here, counts as a lost lease: the lock vanished under a valid

@@ -189,7 +189,8 @@ func TestAnnotationLocksLikeRule(t *testing.T) {
 				t.Fatalf("Acquire: %v", err)
 			}
 			defer outer.Release(context.Background())
-			if _, err := invoke(mine, s.conn, mHold, transfer("3")); err != nil {
+			// Called from inside the section that holds the lock.
+			if _, err := invoke(ctxid.NewContext(ctx, outer.Owner()), s.conn, mHold, transfer("3")); err != nil {
 				t.Fatalf("Hold as the holder's owner: %v", err)
 			}
 			if v := <-visits; v.key != "account:3" || !v.reentrant || v.token != outer.Token() {

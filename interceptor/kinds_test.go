@@ -124,11 +124,11 @@ func TestAnnotationKinds(t *testing.T) {
 		t.Fatalf("Acquire: %v", err)
 	}
 	defer outer.Release(context.Background())
-	token, err := invoke(mine, conn, mDebit, transfer("2"))
+	token, err := invoke(ctxid.NewContext(ctx, outer.Owner()), conn, mDebit, transfer("2")) // from inside the writer's section
 	if err != nil || token != outer.Token() {
 		t.Fatalf("Debit as the writer's owner: token %d, %v; want a reentry of token %d", token, err, outer.Token())
 	}
-	if _, err := invoke(mine, conn, mHold, transfer("2")); err != nil {
+	if _, err := invoke(ctxid.NewContext(ctx, outer.Owner()), conn, mHold, transfer("2")); err != nil {
 		t.Fatalf("Hold as the writer's owner: %v, want the read lock the write lock implies", err)
 	}
 	_, err = invoke(ctx, conn, mDebit, transfer("2"))

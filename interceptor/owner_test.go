@@ -130,6 +130,7 @@ func TestRejectedOwnerToken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
+	owner = le.Owner() // callers act from inside the section that holds the lock
 	defer le.Release(context.Background())
 
 	watch := func(_ *dynamicpb.Message, ss grpc.ServerStream) error {

@@ -31,6 +31,7 @@ func TestSpoofedOwnerNeverReenters(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
+	owner = le.Owner() // callers act from inside the section that holds the lock
 	defer le.Release(context.Background())
 
 	// The service trusts the current key and, during rotation, the previous one.
@@ -64,6 +65,17 @@ func TestSpoofedOwnerNeverReenters(t *testing.T) {
 		return tok
 	}
 	valid := sign(newSigner(t, []ctxid.Key{keyCurrent}), 1)
+	// Tokens signed with the right key for other sections of the holder's request.
+	signAs := func(id ctxid.ID) string {
+		t.Helper()
+		tok, err := newSigner(t, []ctxid.Key{keyCurrent}).Sign(id, 1)
+		if err != nil {
+			t.Fatalf("Sign: %v", err)
+		}
+		return tok
+	}
+	sibling, _ := ctxid.Section(owner.Root())
+	within, _ := ctxid.Section(owner)
 	fields := strings.Split(valid, ".")
 	tamper := func(i int, v string) string {
 		f := append([]string(nil), fields...)
@@ -78,10 +90,13 @@ func TestSpoofedOwnerNeverReenters(t *testing.T) {
 		md     []string // key, value pairs
 		conn   *grpc.ClientConn
 		reuse  bool   // reenters
-		reason string // why the busy status says the token was rejected; "" for no token
+		reason string // why the busy status says the token was rejected; "" for none (no token, or one of another section)
 	}{
 		{name: "valid token", md: []string{key, valid}, reuse: true},
 		{name: "token of the previous key", md: []string{key, sign(newSigner(t, []ctxid.Key{keyOld}), 1)}, reuse: true},
+		{name: "token of a section within the holder", md: []string{key, signAs(within)}, reuse: true},
+		{name: "token of the holder's request root", md: []string{key, signAs(owner.Root())}},
+		{name: "token of a sibling section", md: []string{key, signAs(sibling)}},
 		{name: "no token", md: nil},
 		{name: "bare owner ID", md: []string{key, string(owner)}, reason: "malformed"},
 		{name: "wrong secret", md: []string{key, sign(newSigner(t, []ctxid.Key{{ID: keyCurrent.ID, Secret: []byte("attacker-secret-0123456789abcdef")}}), 1)}, reason: "bad_signature"},

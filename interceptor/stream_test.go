@@ -116,6 +116,7 @@ func TestStreamHoldsLockForItsLife(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
+	owner = le.Owner() // the stream is opened from inside the section that holds the lock
 	defer le.Release(context.Background())
 	ctx4, cancel4 := context.WithCancel(ctxid.NewContext(base, owner))
 	defer cancel4()

@@ -160,7 +160,7 @@
 //     Found;
 //   - Redis unreachable: ErrorHandler; by default 503 Service Unavailable, or, with
 //     FailOpen, the handler runs without the lock;
-//   - the request's owner holds the key's read lock and the route writes it
+//   - the request's section holds the key's read lock and the route writes it
 //     (guard.ErrUpgrade): ErrorHandler; by default 409 Conflict, at once.
 //
 // The default handlers return an *echo.HTTPError whose Internal is guard's error, so

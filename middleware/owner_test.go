@@ -54,6 +54,7 @@ func TestOwnerHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, caller = held.Context(), held.Owner() // callers act from inside the holding section
 	good := mustOutbound(t, signer, ctx)
 	_, other := ctxid.Ensure(context.Background())
 	tampered := strings.Replace(good, string(caller), string(other), 1)
@@ -167,6 +168,7 @@ func TestOwnerRejectionReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, caller = held.Context(), held.Owner() // callers act from inside the holding section
 	defer held.Release(context.Background())
 	good := mustOutbound(t, signer, ctx)
 	stale, err := ctxid.NewSigner([]ctxid.Key{{ID: "k1", Secret: []byte(secret)}},

@@ -22,17 +22,24 @@
 --
 -- Returns token             (an integer) when the owner took the free lock: one hold,
 --         {1, token, holds} when the owner held it already (token as a string),
+--         {1, token, holds, holder} when a section the owner is in held it (chain.lua):
+--                           the owner reenters that hold, counted in holder's field,
 --         {0, pttl}         when another owner holds it (pttl -1: free, left to others).
 --
 -- The common case, a free lock, is kept short: Lua's own work (every string that enters
 -- the interpreter is hashed, byte by byte) costs the server more than the commands do.
 local lock, owner = KEYS[1], ARGV[1]
-local v = redis.call('HMGET', lock, owner, '#t', '#w')
+local c = chain(owner)
+local n = #c
+c[n + 1], c[n + 2] = '#t', '#w'
+local v = redis.call('HMGET', lock, unpack(c))
+local holder, count = held_in(c, v, n)
+v = {count, v[n + 1], v[n + 2]}
 
-if v[1] then
-  -- Reentry through Redis (the owner holds the lock through another Locker): count the
-  -- hold once per attempt, however often the client sends the attempt.
-  local nonce, afield = ARGV[3], owner .. '#a'
+if holder then
+  -- Reentry through Redis (the owner, or a section it is in, holds the lock through
+  -- another Locker): count the hold once per attempt, however often the client sends it.
+  local nonce, afield = ARGV[3], holder .. '#a'
   local applied = redis.call('HGET', lock, afield)
   local holds = tonumber(v[1])
   if not applied or not string.find(' ' .. applied .. ' ', ' ' .. nonce .. ' ', 1, true) then
@@ -40,7 +47,7 @@ if v[1] then
     if f and string.find(f .. ':', ':!' .. nonce .. ':', 1, true) then
       return {0, -1} -- undone already: the caller left
     end
-    holds = redis.call('HINCRBY', lock, owner, 1)
+    holds = redis.call('HINCRBY', lock, holder, 1)
     -- Keep the newest nonces within 100 bytes, cut at a separator.
     local s = nonce .. ' ' .. (applied or '')
     if #s > 100 then
@@ -49,7 +56,7 @@ if v[1] then
     redis.call('HSET', lock, afield, s)
   end
   redis.call('PEXPIRE', lock, ARGV[2])
-  return {1, v[2], holds}
+  return as_holder({1, v[2], holds}, holder, owner)
 end
 
 if v[2] then

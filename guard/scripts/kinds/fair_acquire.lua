@@ -10,7 +10,12 @@
 -- claimed passes to the next owner. A try (ARGV[5] "2") never jumps the queue.
 local lock, owner, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now, t = clock()
-local v = redis.call('HMGET', lock, owner, '#g', '#t')
+local c = chain(owner)
+local n = #c
+c[n + 1], c[n + 2] = '#g', '#t'
+local v = redis.call('HMGET', lock, unpack(c))
+local holder, count = held_in(c, v, n)
+v = {count, v[n + 1], v[n + 2]}
 if ARGV[5] == '3' then
   redis.call('LREM', KEYS[4], 0, owner)
   redis.call('HDEL', KEYS[5], owner)
@@ -24,21 +29,21 @@ if undone() then
   return {0, -1} -- undone before it got here: its caller left
 end
 if v[1] then
-  if v[2] == owner then
+  if v[2] == owner and holder == owner then
     redis.call('HDEL', lock, '#g')
     redis.call('HSET', lock, owner .. '#a', ARGV[3])
     label(owner .. '#l')
     redis.call('PEXPIRE', lock, ttl)
     return tonumber(v[3])
   end
-  local applied = redis.call('HGET', lock, owner .. '#a')
+  local applied = redis.call('HGET', lock, holder .. '#a')
   local holds = tonumber(v[1])
   if not listed(applied, ARGV[3]) then
-    holds = redis.call('HINCRBY', lock, owner, 1)
-    redis.call('HSET', lock, owner .. '#a', remember(applied, ARGV[3]))
+    holds = redis.call('HINCRBY', lock, holder, 1)
+    redis.call('HSET', lock, holder .. '#a', remember(applied, ARGV[3]))
   end
   redis.call('PEXPIRE', lock, ttl)
-  return {1, v[3], holds}
+  return as_holder({1, v[3], holds}, holder, owner)
 end
 if not v[3] then
   -- Free: it is the first live owner's of the queue.

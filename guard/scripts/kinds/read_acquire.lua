@@ -9,11 +9,16 @@ if undone() then
   return {0, -1} -- undone before it got here: its caller left
 end
 prune(now)
-local v = redis.call('HMGET', lock, owner, '#W', '#ww')
-if v[1] then
-  return reenter(owner, owner .. '#a', owner .. '#t', owner, now)
+local c = chain(owner)
+local n = #c
+c[n + 1], c[n + 2] = '#W', '#ww'
+local v = redis.call('HMGET', lock, unpack(c))
+local holder = held_in(c, v, n)
+if holder then
+  return as_holder(reenter(holder, holder .. '#a', holder .. '#t', holder, now), holder, owner)
 end
-if v[2] and v[2] ~= owner or not v[2] and tonumber(v[3] or 0) > now then
+v = {false, v[n + 1], v[n + 2]}
+if v[2] and not within(owner, v[2]) or not v[2] and tonumber(v[3] or 0) > now then
   return busy(redis.call('PTTL', lock))
 end
 local token = new_token(t)

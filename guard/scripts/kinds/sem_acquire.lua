@@ -8,8 +8,10 @@ if undone() then
   return {0, -1} -- undone before it got here: its caller left
 end
 prune(now)
-if redis.call('HEXISTS', lock, owner) == 1 then
-  return reenter(owner, owner .. '#a', owner .. '#t', owner, now)
+local c = chain(owner)
+local holder = held_in(c, redis.call('HMGET', lock, unpack(c)), #c)
+if holder then
+  return as_holder(reenter(holder, holder .. '#a', holder .. '#t', holder, now), holder, owner)
 end
 if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
   local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')

@@ -13,13 +13,18 @@ if undone() then
   return {0, -1} -- undone before it got here: its caller left
 end
 prune(now)
-local v = redis.call('HMGET', lock, '#W', owner)
-if v[1] == owner then
-  return reenter('#Wn', '#Wa', '#t', '#W', now)
+local c = chain(owner)
+local n = #c
+c[n + 1] = '#W'
+local v = redis.call('HMGET', lock, unpack(c))
+local writer = v[n + 1]
+if within(owner, writer) then
+  return as_holder(reenter('#Wn', '#Wa', '#t', '#W', now), writer, owner)
 end
-if v[2] then
+if held_in(c, v, n) then
   return {2}
 end
+v = {writer}
 if v[1] or redis.call('ZCARD', KEYS[4]) > 0 then
   local ttl = tonumber(ARGV[2])
   if ARGV[5] ~= '2' then

@@ -1,0 +1,45 @@
+-- chain.lua: the section tree of owners, put before the acquire scripts. An owner ID is
+-- a path, "<root>/<section>/…" (see ctxid.ID): a hold of a section is reentered by that
+-- section and by every section within it, and by no other owner, so an acquisition looks
+-- for a hold of the caller's own or of a section the caller is in.
+
+-- chain returns owner followed by the sections it is in that may hold a lock: each
+-- section from the one directly below the root down to owner's parent. A root holds
+-- nothing (every acquisition is made for a section: guard's Locker.acquireIn), so it is
+-- left out, and an acquisition directly in a root reads no more fields than the owner's.
+local function chain(owner)
+  local c = {owner}
+  local i = string.find(owner, '/', 1, true)
+  while i do
+    i = string.find(owner, '/', i + 1, true)
+    if i then
+      c[#c + 1] = string.sub(owner, 1, i - 1)
+    end
+  end
+  return c
+end
+
+-- within reports whether owner is section or a section within it.
+local function within(owner, section)
+  return section ~= nil and section ~= false and
+    (owner == section or string.sub(owner, 1, #section + 1) == section .. '/')
+end
+
+-- held_in returns the first owner of chain c that v (HMGET's reply for c, then more
+-- fields) shows holding, with its hold count, or nil.
+local function held_in(c, v, n)
+  for i = 1, n do
+    if v[i] then
+      return c[i], v[i]
+    end
+  end
+  return nil
+end
+
+-- as_holder adds the holder to a reentry reply when it is not the caller itself.
+local function as_holder(r, holder, owner)
+  if holder ~= owner then
+    r[4] = holder
+  end
+  return r
+end
