@@ -152,6 +152,7 @@ var volatile = []struct {
 	{regexp.MustCompile(`\b\d{16}\b`), "TOKEN"},
 	{regexp.MustCompile(`\b\d+(\.\d)?(ms|s)\b|\b\d+m\d\ds\b`), "DUR"},
 	{regexp.MustCompile(`[A-Za-z0-9_-]{22}`), "OWNER"},
+	{regexp.MustCompile(`OWNER(/[A-Za-z0-9_-]+)+`), "OWNER/SECTION"}, // a section of the request
 	{regexp.MustCompile(`\b[A-Za-z0-9_-]{12}\b`), "LOCKER"},
 	{regexp.MustCompile(`127\.0\.0\.1:\d+`), "ADDR"},
 	{regexp.MustCompile(` +`), " "},

@@ -101,8 +101,8 @@ func TestEngineReentrancyAcrossProcesses(t *testing.T) {
 	ctx, _ := ctxid.Ensure(ctxTimeout(t, 5*time.Second))
 
 	outer := acquire(t, a, ctx, "account:7")
-	local := acquire(t, a, ctx, "account:7")  // same process: no Redis call
-	remote := acquire(t, b, ctx, "account:7") // another process, same owner: counted in Redis
+	local := acquire(t, a, outer.Context(), "account:7")  // nested, same process: no Redis call
+	remote := acquire(t, b, outer.Context(), "account:7") // nested, another process: counted in Redis
 	if !local.Reentrant() || !remote.Reentrant() || remote.Token() != outer.Token() {
 		t.Fatalf("reentrant: local %v, remote %v; tokens outer %d remote %d",
 			local.Reentrant(), remote.Reentrant(), outer.Token(), remote.Token())
@@ -112,6 +112,9 @@ func TestEngineReentrancyAcrossProcesses(t *testing.T) {
 	}
 	if _, err := b.TryAcquire(context.Background(), "account:7"); !errors.Is(err, guard.ErrLocked) {
 		t.Fatalf("another owner's TryAcquire = %v, want ErrLocked", err)
+	}
+	if _, err := b.TryAcquire(ctx, "account:7"); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("a sibling section's TryAcquire = %v, want ErrLocked (the call-chain check in the script)", err)
 	}
 	release(t, remote)
 	release(t, local)
