@@ -72,6 +72,10 @@ func init() {
 // guardScripts returns guardkit's acquire and release scripts with edits applied.
 func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
 	src := map[string]string{}
+	chain, err := os.ReadFile(filepath.Join(scriptsDir, "chain.lua"))
+	if err != nil {
+		return "", "", fmt.Errorf("guardkit's scripts (run the bench from bench/): %w", err)
+	}
 	for _, f := range []string{"acquire", "release"} {
 		b, err := os.ReadFile(filepath.Join(scriptsDir, f+".lua"))
 		if err != nil {
@@ -85,7 +89,8 @@ func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
 		}
 		src[e.file] = e.re.ReplaceAllLiteralString(src[e.file], e.with)
 	}
-	return src["acquire"], src["release"], nil
+	// guard puts chain.lua (the section tree of owners) before both.
+	return string(chain) + src["acquire"], string(chain) + src["release"], nil
 }
 
 // scriptsLib runs guardkit's scripts, whole or cut, as try-acquire and release.

@@ -32,7 +32,7 @@ var (
 	versionSrc string
 
 	acquireScript = newScript("", chainSrc+acquireSrc)
-	releaseScript = newScript(mayRunOOM, releaseSrc)
+	releaseScript = newScript(mayRunOOM, chainSrc+releaseSrc)
 	renewScript   = newScript(mayRunOOM, renewSrc)
 	wakeScript    = redis.NewScript(wakeSrc)
 	versionScript = redis.NewScript(versionSrc)

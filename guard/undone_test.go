@@ -97,3 +97,87 @@ func TestUndoBeforeAttempt(t *testing.T) {
 		})
 	}
 }
+
+// TestUndoOfSectionReentry: an attempt made in a section within the holder's reenters
+// the holder's hold through Redis, counted in the holder's fields. When its reply is
+// lost, the caller undoes it as its own section, not knowing the holder: the undo must
+// find the holder along the section's chain and drop that count, once however often it
+// is sent. Without it the holder's count stays one too high, and its last release leaves
+// the lock held until the TTL runs out.
+func TestUndoOfSectionReentry(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	l, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kinds := map[string][]Option{
+		"exclusive": nil, "read": {Read()}, "write": {Write()}, "semaphore": {Permits(2)}, "fair": {Fair()},
+	}
+	for name, opts := range kinds {
+		t.Run(name, func(t *testing.T) {
+			s, err := l.callSettings(opts, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := "section-undo-" + name
+			rk, err := l.redisKeys(key, s.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			as := func(owner string) *held {
+				h := &held{l: l, hk: holdKey{key: key, owner: ctxid.ID(owner), kind: s.kind}, rk: rk, s: s}
+				h.boxArgs(ctx)
+				return h
+			}
+			outer, inner := as("req-"+name+"/s1"), as("req-"+name+"/s1/s2")
+			holds := func() string {
+				field := string(outer.hk.owner)
+				if name == "write" {
+					field = "#Wn"
+				}
+				return c.HGet(ctx, rk.lock, field).Val()
+			}
+			acquire := func(h *held, nonce string) granted {
+				t.Helper()
+				v, err := l.runScript(ctx, s.spec.acquire, h.acquireArgs(nonce, mannerWait), true).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				g, err := parseGranted(v)
+				if err != nil || !g.acquired {
+					t.Fatalf("acquire as %s: %+v, %v", h.hk.owner, g, err)
+				}
+				return g
+			}
+			undo := func(h *held, nonce string) releaseReply {
+				t.Helper()
+				code, err := decodeRelease(l.runScript(ctx, s.spec.release, h.releaseArgs(l.newNonce(), nonce), true))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return code
+			}
+
+			acquire(outer, "outer.1")
+			if g := acquire(inner, "inner.1"); g.holder != outer.hk.owner || holds() != "2" {
+				t.Fatalf("reentry from within: holder %q, holds %q; want %q's hold counted twice", g.holder, holds(), outer.hk.owner)
+			}
+			if code := undo(inner, "inner.1"); code != releaseStillHeld || holds() != "1" {
+				t.Fatalf("undo of the reentry sent as the inner section: %v, holds %q; want one hold dropped, 1 left", code, holds())
+			}
+			if code := undo(inner, "inner.1"); code != releaseNoUndo || holds() != "1" {
+				t.Fatalf("the undo again: %v, holds %q; want nothing to undo, 1 hold", code, holds())
+			}
+			if code, err := decodeRelease(l.runScript(ctx, s.spec.release, outer.releaseArgs(l.newNonce(), ""), true)); err != nil || code == releaseStillHeld {
+				t.Fatalf("the holder's release: %v, %v; want the hold ended", code, err)
+			}
+			if n := c.Exists(ctx, rk.lock).Val(); n != 0 && name != "fair" {
+				t.Fatalf("lock hash still present after the holder's only release (holds %q)", holds())
+			}
+		})
+	}
+}

@@ -8,7 +8,7 @@
 --         attempt, should it reach the server later (from a connection or a server that
 --         was slow), is refused
 -- KEYS[3] queue (see acquire.lua)
--- ARGV[1] owner ID
+-- ARGV[1] owner ID (for an undo, the attempt's: see undo_holder in chain.lua)
 -- ARGV[2] release nonce (unique per release; makes a client-side retry of this call a no-op)
 -- ARGV[3] undo nonce: when not empty, drop the hold only if the acquire attempt with this
 --         nonce took effect (compensation after an acquire whose outcome is unknown)
@@ -24,7 +24,9 @@
 --          0 nothing to undo (undo nonce given and that attempt did not take effect)
 --         -1 no lock: it expired
 --         -2 another owner holds the lock
-local lock, owner, nonce = KEYS[1], ARGV[1], ARGV[2]
+-- An undo is made as the hold the attempt was counted in: a section of the caller's chain,
+-- when the attempt reentered that section's hold (chain.lua, put before this script).
+local lock, owner, nonce = KEYS[1], undo_holder(ARGV[1], '#a'), ARGV[2]
 local v = redis.call('HMGET', lock, owner, owner .. '#r', '#t', '#w')
 
 -- note appends entry to the fence, whose token is token when the fence ran out. APPEND

@@ -246,7 +246,7 @@ end
 -- drop_share makes one release or undo of the caller's share (a reader's, a permit): as
 -- drop, with -1 for a share not held, and with the server time when the share ended.
 local function drop_share()
-  local owner = ARGV[1]
+  local owner = undo_holder(ARGV[1], '#a')
   local r = drop(owner, owner .. '#a', owner .. '#r', owner .. '#t', owner, owner .. '#l')
   if r ~= 1 then
     return r or -1
