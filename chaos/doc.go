@@ -26,7 +26,7 @@
 // changes another owner's state in Redis. I3: nothing outlives the Lockers: no
 // goroutine after Close, and no lock left in Redis a TTL after. I4: no call returns
 // more than a slack after its deadline (the context's for Acquire, the release timeout
-// for Release). M2: a lost lease's context is cancelled no later than its validity
+// for Release), or, when the process saw the deadline late (Call.Fired), after that. M2: a lost lease's context is cancelled no later than its validity
 // deadline plus a slack. M3: fencing tokens strictly increase per key in the order
 // leases were granted. M4: the fenced register's value equals the number of
 // acknowledged writes, and it applies no operation carrying a superseded token.

@@ -221,6 +221,27 @@ func (w *worker) run(ctx context.Context) {
 	}
 }
 
+// watchDeadline notes when this process sees ctx's deadline pass: a goroutine that
+// context.AfterFunc starts once the deadline's timer fired. Call the returned function
+// when the call bounded by ctx has returned, before cancelling ctx: it gives that moment,
+// or 0 when the deadline had not passed.
+func watchDeadline(ctx context.Context) (seen func() chaos.Mono) {
+	var at atomic.Int64
+	ran := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			at.Store(int64(chaos.Now()))
+		}
+		close(ran)
+	})
+	return func() chaos.Mono {
+		if !stop() {
+			<-ran
+		}
+		return chaos.Mono(at.Load())
+	}
+}
+
 // section runs one critical section; it reports false when Acquire failed for a reason
 // other than a busy lock.
 func (w *worker) section(ctx context.Context) bool {
@@ -236,11 +257,13 @@ func (w *worker) section(ctx context.Context) bool {
 	opts, writes := w.load.kindOf(w.rng)
 	actx, cancel := context.WithTimeout(ctx, w.load.acquireTimeout(w.rng))
 	deadline, _ := actx.Deadline()
+	seen := watchDeadline(actx)
 	start := chaos.Now()
 	le, err := w.locker.Acquire(actx, key, opts...)
 	enter := chaos.Now()
+	fired := seen()
 	cancel()
-	w.sink.AddCall(chaos.Call{Op: "acquire", Key: key, Worker: w.id, Token: tokenOf(le), Start: start, Deadline: chaos.MonoOf(deadline), Return: enter, Err: errText(err)})
+	w.sink.AddCall(chaos.Call{Op: "acquire", Key: key, Worker: w.id, Token: tokenOf(le), Start: start, Deadline: chaos.MonoOf(deadline), Return: enter, Fired: fired, Err: errText(err)})
 	if err != nil {
 		if !typed(err) {
 			w.sink.Untyped("acquire", key, err)
@@ -345,10 +368,12 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64, opts
 	nctx, cancel := context.WithTimeout(ctxid.NewContext(ctx, le.Owner()), w.load.AcquireMax)
 	defer cancel()
 	deadline, _ := nctx.Deadline()
+	seen := watchDeadline(nctx)
 	start := chaos.Now()
 	calm := w.calm()
 	in, err := w.nested.Acquire(nctx, le.Key(), opts...)
-	w.sink.AddCall(chaos.Call{Op: "acquire", Key: le.Key(), Worker: w.id + "+nested", Token: tokenOf(in), Start: start, Deadline: chaos.MonoOf(deadline), Return: chaos.Now(), Err: errText(err)})
+	ret := chaos.Now()
+	w.sink.AddCall(chaos.Call{Op: "acquire", Key: le.Key(), Worker: w.id + "+nested", Token: tokenOf(in), Start: start, Deadline: chaos.MonoOf(deadline), Return: ret, Fired: seen(), Err: errText(err)})
 	if err != nil {
 		if !typed(err) {
 			w.sink.Untyped("nested acquire", le.Key(), err)

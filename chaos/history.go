@@ -95,10 +95,24 @@ type Call struct {
 	Start    Mono   `json:"start"`
 	Deadline Mono   `json:"deadline"`
 	Return   Mono   `json:"return"`
-	Err      string `json:"err,omitempty"`
+	// Fired is when the call's process saw its context's deadline pass (a goroutine
+	// started by context.AfterFunc ran), or 0 when it did not watch. A deadline is a
+	// runtime timer of the processor the context was made on: while the OS does not run
+	// that processor's thread, the timer does not fire and nothing waiting on it wakes,
+	// even though the process's other threads (and its scheduling probe) run on time.
+	Fired Mono   `json:"fired,omitempty"`
+	Err   string `json:"err,omitempty"`
 	// Stopped marks a call in a process that was stopped (SIGSTOP) meanwhile: I4 does
 	// not apply to it.
 	Stopped bool `json:"stopped,omitempty"`
+}
+
+// seen says when the call's process saw its deadline, when it watched and that was late.
+func (c Call) seen() string {
+	if c.Fired == 0 || c.Fired.Sub(c.Deadline) < time.Millisecond {
+		return ""
+	}
+	return fmt.Sprintf(", which its process saw %s late", c.Fired.Sub(c.Deadline).Round(100*time.Microsecond))
 }
 
 // Fault is one injected fault, from when it started to when it was healed.
@@ -248,13 +262,14 @@ func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 			From: o.B.Enter, To: o.B.Enter.Add(o.For), Detail: o.String()})
 	}
 	for _, c := range LateCalls(calls, slack.Call) {
-		if slack.excused(c.Proc, c.Deadline, c.Return, slack.Call) {
+		if slack.excused(c.Proc, c.Deadline, c.Return, slack.Call) || c.Fired != 0 && c.Return.Sub(c.Fired) <= slack.Call {
+			// A call owes its slack from when its process could act on the deadline.
 			excused++
 			continue
 		}
 		vs = append(vs, Violation{Inv: I4, Key: c.Key, Tokens: tokens(c.Token), From: c.Deadline, To: c.Return,
 			Proc: c.Proc, Late: c.Return.Sub(c.Deadline), Slack: slack.Call,
-			Detail: fmt.Sprintf("%s %q by %s returned %s after its deadline (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.Err)})
+			Detail: fmt.Sprintf("%s %q by %s returned %s after its deadline%s (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.seen(), c.Err)})
 	}
 	for _, l := range LateLosses(losses, slack.Loss) {
 		if slack.excused(l.Proc, l.Valid, l.Noticed, slack.Loss) {
