@@ -106,3 +106,15 @@ func envInt(name string, def int) int {
 	}
 	return def
 }
+
+// waitEnded waits up to d for ctx, a lease's context, to end and fails t with what
+// when it does not: a lease whose loss is never announced must fail its test, not hang
+// it until the package timeout.
+func waitEnded(t testing.TB, ctx context.Context, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+		t.Fatalf("%s: the lease's context was not cancelled within %s", what, d)
+	}
+}
