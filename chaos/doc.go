@@ -11,7 +11,7 @@
 //   - Mono, a reading of the host's monotonic clock that worker processes share;
 //   - History, the record of a run: critical sections (enter, exit, validity deadline,
 //     fencing token), lease losses, bounded calls and injected faults;
-//   - the checks of the invariants below (Overlaps, TokenOrder, LateCalls, LateLosses,
+//   - the checks of the invariants below (Overlaps, TokenOrder, LateCalls, LateLosses, Unnoticed,
 //     History.Check);
 //   - Register, a fenced register in Redis that plays the storage a guarded job writes
 //     to, and its audit (AuditLog);

@@ -236,7 +236,8 @@ func (s Slack) excused(proc string, due, at Mono, slack time.Duration) bool {
 }
 
 // Check returns the violations in h: those found by checking its sections, losses and
-// calls (I1, I4, M2, M3) and those recorded with AddViolation. It also returns how many late
+// calls (I1, I4, M2 — late notices, and sections that ran past their validity with no
+// loss announced —, M3) and those recorded with AddViolation. It also returns how many late
 // events it excused for a scheduling stall (see Slack.Stalls).
 func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 	h.mu.Lock()
@@ -264,6 +265,15 @@ func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 		vs = append(vs, Violation{Inv: M2, Key: l.Key, Tokens: tokens(l.Token), From: l.Valid, To: l.Noticed,
 			Proc: l.Proc, Late: l.Noticed.Sub(l.Valid), Slack: slack.Loss,
 			Detail: fmt.Sprintf("loss of %q by %s noticed %s after its validity deadline (%s)", l.Key, l.Worker, l.Noticed.Sub(l.Valid), l.Reason)})
+	}
+	for _, s := range Unnoticed(sections, slack.Loss) {
+		if slack.excused(s.Proc, s.Valid, s.Exit, slack.Loss) {
+			excused++
+			continue
+		}
+		vs = append(vs, Violation{Inv: M2, Key: s.Key, Tokens: tokens(s.Token), From: s.Valid, To: s.Exit,
+			Proc: s.Proc, Late: s.Exit.Sub(s.Valid), Slack: slack.Loss,
+			Detail: fmt.Sprintf("section on %q by %s ran %s past its lease's validity deadline, and the lease was not lost at its exit: the loss was never announced", s.Key, s.Worker, s.Exit.Sub(s.Valid))})
 	}
 	for _, c := range Crowds(sections) {
 		ts := make([]int64, len(c.Holders))
@@ -434,6 +444,21 @@ func LateCalls(calls []Call, slack time.Duration) []Call {
 	for _, c := range calls {
 		if !c.Stopped && c.Return.Sub(c.Deadline) > slack {
 			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Unnoticed returns the sections that ran more than slack past their lease's validity
+// deadline while the lease did not count as lost at their exit (Section.Lost): a loss
+// that was never announced, which M2 covers as much as a late notice. The lease reads
+// its deadline when asked, so even a process stopped past it hears of the loss at the
+// exit's check: stopped sections are not left out.
+func Unnoticed(sections []Section, slack time.Duration) []Section {
+	var out []Section
+	for _, s := range sections {
+		if !s.Lost && s.Exit.Sub(s.Valid) > slack {
+			out = append(out, s)
 		}
 	}
 	return out

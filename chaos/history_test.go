@@ -124,6 +124,31 @@ func TestLateCallsAndLosses(t *testing.T) {
 	}
 }
 
+// TestUnnoticedLosses: a section that ran past its validity deadline with its lease not
+// lost at its exit is an M2 violation, however it was stopped; one whose lease was lost,
+// or that left within the slack, is not.
+func TestUnnoticedLosses(t *testing.T) {
+	sections := []chaos.Section{
+		{Key: "k", Worker: "on time", Enter: ms(0), Exit: ms(90), Valid: ms(100)},
+		{Key: "k", Worker: "within slack", Enter: ms(0), Exit: ms(120), Valid: ms(100)},
+		{Key: "k", Worker: "lost", Enter: ms(0), Exit: ms(900), Valid: ms(100), Lost: true},
+		{Key: "k", Worker: "unannounced", Enter: ms(0), Exit: ms(121), Valid: ms(100)},
+		{Key: "k", Worker: "stopped", Enter: ms(0), Exit: ms(900), Valid: ms(100), Stopped: true},
+	}
+	got := chaos.Unnoticed(sections, 20*time.Millisecond)
+	if len(got) != 2 || got[0].Worker != "unannounced" || got[1].Worker != "stopped" {
+		t.Errorf("unnoticed: %v", got)
+	}
+	var h chaos.History
+	for _, s := range sections {
+		h.AddSection(s)
+	}
+	vs, _ := h.Check(chaos.Slack{Loss: 20 * time.Millisecond})
+	if n := chaos.Count(vs)[chaos.M2]; n != 2 {
+		t.Errorf("Check found %d M2 violations, want 2: %v", n, vs)
+	}
+}
+
 func TestFaultTimes(t *testing.T) {
 	var h chaos.History
 	h.AddFault(chaos.Fault{Kind: "pause", Start: ms(1000), End: ms(2000)})
