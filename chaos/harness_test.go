@@ -400,7 +400,11 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	hash, count, token := holdFields(le)
-	v, err := w.readHolds(ctx, hash, count, token)
+	// Validity only moves forward, and Redis's expiry with it: the one read before the
+	// probe is one that Redis's expiry, read after, must not fall short of.
+	validUntil := le.ValidUntil()
+	v, pttl, err := w.readHolds(ctx, hash, count, token)
+	answered := time.Now()
 	if err != nil || !valid(le) || !w.stable(epoch) {
 		return false
 	}
@@ -411,35 +415,59 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 			w.id, when, le.Key(), got, tok, holds, le.Token())
 		return false
 	}
+	// Redis expires the lock pttl after it answered, which was before answered: no
+	// later than answered+pttl (PTTL rounds down, and Redis keeps expiries in whole
+	// milliseconds: 2ms cover both). A lease valid beyond that claims a lock Redis has
+	// let go, whether its own validity was wrong or another owner's renewal reset the
+	// lock's TTL.
+	switch expiry := answered.Add(pttl + 2*time.Millisecond); {
+	case pttl == -1:
+		w.violate(chaos.I2, le.Key(), []int64{le.Token()}, "%s: %s on %q, the lock has no expiry in Redis", w.id, when, le.Key())
+		return false
+	case validUntil.After(expiry):
+		w.violate(chaos.I2, le.Key(), []int64{le.Token()}, "%s: %s on %q, Redis expires the lock %s before the lease's validity deadline (PTTL %s)",
+			w.id, when, le.Key(), validUntil.Sub(expiry), pttl)
+		return false
+	}
 	return true
 }
 
-// readHolds reads fields of the lock hash for an I2 probe: from the deployment's probe
-// client, or, on a Sentinel group, from the primary the sentinels name, checking on the
+// readHolds reads fields of the lock hash and its PTTL for an I2 probe: from the
+// deployment's probe client, or, on a Sentinel group, from the primary the sentinels name, checking on the
 // same connection that it still is a primary (a server being demoted answers nothing
 // conclusive).
-func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) ([]any, error) {
-	if w.primary == nil {
-		return w.probe.HMGet(ctx, hash, fields...).Result()
-	}
-	c, err := w.primary(ctx)
-	if err != nil {
-		return nil, err
+func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) ([]any, time.Duration, error) {
+	var c redis.Cmdable = w.probe
+	if w.primary != nil {
+		var err error
+		if c, err = w.primary(ctx); err != nil {
+			return nil, 0, err
+		}
 	}
 	var role *redis.Cmd
 	var v *redis.SliceCmd
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		role = p.Do(ctx, "ROLE")
+	var pttl *redis.DurationCmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if w.primary != nil {
+			role = p.Do(ctx, "ROLE")
+		}
 		v = p.HMGet(ctx, hash, fields...)
+		pttl = p.PTTL(ctx, hash)
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if r, _ := role.Slice(); len(r) == 0 || r[0] != "master" {
-		return nil, errors.New("the probed server is no longer a primary")
+	if role != nil {
+		if r, _ := role.Slice(); len(r) == 0 || r[0] != "master" {
+			return nil, 0, errors.New("the probed server is no longer a primary")
+		}
 	}
-	return v.Result()
+	d := pttl.Val()
+	if d == -2 {
+		d = 0 // gone between the two reads: it expired then
+	}
+	return v.Val(), d, nil
 }
 
 // probeBudget is how long a quorum I2 probe waits for the servers' replies; a server
