@@ -1167,7 +1167,26 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	w.mu.Lock()
 	row.Note = strings.Join(w.notes, "; ")
 	w.mu.Unlock()
-	return row, w.hist.Explain(vs, w.stalls)
+	reports := w.hist.Explain(vs, w.stalls)
+	injected := w.hist.Faults()
+	for i := range reports {
+		reports[i].NearFault = nearFault(reports[i].Violation, injected, w.cfg.TTL)
+	}
+	return row, reports
+}
+
+// nearFault reports whether v happened (From to To) while one of faults was injected
+// or within after of its end. A lease held across a fault that loses its lock is valid
+// for at most a TTL after its last renewal, which came before the fault ended: the
+// double grants such a fault makes begin by then.
+func nearFault(v chaos.Violation, faults []chaos.Fault, after time.Duration) bool {
+	to := max(v.To, v.From)
+	for _, f := range faults {
+		if v.From <= f.End.Add(after) && to >= f.Start {
+			return true
+		}
+	}
+	return false
 }
 
 // stallTick is the sleep of the scheduling probe of each process.
