@@ -250,9 +250,6 @@ func (w *worker) section(ctx context.Context) bool {
 		}
 		return errors.Is(err, guard.ErrLocked) || ctx.Err() != nil
 	}
-	if chaos.MonoOf(le.ValidUntil()) <= enter {
-		w.sink.Mark("expired at handout")
-	}
 	stop := context.AfterFunc(le.Context(), func() {
 		noticed := chaos.Now()
 		if cause := context.Cause(le.Context()); errors.Is(cause, guard.ErrLeaseLost) {
@@ -320,6 +317,7 @@ func (w *worker) section(ctx context.Context) bool {
 	w.sink.AddSection(s)
 
 	confirmed := counted && w.checkHolds(le, 1, epoch, "before release")
+	calm := w.calm()
 	releaseStart := time.Now()
 	stillValid := le.Err() == nil && releaseStart.Before(le.ValidUntil())
 	err = le.Release(ctx)
@@ -331,8 +329,17 @@ func (w *worker) section(ctx context.Context) bool {
 		w.sink.Untyped("release", key, err)
 	case confirmed && stillValid && w.stable(epoch) && (errors.Is(err, guard.ErrNotHeld) || errors.Is(err, guard.ErrExpired)):
 		// Redis had the lock as ours just before, and the lease was valid: the release
-		// took effect, and a retry of it reported someone else's state.
-		w.sink.Mark("misreported release")
+		// took effect, and a retry of it reported someone else's state. Only a client
+		// retry after a lost reply can do that, once the release's nonce has left the
+		// fence's bounded memory (many handoffs later): under a fault, a note; with no
+		// fault before or during the call, nothing made the client retry, and the
+		// engine misreported its own release.
+		if calm && w.calm() {
+			w.sink.Violate(chaos.Violation{Inv: misreported, Key: key, Tokens: []int64{le.Token()}, From: chaos.MonoOf(releaseStart), To: chaos.Now(),
+				Detail: fmt.Sprintf("%s: release of %q, confirmed in Redis just before while the lease was valid and no fault was injected, returned %v", w.id, key, err)})
+		} else {
+			w.sink.Mark("misreported release")
+		}
 	}
 	return true
 }
@@ -356,7 +363,8 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64, opts
 		if errors.Is(err, guard.ErrLocked) && valid(le) && w.stable(epoch) && calm && w.calm() {
 			// With Redis reachable, it counts this hold at once: only the engine can have
 			// kept the reentry waiting.
-			w.sink.Mark("reentry refused")
+			w.sink.Violate(chaos.Violation{Inv: reentry, Key: le.Key(), Tokens: []int64{le.Token()}, From: start, To: chaos.Now(),
+				Detail: fmt.Sprintf("%s: reentry on %q through another Locker was refused as busy (%v) while the outer lease was valid and no fault was injected", w.id, le.Key(), err)})
 		}
 		return errors.Is(err, guard.ErrLocked) && !errors.Is(err, context.DeadlineExceeded)
 	}
@@ -927,6 +935,12 @@ const (
 	// typedErrors: every error the engine returns matches one of its documented
 	// sentinels, and a refused Redis call surfaces as the typed error it should.
 	typedErrors chaos.Invariant = "typed errors"
+	// reentry: a reentry through another Locker, made while the owner's lease is valid
+	// and no fault is injected, is granted, not refused as busy.
+	reentry chaos.Invariant = "reentry"
+	// misreported: a release that took effect, made while the lease was valid and no
+	// fault was injected, reports success, not ErrNotHeld or ErrExpired.
+	misreported chaos.Invariant = "release report"
 	// noPartialState: a script Redis refused wrote nothing.
 	noPartialState chaos.Invariant = "no partial state"
 	// liveness: a free lock is taken, a waiter is woken, a scenario's fault lands
@@ -1103,13 +1117,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 		w.note("%d stale register operations rejected by fencing", rejected)
 	}
 	if n := w.mark("misreported release"); n > 0 {
-		w.note("%d releases reported ErrNotHeld/ErrExpired after taking effect (a client retry ran after many handoffs)", n)
-	}
-	if n := w.mark("reentry refused"); n > 0 {
-		w.note("%d reentries through the second Locker were refused as busy while the owner held the lock and no fault was active", n)
-	}
-	if n := w.mark("expired at handout"); n > 0 {
-		w.note("%d leases were past their validity when Acquire returned them (a client retry across the outage)", n)
+		w.note("%d releases reported ErrNotHeld/ErrExpired after taking effect, around a fault (a client retry ran after many handoffs)", n)
 	}
 	if n := w.mark("grant unacknowledged"); n > 0 {
 		w.note("%d grants undone with a typed *ReplicaError: fewer replicas than SyncReplicas asked for acknowledged them", n)

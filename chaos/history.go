@@ -236,8 +236,8 @@ func (s Slack) excused(proc string, due, at Mono, slack time.Duration) bool {
 }
 
 // Check returns the violations in h: those found by checking its sections, losses and
-// calls (I1, I4, M2 — late notices, and sections that ran past their validity with no
-// loss announced —, M3) and those recorded with AddViolation. It also returns how many late
+// calls (I1; I4 — late calls, and leases handed out expired —; M2 — late notices, and
+// sections that ran past their validity with no loss announced —; M3) and those recorded with AddViolation. It also returns how many late
 // events it excused for a scheduling stall (see Slack.Stalls).
 func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 	h.mu.Lock()
@@ -256,6 +256,15 @@ func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 		vs = append(vs, Violation{Inv: I4, Key: c.Key, Tokens: tokens(c.Token), From: c.Deadline, To: c.Return,
 			Proc: c.Proc, Late: c.Return.Sub(c.Deadline), Slack: slack.Call,
 			Detail: fmt.Sprintf("%s %q by %s returned %s after its deadline (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.Err)})
+	}
+	for _, s := range ExpiredAtEntry(sections, calls, slack.Call) {
+		if slack.excused(s.Proc, s.Valid, s.Enter, slack.Call) {
+			excused++
+			continue
+		}
+		vs = append(vs, Violation{Inv: I4, Key: s.Key, Tokens: tokens(s.Token), From: s.Valid, To: s.Enter,
+			Proc: s.Proc, Late: s.Enter.Sub(s.Valid), Slack: slack.Call,
+			Detail: fmt.Sprintf("acquire of %q by %s returned its lease %s after the lease's validity deadline", s.Key, s.Worker, s.Enter.Sub(s.Valid))})
 	}
 	for _, l := range LateLosses(losses, slack.Loss) {
 		if slack.excused(l.Proc, l.Valid, l.Noticed, slack.Loss) {
@@ -458,6 +467,32 @@ func Unnoticed(sections []Section, slack time.Duration) []Section {
 	var out []Section
 	for _, s := range sections {
 		if !s.Lost && s.Exit.Sub(s.Valid) > slack {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ExpiredAtEntry returns the sections whose lease was handed out more than slack after
+// its validity deadline (I4: an Acquire that returns a lease returns it before the
+// lease's deadline, the engine undoing a grant whose reply came too late), leaving out
+// those whose Acquire call (the one of the same worker and key that returned at the
+// section's entry) ran in a stopped process. Valid, sampled at the exit, only moves
+// forward, so a section that entered after it entered with an expired lease.
+func ExpiredAtEntry(sections []Section, calls []Call, slack time.Duration) []Section {
+	type entry struct {
+		worker, key string
+		at          Mono
+	}
+	stopped := map[entry]bool{}
+	for _, c := range calls {
+		if c.Op == "acquire" && c.Stopped {
+			stopped[entry{c.Worker, c.Key, c.Return}] = true
+		}
+	}
+	var out []Section
+	for _, s := range sections {
+		if s.Enter.Sub(s.Valid) > slack && !stopped[entry{s.Worker, s.Key, s.Enter}] {
 			out = append(out, s)
 		}
 	}

@@ -149,6 +149,36 @@ func TestUnnoticedLosses(t *testing.T) {
 	}
 }
 
+// TestExpiredAtEntry: a lease handed out after its validity deadline, beyond the call
+// slack, is an I4 violation unless its Acquire ran in a stopped process.
+func TestExpiredAtEntry(t *testing.T) {
+	sections := []chaos.Section{
+		{Key: "k", Worker: "valid", Enter: ms(90), Exit: ms(95), Valid: ms(100)},
+		{Key: "k", Worker: "within slack", Enter: ms(150), Exit: ms(160), Valid: ms(100), Lost: true},
+		{Key: "k", Worker: "expired", Enter: ms(151), Exit: ms(160), Valid: ms(100), Lost: true},
+		{Key: "k", Worker: "stopped", Enter: ms(900), Exit: ms(910), Valid: ms(100), Lost: true},
+	}
+	calls := []chaos.Call{
+		{Op: "acquire", Key: "k", Worker: "expired", Start: ms(0), Deadline: ms(1000), Return: ms(151)},
+		{Op: "acquire", Key: "k", Worker: "stopped", Start: ms(0), Deadline: ms(1000), Return: ms(900), Stopped: true},
+	}
+	got := chaos.ExpiredAtEntry(sections, calls, 50*time.Millisecond)
+	if len(got) != 1 || got[0].Worker != "expired" {
+		t.Errorf("expired at entry: %v", got)
+	}
+	var h chaos.History
+	for _, s := range sections {
+		h.AddSection(s)
+	}
+	for _, c := range calls {
+		h.AddCall(c)
+	}
+	vs, _ := h.Check(chaos.Slack{Call: 50 * time.Millisecond, Loss: 20 * time.Millisecond})
+	if n := chaos.Count(vs)[chaos.I4]; n != 1 {
+		t.Errorf("Check found %d I4 violations, want 1: %v", n, vs)
+	}
+}
+
 func TestFaultTimes(t *testing.T) {
 	var h chaos.History
 	h.AddFault(chaos.Fault{Kind: "pause", Start: ms(1000), End: ms(2000)})
