@@ -261,7 +261,7 @@ func (w *worker) section(ctx context.Context) bool {
 	})
 	defer stop()
 
-	s := chaos.Section{Key: key, Worker: w.id, Token: le.Token(), Enter: enter}
+	s := chaos.Section{Key: key, Worker: w.id, Token: le.Token(), Enter: enter, Owner: string(le.Owner())}
 	if le.Kind() != guard.KindExclusive {
 		s.Kind = le.Kind().String()
 	}
@@ -715,6 +715,8 @@ type world struct {
 	mu    sync.Mutex
 	marks map[string]int
 	notes []string
+	// queues are the fair locks' wait queues as observed in Redis (watchQueues).
+	queues []queueView
 	// checked is set once finish has checked the history: a failure found later is
 	// reported at once instead of with the history's violations. pending lists the
 	// failures failf recorded before, reported at cleanup if finish never ran.
@@ -941,6 +943,8 @@ const (
 	// misreported: a release that took effect, made while the lease was valid and no
 	// fault was injected, reports success, not ErrNotHeld or ErrExpired.
 	misreported chaos.Invariant = "release report"
+	// fairOrder: a fair lock is granted in the order its owners queued.
+	fairOrder chaos.Invariant = "fair order"
 	// noPartialState: a script Redis refused wrote nothing.
 	noPartialState chaos.Invariant = "no partial state"
 	// liveness: a free lock is taken, a waiter is woken, a scenario's fault lands
@@ -1041,9 +1045,105 @@ func (w *world) run(ld load) (stop func()) {
 			}()
 		}
 	}
+	if ld.Kind == "fair" && !ld.Distinct {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.watchQueues(ctx, ld.Keys)
+		}()
+	}
 	return func() {
 		cancel()
 		wg.Wait()
+	}
+}
+
+// queueView is a fair lock's wait queue read from Redis at one moment: its owners, first
+// in line first.
+type queueView struct {
+	key    string
+	at     chaos.Mono
+	owners []string
+}
+
+// watchQueues reads the wait queues of the fair locks on keys every few milliseconds
+// until ctx ends, keeping those that hold two owners or more: what checkFairOrder
+// checks the grants against.
+func (w *world) watchQueues(ctx context.Context, keys []string) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	last := map[string]string{}
+	for {
+		for _, k := range keys {
+			rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			owners, err := w.probe.LRange(rctx, lockName(k)+":fair:owners", 0, -1).Result()
+			at := chaos.Now()
+			cancel()
+			if err != nil || len(owners) < 2 {
+				continue
+			}
+			if j := strings.Join(owners, " "); j != last[k] {
+				last[k] = j
+				w.mu.Lock()
+				w.queues = append(w.queues, queueView{key: k, at: at, owners: owners})
+				w.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// checkFairOrder checks that a fair lock is granted in the order of its queue: an owner
+// seen queued behind another enters its section only after that one did, unless that
+// one never entered (it gave up: its place went) or lost its place meanwhile for a
+// reason outside the engine — a fault from the view to its entry, within a TTL after
+// one (places and unclaimed grants lapse after a TTL), or its process stalled for a
+// third of a TTL (a waiter renews its place that often).
+func (w *world) checkFairOrder() {
+	w.mu.Lock()
+	views := slices.Clone(w.queues)
+	w.mu.Unlock()
+	if len(views) == 0 {
+		return
+	}
+	entered := map[string]chaos.Section{}
+	for _, s := range w.hist.Sections() {
+		if s.Owner != "" {
+			entered[s.Key+" "+s.Owner] = s
+		}
+	}
+	faults := w.hist.Faults()
+	reported, checked := map[string]bool{}, map[string]bool{}
+	defer func() { w.note("%d pairs of queued owners checked for fair grant order", len(checked)) }()
+	for _, v := range views {
+		for i, a := range v.owners {
+			sa, ok := entered[v.key+" "+a]
+			if !ok {
+				continue
+			}
+			for _, b := range v.owners[i+1:] {
+				sb, ok := entered[v.key+" "+b]
+				if !ok {
+					continue
+				}
+				checked[a+" "+b] = true
+				if sb.Enter >= sa.Enter || reported[a+" "+b] {
+					continue
+				}
+				span := chaos.Violation{From: v.at, To: sa.Enter}
+				if nearFault(span, faults, w.cfg.TTL) || w.stalls.Max(sa.Proc, v.at, sa.Enter) >= w.cfg.TTL/3 {
+					continue
+				}
+				reported[a+" "+b] = true
+				w.hist.AddViolation(chaos.Violation{Inv: fairOrder, Key: v.key, Tokens: []int64{sb.Token, sa.Token}, From: v.at, To: sa.Enter,
+					Detail: fmt.Sprintf("fair lock %q: %s (token %d) entered %s before %s (token %d), which was ahead of it in the queue read %s before",
+						v.key, sb.Worker, sb.Token, sa.Enter.Sub(sb.Enter), sa.Worker, sa.Token, sb.Enter.Sub(v.at))})
+			}
+		}
 	}
 }
 
@@ -1093,6 +1193,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	}
 	w.stopProcs()
 	w.checkOrphans(ctx)
+	w.checkFairOrder()
 	sections := w.hist.Sections()
 	acked := map[string]int{}
 	keys := map[string]bool{}

@@ -60,6 +60,8 @@ type Section struct {
 	// Limit of them; every other pair on a key excludes each other.
 	Kind  string `json:"kind,omitempty"`
 	Limit int    `json:"limit,omitempty"` // a semaphore's permits
+	// Owner is the lease's owner (guard.Lease.Owner): what a fair lock's queue lists.
+	Owner string `json:"owner,omitempty"`
 }
 
 // shared reports whether s holds a share that others of its kind may hold beside it.
