@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
@@ -114,5 +115,50 @@ func TestValidityWithinRedisExpiry(t *testing.T) {
 	}
 	if !le.ValidUntil().After(first) {
 		t.Fatal("ValidUntil never moved")
+	}
+}
+
+// TestReentryWithShorterTTLKeepsLock: a hold reentered through a Locker with a shorter
+// TTL (a downstream service configured differently) and released again leaves the lock
+// held for as long as the outer lease is valid: the reentry and its renewals never
+// shorten the lock's life in Redis below the outer lease's, for every kind.
+func TestReentryWithShorterTTLKeepsLock(t *testing.T) {
+	srv := redistest.Start(t)
+	short := 300 * time.Millisecond
+	for _, tc := range []struct {
+		name         string
+		outer, other []guard.Option
+	}{
+		{"exclusive", nil, nil},
+		{"read", []guard.Option{guard.Read()}, []guard.Option{guard.Write()}},
+		{"write", []guard.Option{guard.Write()}, []guard.Option{guard.Write()}},
+		{"semaphore", []guard.Option{guard.Permits(1)}, []guard.Option{guard.Permits(1)}},
+		{"fair", []guard.Option{guard.Fair()}, []guard.Option{guard.Fair()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			long, _ := newLocker(t, srv, guard.TTL(time.Minute))
+			downstream, _ := newLocker(t, srv, guard.TTL(short))
+			other, _ := newLocker(t, srv)
+			ctx := ctxTimeout(t, 60*time.Second)
+			key := "mixed-ttl-" + tc.name
+			outer := mustAcquire(t, long, ctx, key, tc.outer...)
+			defer mustRelease(t, outer)
+			in := mustAcquire(t, downstream, ctxid.NewContext(ctx, outer.Owner()), key, tc.outer...)
+			if !in.Reentrant() {
+				t.Fatal("the downstream acquisition did not reenter")
+			}
+			time.Sleep(2 * short) // the downstream Locker renews its hold with its short TTL
+			mustRelease(t, in)
+			time.Sleep(2 * short) // past the short TTL after the downstream hold ended
+			if outer.Err() != nil {
+				t.Fatalf("outer lease: %v", outer.Err())
+			}
+			if le, err := other.TryAcquire(ctx, key, tc.other...); !errors.Is(err, guard.ErrLocked) {
+				if le != nil {
+					_ = le.Release(ctx)
+				}
+				t.Fatalf("another owner's TryAcquire while the outer lease (TTL 1m) is valid = %v, want ErrLocked: the downstream Locker's TTL (%s) shortened the lock", err, short)
+			}
+		})
 	}
 }
