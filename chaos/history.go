@@ -60,6 +60,8 @@ type Section struct {
 	// Limit of them; every other pair on a key excludes each other.
 	Kind  string `json:"kind,omitempty"`
 	Limit int    `json:"limit,omitempty"` // a semaphore's permits
+	// Owner is the lease's owner (guard.Lease.Owner): what a fair lock's queue lists.
+	Owner string `json:"owner,omitempty"`
 }
 
 // shared reports whether s holds a share that others of its kind may hold beside it.
@@ -250,7 +252,8 @@ func (s Slack) excused(proc string, due, at Mono, slack time.Duration) bool {
 }
 
 // Check returns the violations in h: those found by checking its sections, losses and
-// calls (I1, I4, M2, M3) and those recorded with AddViolation. It also returns how many late
+// calls (I1; I4 — late calls, and leases handed out expired —; M2 — late notices, and
+// sections that ran past their validity with no loss announced —; M3) and those recorded with AddViolation. It also returns how many late
 // events it excused for a scheduling stall (see Slack.Stalls).
 func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 	h.mu.Lock()
@@ -271,6 +274,15 @@ func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 			Proc: c.Proc, Late: c.Return.Sub(c.Deadline), Slack: slack.Call,
 			Detail: fmt.Sprintf("%s %q by %s returned %s after its deadline%s (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.seen(), c.Err)})
 	}
+	for _, s := range ExpiredAtEntry(sections, calls, slack.Call) {
+		if slack.excused(s.Proc, s.Valid, s.Enter, slack.Call) {
+			excused++
+			continue
+		}
+		vs = append(vs, Violation{Inv: I4, Key: s.Key, Tokens: tokens(s.Token), From: s.Valid, To: s.Enter,
+			Proc: s.Proc, Late: s.Enter.Sub(s.Valid), Slack: slack.Call,
+			Detail: fmt.Sprintf("acquire of %q by %s returned its lease %s after the lease's validity deadline", s.Key, s.Worker, s.Enter.Sub(s.Valid))})
+	}
 	for _, l := range LateLosses(losses, slack.Loss) {
 		if slack.excused(l.Proc, l.Valid, l.Noticed, slack.Loss) {
 			excused++
@@ -279,6 +291,15 @@ func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 		vs = append(vs, Violation{Inv: M2, Key: l.Key, Tokens: tokens(l.Token), From: l.Valid, To: l.Noticed,
 			Proc: l.Proc, Late: l.Noticed.Sub(l.Valid), Slack: slack.Loss,
 			Detail: fmt.Sprintf("loss of %q by %s noticed %s after its validity deadline (%s)", l.Key, l.Worker, l.Noticed.Sub(l.Valid), l.Reason)})
+	}
+	for _, s := range Unnoticed(sections, slack.Loss) {
+		if slack.excused(s.Proc, s.Valid, s.Exit, slack.Loss) {
+			excused++
+			continue
+		}
+		vs = append(vs, Violation{Inv: M2, Key: s.Key, Tokens: tokens(s.Token), From: s.Valid, To: s.Exit,
+			Proc: s.Proc, Late: s.Exit.Sub(s.Valid), Slack: slack.Loss,
+			Detail: fmt.Sprintf("section on %q by %s ran %s past its lease's validity deadline, and the lease was not lost at its exit: the loss was never announced", s.Key, s.Worker, s.Exit.Sub(s.Valid))})
 	}
 	for _, c := range Crowds(sections) {
 		ts := make([]int64, len(c.Holders))
@@ -449,6 +470,47 @@ func LateCalls(calls []Call, slack time.Duration) []Call {
 	for _, c := range calls {
 		if !c.Stopped && c.Return.Sub(c.Deadline) > slack {
 			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Unnoticed returns the sections that ran more than slack past their lease's validity
+// deadline while the lease did not count as lost at their exit (Section.Lost): a loss
+// that was never announced, which M2 covers as much as a late notice. The lease reads
+// its deadline when asked, so even a process stopped past it hears of the loss at the
+// exit's check: stopped sections are not left out.
+func Unnoticed(sections []Section, slack time.Duration) []Section {
+	var out []Section
+	for _, s := range sections {
+		if !s.Lost && s.Exit.Sub(s.Valid) > slack {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ExpiredAtEntry returns the sections whose lease was handed out more than slack after
+// its validity deadline (I4: an Acquire that returns a lease returns it before the
+// lease's deadline, the engine undoing a grant whose reply came too late), leaving out
+// those whose Acquire call (the one of the same worker and key that returned at the
+// section's entry) ran in a stopped process. Valid, sampled at the exit, only moves
+// forward, so a section that entered after it entered with an expired lease.
+func ExpiredAtEntry(sections []Section, calls []Call, slack time.Duration) []Section {
+	type entry struct {
+		worker, key string
+		at          Mono
+	}
+	stopped := map[entry]bool{}
+	for _, c := range calls {
+		if c.Op == "acquire" && c.Stopped {
+			stopped[entry{c.Worker, c.Key, c.Return}] = true
+		}
+	}
+	var out []Section
+	for _, s := range sections {
+		if s.Enter.Sub(s.Valid) > slack && !stopped[entry{s.Worker, s.Key, s.Enter}] {
+			out = append(out, s)
 		}
 	}
 	return out

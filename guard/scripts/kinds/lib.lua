@@ -104,9 +104,13 @@ local function extend(now)
   end
 end
 
--- lease sets the lease of a holder (member of the holders zset) to TTL from now.
+-- lease sets the lease of a holder (member of the holders zset) to TTL from now, unless
+-- it already runs longer (a hold reentered through a Locker with a longer TTL).
 local function lease(member, now)
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), member)
+  local d = now + tonumber(ARGV[2])
+  if d > tonumber(redis.call('ZSCORE', KEYS[4], member) or 0) then
+    redis.call('ZADD', KEYS[4], d, member)
+  end
   extend(now)
 end
 
