@@ -157,8 +157,11 @@ func TestCancelDuringWait(t *testing.T) {
 	cancelled := time.Now()
 	cancel()
 	err := <-got
-	if d := time.Since(cancelled); d > 50*time.Millisecond {
-		t.Fatalf("Acquire returned %s after cancel, want ≤ 50ms", d)
+	// The waiter's backoff is a minute and the lock stays held: only the cancellation
+	// can end the wait. The bound is loose so that a loaded machine does not fail it;
+	// the chaos suite measures how late calls return (I4).
+	if d := time.Since(cancelled); d > 5*time.Second {
+		t.Fatalf("Acquire returned %s after cancel, want it at once (its backoff is a minute)", d)
 	}
 	var le *guard.LockedError
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, guard.ErrLocked) || !errors.As(err, &le) || le.Attempts < 1 {
