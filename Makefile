@@ -105,4 +105,4 @@ chaos-single chaos-kinds chaos-deploy chaos-quorum: chaos-%: redis-server
 	GUARDKIT_CHAOS_GROUP=$* \
 	GUARDKIT_CHAOS_DOC=$(CURDIR)/docs/RELIABILITY.md \
 	GUARDKIT_CHAOS_REV=$${GUARDKIT_CHAOS_REV:-$$(git describe --always --dirty 2>/dev/null)} \
-	$(GO) test -race -tags chaos -count=1 -timeout 10m -run 'TestChaos$$' -v ./chaos/
+	$(GO) test -race -tags chaos -count=1 -timeout 10m -run 'TestChaos$$' -v ./internal/chaos/

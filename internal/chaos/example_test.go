@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/guardkit/guardkit/chaos"
+	"github.com/guardkit/guardkit/internal/chaos"
 )
 
 // Two holders of one key: the second entered while the first was still inside its

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guardkit/guardkit/chaos"
+	"github.com/guardkit/guardkit/internal/chaos"
 )
 
 // brokenHistory fills h with sections on key "acct", from base on (in milliseconds),

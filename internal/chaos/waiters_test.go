@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guardkit/guardkit/chaos"
+	"github.com/guardkit/guardkit/internal/chaos"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
 )

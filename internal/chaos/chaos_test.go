@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guardkit/guardkit/chaos"
+	"github.com/guardkit/guardkit/internal/chaos"
 )
 
 // docEnv names the Markdown file whose results table TestChaos rewrites, between the

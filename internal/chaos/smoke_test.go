@@ -5,7 +5,7 @@ package chaos_test
 import (
 	"testing"
 
-	"github.com/guardkit/guardkit/chaos"
+	"github.com/guardkit/guardkit/internal/chaos"
 )
 
 // TestSmoke runs the smoke subset of the fault scenarios at small sizes; `make chaos`

@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/guardkit/guardkit/chaos"
+	"github.com/guardkit/guardkit/internal/chaos"
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/guardkit/guardkit/internal/redistest"
 
-	"github.com/guardkit/guardkit/chaos"
+	"github.com/guardkit/guardkit/internal/chaos"
 )
 
 func TestMain(m *testing.M) {

@@ -2,7 +2,7 @@
 
 // Reproductions of engine faults the fault suite found that are not fixed yet. They fail
 // until the engine is fixed, so they stay out of `make test` and `make chaos`; run them
-// with `go test -race -tags chaosbugs -run . ./chaos/`. Once one passes, it moves to
+// with `go test -race -tags chaosbugs -run . ./internal/chaos/`. Once one passes, it moves to
 // regress_test.go.
 
 package chaos_test
