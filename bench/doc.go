@@ -8,7 +8,7 @@
 // owner-checked, reentrant lock with fencing tokens, a Lua script each way — and the floor
 // and ceiling on go-redis's auto-pipeliner, the bounds the lean-path targets are judged
 // against; the guarantees scenario runs guardkit's own acquire.lua and release.lua
-// (read from ../guard/scripts), whole and with each guarantee cut out of their text, in
+// (read from ../guard/internal/script/lua), whole and with each guarantee cut out of their text, in
 // turns of 200 pairs, to price each guarantee in server time. The
 // uncontended and contended loops run again on a Redis Cluster of three primaries with
 // one replica each (cluster-uncontended, cluster-contended), and the uncontended loop on

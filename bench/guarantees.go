@@ -18,13 +18,13 @@ import (
 )
 
 // The guarantees scenario prices each guarantee of guardkit's exclusive lock in server
-// time: guardkit's own acquire.lua and release.lua, read from ../guard/scripts, run
+// time: guardkit's own acquire.lua and release.lua, read from ../guard/internal/script/lua, run
 // directly (no engine around them), whole and with one guarantee cut out at a time. The
 // cuts are textual edits of the real scripts; an edit that no longer applies (the script
 // changed) fails the run instead of measuring something else.
 
 // scriptsDir is where guardkit's scripts are read from; the bench runs in bench/.
-var scriptsDir = filepath.Join("..", "guard", "scripts")
+var scriptsDir = filepath.Join("..", "guard", "internal", "script", "lua")
 
 // scriptEdit cuts one guarantee out of acquire.lua (file "acquire") or release.lua.
 type scriptEdit struct {

@@ -22,7 +22,7 @@ import (
 const quorumServers = 3
 
 // quorumReadyMark is the key by which a server tells guardkit's quorum Locker that its
-// data set has served quorum locks (guard/scripts/gate.lua). The scenarios' servers are
+// data set has served quorum locks (guard/internal/script/lua/gate.lua). The scenarios' servers are
 // new and have granted nothing: marking them lets the runs start at once, where a
 // restarted server would wait out its RestartDelay; the check itself still runs.
 const quorumReadyMark = "guard:quorum:ready"

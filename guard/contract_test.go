@@ -3,7 +3,6 @@ package guard_test
 import (
 	"context"
 	"crypto/sha1"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
 
@@ -175,14 +175,8 @@ func TestEntryPointDefaultWait(t *testing.T) {
 	})
 }
 
-var (
-	//go:embed scripts/chain.lua
-	chainLua string
-	//go:embed scripts/acquire.lua
-	acquireBody string
-	// acquireLua is the exclusive lock's acquire script as it is sent: chain.lua first.
-	acquireLua = chainLua + acquireBody
-)
+// acquireLua is the exclusive lock's acquire script as it is sent: chain.lua first.
+var acquireLua = script.Acquire.Body()
 
 // scriptCounter counts the calls of one Lua script a client makes, in either of its
 // forms: with the "#!lua" line that Redis 7 is sent, or without it.

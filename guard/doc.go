@@ -213,7 +213,7 @@
 // whatever bytes the key holds. The other kinds add a suffix to the lock's name (":rw",
 // ":sem", ":fair") and keep more keys beside it: the holders of a read-write lock or a
 // semaphore with their lease deadlines (a sorted set), the owners queued for a fair lock
-// (scripts/kinds/lib.lua describes them). Each acquire, release and renewal is one script call;
+// (internal/script/lua/kinds/lib.lua describes them). Each acquire, release and renewal is one script call;
 // scripts carry a nonce so that a call the client retries after a timeout takes effect
 // once (a final release appends its nonce to the fencing counter's key, which keeps the
 // newest ones). An acquire whose outcome is unknown (a network error) is undone in the

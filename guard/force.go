@@ -2,21 +2,16 @@ package guard
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
+	"github.com/guardkit/guardkit/guard/internal/script"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 )
 
-var (
-	//go:embed scripts/kinds/force.lua
-	forceSrc string
-
-	forceScript = newScript("", fenceSrc+kindLib+inspectSrc+forceSrc)
-)
+var forceScript = script.Force
 
 // ForceRelease ends every hold of the lock named key at once, whoever holds it, for an
 // operator clearing a lock whose holder is stuck: it deletes the holds, raises the key's

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"sort"
 	"strconv"
@@ -12,14 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/script"
 )
 
-var (
-	//go:embed scripts/inspect.lua
-	inspectSrc string
-
-	inspectScript = redis.NewScript(inspectSrc + "\nreturn lock_state(ARGV[1])\n")
-)
+var inspectScript = redis.NewScript(script.Inspect)
 
 // maxWaitersRead bounds the entries Inspect reads of each wait queue.
 const maxWaitersRead = 1000

@@ -1,7 +1,7 @@
 package guard
 
 import (
-	_ "embed"
+	"github.com/guardkit/guardkit/guard/internal/script"
 	"strconv"
 )
 
@@ -44,7 +44,7 @@ func (k Kind) String() string {
 //     gave up), Locker ID[, limit, sharded flag]. Replies: token (integer) for a fresh
 //     hold; {1, "token", holds} for a reentry or a hold the owner already had in Redis,
 //     {1, "token", holds, holder} for a reentry of a hold of a section the owner is in
-//     (scripts/chain.lua, put before every kind's scripts);
+//     (internal/script/lua/chain.lua, put before every kind's scripts);
 //     {0, pttl} busy (pttl -1: free but left to others); {2} refused for good (a reader
 //     asking to write: ErrUpgrade).
 //   - release: KEYS as acquire; ARGV owner, release nonce, undo nonce, fence retention
@@ -56,14 +56,14 @@ func (k Kind) String() string {
 //     (renewed) or 0 (not held).
 //
 // The read-write lock, the semaphore and the fair lock keep more than a hash per lock:
-// their scripts (scripts/kinds) share the functions of scripts/kinds/lib.lua, which also
+// their scripts (internal/script/lua/kinds) share the functions of kinds/lib.lua, which also
 // describes their data.
 type kindSpec struct {
 	kind             Kind
 	suffix           string // appended to the lock's Redis name, after the hash tag
 	aux, aux2        string // suffixes of the fourth and fifth keys; "" for fewer keys
-	acquire, release *script
-	renew            *script
+	acquire, release *script.Script
+	renew            *script.Script
 	wait             waitStyle
 	leaves           bool // a waiter that gives up tells Redis (acquire manner "3")
 }
@@ -86,37 +86,6 @@ const (
 )
 
 var (
-	//go:embed scripts/kinds/lib.lua
-	kindLib string
-	//go:embed scripts/kinds/read_acquire.lua
-	readAcquireSrc string
-	//go:embed scripts/kinds/write_acquire.lua
-	writeAcquireSrc string
-	//go:embed scripts/kinds/read_release.lua
-	readReleaseSrc string
-	//go:embed scripts/kinds/write_release.lua
-	writeReleaseSrc string
-	//go:embed scripts/kinds/read_renew.lua
-	readRenewSrc string
-	//go:embed scripts/kinds/write_renew.lua
-	writeRenewSrc string
-	//go:embed scripts/kinds/sem_acquire.lua
-	semAcquireSrc string
-	//go:embed scripts/kinds/sem_release.lua
-	semReleaseSrc string
-	//go:embed scripts/kinds/fair_acquire.lua
-	fairAcquireSrc string
-	//go:embed scripts/kinds/fair_release.lua
-	fairReleaseSrc string
-)
-
-// kindScript is a script of a kind beyond the exclusive one: chain.lua, fence.lua,
-// lib.lua and the body.
-func kindScript(flags, body string) *script {
-	return newScript(flags, chainSrc+fenceSrc+kindLib+body)
-}
-
-var (
 	exclusiveSpec = &kindSpec{
 		kind:    KindExclusive,
 		acquire: acquireScript,
@@ -127,18 +96,18 @@ var (
 		kind:    KindRead,
 		suffix:  ":rw",
 		aux:     ":holders",
-		acquire: kindScript("", readAcquireSrc),
-		release: kindScript(mayRunOOM, readReleaseSrc),
-		renew:   kindScript(mayRunOOM, readRenewSrc),
+		acquire: script.ReadAcquire,
+		release: script.ReadRelease,
+		renew:   script.ReadRenew,
 		wait:    waitOwn,
 	}
 	writeSpec = &kindSpec{
 		kind:    KindWrite,
 		suffix:  ":rw",
 		aux:     ":holders",
-		acquire: kindScript("", writeAcquireSrc),
-		release: kindScript(mayRunOOM, writeReleaseSrc),
-		renew:   kindScript(mayRunOOM, writeRenewSrc),
+		acquire: script.WriteAcquire,
+		release: script.WriteRelease,
+		renew:   script.WriteRenew,
 		wait:    waitOwn,
 		leaves:  true,
 	}
@@ -146,8 +115,8 @@ var (
 		kind:    KindSemaphore,
 		suffix:  ":sem",
 		aux:     ":holders",
-		acquire: kindScript("", semAcquireSrc),
-		release: kindScript(mayRunOOM, semReleaseSrc),
+		acquire: script.SemAcquire,
+		release: script.SemRelease,
 		renew:   readSpec.renew,
 		wait:    waitShared,
 	}
@@ -156,8 +125,8 @@ var (
 		suffix:  ":fair",
 		aux:     ":owners",
 		aux2:    ":places",
-		acquire: kindScript("", fairAcquireSrc),
-		release: kindScript(mayRunOOM, fairReleaseSrc),
+		acquire: script.FairAcquire,
+		release: script.FairRelease,
 		renew:   renewScript,
 		wait:    waitOwn,
 		leaves:  true,

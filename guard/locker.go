@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -15,29 +14,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/script"
 )
 
 var (
-	//go:embed scripts/chain.lua
-	chainSrc string
-	//go:embed scripts/fence.lua
-	fenceSrc string
-	//go:embed scripts/acquire.lua
-	acquireSrc string
-	//go:embed scripts/release.lua
-	releaseSrc string
-	//go:embed scripts/renew.lua
-	renewSrc string
-	//go:embed scripts/wake.lua
-	wakeSrc string
-	//go:embed scripts/version.lua
-	versionSrc string
-
-	acquireScript = newScript("", chainSrc+acquireSrc)
-	releaseScript = newScript(mayRunOOM, chainSrc+fenceSrc+releaseSrc)
-	renewScript   = newScript(mayRunOOM, renewSrc)
-	wakeScript    = redis.NewScript(wakeSrc)
-	versionScript = redis.NewScript(versionSrc)
+	acquireScript = script.Acquire
+	releaseScript = script.Release
+	renewScript   = script.Renew
+	wakeScript    = redis.NewScript(script.Wake)
+	versionScript = redis.NewScript(script.Version)
 )
 
 // Locker hands out leases on Redis locks. It is safe for concurrent use; create one per

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,17 +13,11 @@ import (
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed scripts/gate.lua
-	gateSrc string
-	//go:embed scripts/raise.lua
-	raiseSrc string
-
-	raiseScript = newScript("", raiseSrc)
-)
+var raiseScript = script.Raise
 
 // quorum is the Redis side of a Locker made by NewQuorum: one conn per independent
 // server, of which need (a majority) must agree.
@@ -36,7 +29,7 @@ type quorum struct {
 	mark  any           // the key of the servers' ready mark (gate.lua)
 
 	mu    sync.Mutex
-	gated map[*script]*script // acquire scripts with gate.lua prepended
+	gated map[*script.Script]*script.Script // acquire scripts with gate.lua prepended
 
 	fixed time.Duration // ReplyBudget; 0: derived from rtt
 	rtt   atomic.Int64  // smoothed round trip of a server's reply, ns
@@ -149,7 +142,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 	if n < 3 || n%2 == 0 || n > maxQuorum {
 		return nil, &ConfigError{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 to %d, got %d", maxQuorum, n)}
 	}
-	q := &quorum{need: n/2 + 1, gated: make(map[*script]*script)}
+	q := &quorum{need: n/2 + 1, gated: make(map[*script.Script]*script.Script)}
 	seen := make(map[string]int)
 	for i, c := range clients {
 		field := "clients[" + strconv.Itoa(i) + "]"
@@ -196,12 +189,12 @@ func (q *quorum) admits(s *settings) error {
 }
 
 // gate returns s with gate.lua prepended.
-func (q *quorum) gate(s *script) *script {
+func (q *quorum) gate(s *script.Script) *script.Script {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	g := q.gated[s]
 	if g == nil {
-		g = newScript(s.flags, gateSrc+s.body)
+		g = script.Gated(s)
 		q.gated[s] = g
 	}
 	return g
@@ -209,7 +202,7 @@ func (q *quorum) gate(s *script) *script {
 
 // acquireCall returns the script and arguments of an acquire attempt on every server:
 // with the restart gate, its mark as one more key and the delay as one more argument.
-func (q *quorum) acquireCall(h *held, nonce, manner string) (*script, []any) {
+func (q *quorum) acquireCall(h *held, nonce, manner string) (*script.Script, []any) {
 	args := h.acquireArgs(nonce, manner)
 	if q.delay <= 0 {
 		return h.s.spec.acquire, args
@@ -438,7 +431,7 @@ type attemptReply struct {
 // nodeAttempt runs an attempt on one server, followed on the same connection by the read
 // of the owner's confirmed token (a reentry's token: see raise.lua): the first of
 // confirmFields that is set.
-func nodeAttempt(ctx context.Context, c *conn, s *script, args []any, lock string, confirmFields []string) (any, error) {
+func nodeAttempt(ctx context.Context, c *conn, s *script.Script, args []any, lock string, confirmFields []string) (any, error) {
 	var conf *redis.SliceCmd
 	cmd := pipeScript(ctx, c.client, &c.legacy, s, append([]any(nil), args...), func(pipe redis.Pipeliner) {
 		conf = pipe.HMGet(ctx, lock, confirmFields...)

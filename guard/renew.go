@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -350,7 +351,7 @@ func (g *renewGroup) run(ctx context.Context, batch []*held, ttls []time.Duratio
 	g.cmds = make([]*redis.Cmd, len(g.idx))
 	g.acked = make([]int64, len(g.idx))
 	g.waitErr = make([]error, len(g.idx))
-	exec := func(pos []int, form func(*script) (string, any)) {
+	exec := func(pos []int, form func(*script.Script) (string, any)) {
 		pipe := g.node.Pipeline()
 		for _, k := range pos {
 			h := batch[g.idx[k]]
@@ -380,11 +381,11 @@ func (g *renewGroup) run(ctx context.Context, batch []*held, ttls []time.Duratio
 	for k := range all {
 		all[k] = k
 	}
-	exec(all, func(s *script) (string, any) { sha, _ := s.form(legacy); return "evalsha", sha })
+	exec(all, func(s *script.Script) (string, any) { sha, _ := s.Form(legacy); return "evalsha", sha })
 	if again := g.failed(all, func(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }); len(again) > 0 {
-		exec(again, func(s *script) (string, any) { _, src := s.form(legacy); return "eval", src })
+		exec(again, func(s *script.Script) (string, any) { _, src := s.Form(legacy); return "eval", src })
 		if again = g.failed(again, flagsRefused); !legacy && len(again) > 0 {
-			exec(again, func(s *script) (string, any) { return "eval", s.src6 })
+			exec(again, func(s *script.Script) (string, any) { return "eval", s.Plain() })
 			if len(g.failed(again, flagsRefused)) == 0 {
 				g.legacy.Store(true)
 			}

@@ -5,53 +5,9 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/guard/internal/script"
 )
-
-// script is a Lua script run with EVALSHA, and with EVAL when the server has not cached
-// it. Its SHA1s and sources are kept as interface values so that a call boxes neither.
-//
-// Each script comes in two forms. On Redis 7 and newer it runs with a "#!lua" first
-// line, which makes the server check it before it runs: a script that may write is
-// refused with READONLY on a replica (a connection still open to a demoted primary after
-// a failover) instead of running there and reporting what a stale copy says, and one
-// without "allow-oom" is refused with OOM when the server is out of memory, before it
-// writes anything. Redis 6.2 cannot parse that line: a conn that sees its compile error
-// falls back to the plain form for good (conn.legacy).
-type script struct {
-	sha, src   any // with the "#!lua" line
-	sha6, src6 any // without it, for Redis 6.2
-	flags      string
-	body       string
-}
-
-// mayRunOOM is the flag of the scripts that only keep or give back what is held (release,
-// renew): Redis runs them when it is out of memory too, so that a full server still frees
-// and keeps its locks, while new acquisitions are refused.
-const mayRunOOM = "allow-oom"
-
-// newScript returns the script of body, with flags (Redis 7 script flags, such as
-// "allow-oom"; "" for none) in its "#!lua" line.
-func newScript(flags, body string) *script {
-	head := "#!lua\n"
-	if flags != "" {
-		head = "#!lua flags=" + flags + "\n"
-	}
-	src := head + body
-	return &script{
-		sha: redis.NewScript(src).Hash(), src: src,
-		sha6: redis.NewScript(body).Hash(), src6: body,
-		flags: flags, body: body,
-	}
-}
-
-// form returns the SHA1 and the source of the form to send: the plain one after a
-// server could not parse the "#!lua" line.
-func (s *script) form(legacy bool) (sha, src any) {
-	if legacy {
-		return s.sha6, s.src6
-	}
-	return s.sha, s.src
-}
 
 // flagsRefused reports whether err, the reply to an EVAL of a script's "#!lua" form,
 // says that the server could not compile it (Redis 6.2 and servers like it).
@@ -68,16 +24,16 @@ func flagsRefused(err error) bool {
 // hands the lock to a waiter of this process) goes on a connection of its own at once:
 // a handoff that waited for a batch at each step would take several batches' time.
 // Other clients send every call at once.
-func (c *conn) runScript(ctx context.Context, s *script, args []any, urgent bool) *redis.Cmd {
+func (c *conn) runScript(ctx context.Context, s *script.Script, args []any, urgent bool) *redis.Cmd {
 	legacy := c.legacy.Load()
-	sha, src := s.form(legacy)
+	sha, src := s.Form(legacy)
 	args[0], args[1] = "evalsha", sha
 	cmd := c.send(ctx, args, urgent)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		args[0], args[1] = "eval", src
 		cmd = c.send(ctx, args, urgent)
 		if !legacy && flagsRefused(cmd.Err()) {
-			args[1] = s.src6
+			args[1] = s.Plain()
 			if cmd = c.send(ctx, args, urgent); !flagsRefused(cmd.Err()) {
 				c.legacy.Store(true)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
 
@@ -39,7 +40,7 @@ func TestScriptsRefusedOnReplica(t *testing.T) {
 	}
 	var cn conn
 	cn.init(c)
-	for name, s := range map[string]*script{"acquire": acquireScript, "release": releaseScript} {
+	for name, s := range map[string]*script.Script{"acquire": acquireScript, "release": releaseScript} {
 		args := releaseProbe()
 		if name == "acquire" {
 			args = []any{nil, nil, 3, "guard:{probe}", "guard:{probe}:fence", "guard:{probe}:q",

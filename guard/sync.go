@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -46,22 +47,22 @@ func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, ma
 // a NOSCRIPT reply it sends the whole pipeline again with EVAL, calling then anew (and
 // once more with s's plain form when the server cannot parse its "#!lua" line, which
 // legacy then records).
-func pipeScript(ctx context.Context, node redis.Cmdable, legacy *atomic.Bool, s *script, args []any, then func(redis.Pipeliner)) *redis.Cmd {
-	run := func(cmd string, script any) *redis.Cmd {
+func pipeScript(ctx context.Context, node redis.Cmdable, legacy *atomic.Bool, s *script.Script, args []any, then func(redis.Pipeliner)) *redis.Cmd {
+	run := func(cmd string, sent any) *redis.Cmd {
 		pipe := node.Pipeline()
-		args[0], args[1] = cmd, script
+		args[0], args[1] = cmd, sent
 		c := pipe.Do(ctx, args...)
 		then(pipe)
 		_, _ = pipe.Exec(ctx)
 		return c
 	}
 	old := legacy.Load()
-	sha, src := s.form(old)
+	sha, src := s.Form(old)
 	cmd := run("evalsha", sha)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd = run("eval", src)
 		if !old && flagsRefused(cmd.Err()) {
-			if cmd = run("eval", s.src6); !flagsRefused(cmd.Err()) {
+			if cmd = run("eval", s.Plain()); !flagsRefused(cmd.Err()) {
 				legacy.Store(true)
 			}
 		}

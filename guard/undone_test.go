@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
 
@@ -23,7 +24,7 @@ func TestUndoBeforeAttempt(t *testing.T) {
 		key := "undone-" + name
 		h := &held{l: l, hk: holdKey{key: key, owner: ctxid.ID("owner-" + name), kind: s.kind}, rk: rk, s: s}
 		h.boxArgs(ctx)
-		run := func(sc *script, args []any) any {
+		run := func(sc *script.Script, args []any) any {
 			t.Helper()
 			v, err := l.runScript(ctx, sc, args, true).Result()
 			if err != nil {

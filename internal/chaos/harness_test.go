@@ -17,9 +17,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/guardkit/guardkit/internal/chaos"
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/chaos"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
 
@@ -605,7 +605,7 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 }
 
 // holdFields names where Redis keeps le's hold: the lock's hash and the fields of the
-// hold count and the token (see guard/scripts/kinds/lib.lua).
+// hold count and the token (see guard/internal/script/lua/kinds/lib.lua).
 func holdFields(le *guard.Lease) (hash, count, token string) {
 	owner := string(le.Owner())
 	switch le.Kind() {

@@ -19,8 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/guardkit/guardkit/internal/chaos"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/chaos"
 )
 
 // workerEnv, when set in the environment, makes the test binary a worker process: it

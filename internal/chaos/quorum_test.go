@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/guardkit/guardkit/internal/chaos"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/chaos"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guardkit/guardkit/internal/chaos"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/chaos"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
 

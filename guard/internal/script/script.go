@@ -1,0 +1,125 @@
+package script
+
+import (
+	"embed"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua
+var files embed.FS
+
+// Source returns the text of lua/<name>.lua ("acquire", "kinds/lib"). It panics when
+// there is no such file: the names are the package's own.
+func Source(name string) string {
+	b, err := files.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		panic("script: " + err.Error())
+	}
+	return string(b)
+}
+
+// MayRunOOM is the flag of the scripts that only keep or give back what is held (release,
+// renew): Redis runs them when it is out of memory too, so that a full server still frees
+// and keeps its locks, while new acquisitions are refused.
+const MayRunOOM = "allow-oom"
+
+// Script is a Lua script run with EVALSHA, and with EVAL when the server has not cached
+// it. Its SHA1s and sources are kept as interface values so that a call boxes neither.
+//
+// Each script comes in two forms. On Redis 7 and newer it runs with a "#!lua" first
+// line, which makes the server check it before it runs: a script that may write is
+// refused with READONLY on a replica (a connection still open to a demoted primary after
+// a failover) instead of running there and reporting what a stale copy says, and one
+// without "allow-oom" is refused with OOM when the server is out of memory, before it
+// writes anything. Redis 6.2 cannot parse that line: a caller that sees its compile error
+// falls back to the plain form for good.
+type Script struct {
+	sha, src   any // with the "#!lua" line
+	sha6, src6 any // without it, for Redis 6.2
+	flags      string
+	body       string
+}
+
+// New returns the script of body, with flags (Redis 7 script flags, such as MayRunOOM,
+// or "no-writes"; "" for none) in its "#!lua" line.
+func New(flags, body string) *Script {
+	head := "#!lua\n"
+	if flags != "" {
+		head = "#!lua flags=" + flags + "\n"
+	}
+	src := head + body
+	return &Script{
+		sha: redis.NewScript(src).Hash(), src: src,
+		sha6: redis.NewScript(body).Hash(), src6: body,
+		flags: flags, body: body,
+	}
+}
+
+// build returns the script made of the named sources, in order, with flags.
+func build(flags string, names ...string) *Script {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = Source(n)
+	}
+	return New(flags, strings.Join(parts, ""))
+}
+
+// Form returns the SHA1 and the source of the form to send: the plain one after a
+// server could not parse the "#!lua" line (legacy).
+func (s *Script) Form(legacy bool) (sha, src any) {
+	if legacy {
+		return s.sha6, s.src6
+	}
+	return s.sha, s.src
+}
+
+// Plain returns the source of the plain form, for Redis 6.2.
+func (s *Script) Plain() any { return s.src6 }
+
+// Flags returns the script's Redis 7 flags.
+func (s *Script) Flags() string { return s.flags }
+
+// Body returns the script without its "#!lua" line.
+func (s *Script) Body() string { return s.body }
+
+// Gated returns s with the quorum's restart gate (gate.lua) put before it, keeping its
+// flags.
+func Gated(s *Script) *Script { return New(s.flags, Source("gate")+s.body) }
+
+// kind returns a script of a kind beyond the exclusive one: chain.lua, fence.lua,
+// kinds/lib.lua and the body.
+func kind(flags, body string) *Script {
+	return build(flags, "chain", "fence", "kinds/lib", "kinds/"+body)
+}
+
+// The scripts the engine sends.
+var (
+	// The exclusive lock's.
+	Acquire = build("", "chain", "acquire")
+	Release = build(MayRunOOM, "chain", "fence", "release")
+	Renew   = build(MayRunOOM, "renew")
+
+	// The read-write lock's, the semaphore's and the fair lock's.
+	ReadAcquire  = kind("", "read_acquire")
+	ReadRelease  = kind(MayRunOOM, "read_release")
+	ReadRenew    = kind(MayRunOOM, "read_renew")
+	WriteAcquire = kind("", "write_acquire")
+	WriteRelease = kind(MayRunOOM, "write_release")
+	WriteRenew   = kind(MayRunOOM, "write_renew")
+	SemAcquire   = kind("", "sem_acquire")
+	SemRelease   = kind(MayRunOOM, "sem_release")
+	FairAcquire  = kind("", "fair_acquire")
+	FairRelease  = kind(MayRunOOM, "fair_release")
+
+	// ForceRelease's: ends every hold of a lock of any kind.
+	Force = build("", "chain", "fence", "kinds/lib", "inspect", "kinds/force")
+	// A quorum's write-back of a hold's confirmed token.
+	Raise = build("", "raise")
+
+	// Run with go-redis's Script (no flags, read-only or best-effort).
+	Inspect = Source("inspect") + "\nreturn lock_state(ARGV[1])\n"
+	Wake    = Source("wake")
+	Version = Source("version")
+)

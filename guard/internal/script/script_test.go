@@ -1,0 +1,76 @@
+package script_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/guard/internal/script"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// all are the scripts the engine sends with EVALSHA, by name.
+var all = map[string]*script.Script{
+	"Acquire": script.Acquire, "Release": script.Release, "Renew": script.Renew,
+	"ReadAcquire": script.ReadAcquire, "ReadRelease": script.ReadRelease, "ReadRenew": script.ReadRenew,
+	"WriteAcquire": script.WriteAcquire, "WriteRelease": script.WriteRelease, "WriteRenew": script.WriteRenew,
+	"SemAcquire": script.SemAcquire, "SemRelease": script.SemRelease,
+	"FairAcquire": script.FairAcquire, "FairRelease": script.FairRelease,
+	"Force": script.Force, "Raise": script.Raise, "GatedAcquire": script.Gated(script.Acquire),
+}
+
+// TestScriptsLoad: every script compiles on a real server in both forms, and the SHA1
+// each form carries is the one the server computes, so that EVALSHA finds what EVAL or
+// SCRIPT LOAD cached.
+func TestScriptsLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for name, s := range all {
+		for _, legacy := range []bool{false, true} {
+			sha, src := s.Form(legacy)
+			got, err := c.ScriptLoad(ctx, src.(string)).Result()
+			if err != nil {
+				t.Fatalf("%s (legacy %v) does not load: %v", name, legacy, err)
+			}
+			if got != sha {
+				t.Fatalf("%s (legacy %v): server SHA1 %s, the script carries %v", name, legacy, got, sha)
+			}
+		}
+	}
+	for name, src := range map[string]string{"Inspect": script.Inspect, "Wake": script.Wake, "Version": script.Version} {
+		if err := redis.NewScript(src).Load(ctx, c).Err(); err != nil {
+			t.Fatalf("%s does not load: %v", name, err)
+		}
+	}
+}
+
+// TestFragmentsOnce: a fragment's function is defined in one file only, and every
+// script that calls it gets it.
+func TestFragmentsOnce(t *testing.T) {
+	for _, fn := range []string{"note", "publish", "listed", "remember", "forget", "released", "undone", "refuse_late", "record_release", "chain", "within", "undo_holder"} {
+		def := "local function " + fn + "("
+		var in []string
+		for _, f := range []string{"acquire", "release", "renew", "raise", "gate", "inspect", "wake", "version", "chain", "fence",
+			"kinds/lib", "kinds/force", "kinds/read_acquire", "kinds/read_release", "kinds/write_acquire", "kinds/write_release",
+			"kinds/sem_acquire", "kinds/sem_release", "kinds/fair_acquire", "kinds/fair_release", "kinds/read_renew", "kinds/write_renew"} {
+			if strings.Contains(script.Source(f), def) {
+				in = append(in, f)
+			}
+		}
+		if len(in) != 1 {
+			t.Errorf("%s is defined in %v, want one file", fn, in)
+		}
+	}
+	for name, s := range all {
+		for _, fn := range []string{"note", "publish", "undo_holder", "refuse_late"} {
+			if strings.Contains(s.Body(), fn+"(") && !strings.Contains(s.Body(), "local function "+fn+"(") {
+				t.Errorf("%s calls %s without its definition", name, fn)
+			}
+		}
+	}
+}
