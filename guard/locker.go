@@ -109,6 +109,9 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	if q == nil && cfg.replyBudgetSet {
 		return nil, &ConfigError{Field: "ReplyBudget", Reason: "applies to NewQuorum only: one deployment answers as one"}
 	}
+	if err := cfg.validateDeadlock(q != nil); err != nil {
+		return nil, err
+	}
 	if q != nil {
 		if err := q.admits(&cfg); err != nil {
 			return nil, err
