@@ -31,3 +31,10 @@ func ClassicPubSub(l *Locker) {
 	l.classic = true
 	l.waits.sharded.Store(1)
 }
+
+// DeadlockWaited returns how long the victim of a deadlock waited before it failed.
+func DeadlockWaited(e *DeadlockError) time.Duration { return e.waited }
+
+// DeadlockCalls returns the Redis calls the victim's detection made, walks and
+// confirmations together.
+func DeadlockCalls(e *DeadlockError) int { return e.calls }

@@ -1,0 +1,367 @@
+package guard_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// cyclerEnv, when set, makes the test binary a cycler process: it takes the first of
+// its keys (Do), says "held", and when it reads a line on stdin takes the second one
+// inside the first one's section, says what came of it, releases both and exits. With
+// two or three cyclers whose keys chain round, the second acquisitions form a cycle.
+const cyclerEnv = "GUARDKIT_TEST_CYCLER"
+
+type cyclerSpec struct {
+	Addrs   []string      `json:"addrs"`
+	Cluster bool          `json:"cluster"`
+	Keys    [2]string     `json:"keys"`
+	Kinds   [2]string     `json:"kinds"` // "" exclusive, "read", "write", "fair"
+	Delay   time.Duration `json:"delay"` // DeadlockDetection
+	Label   string        `json:"label"`
+}
+
+func kindOption(kind string) guard.Option {
+	switch kind {
+	case "read":
+		return guard.Read()
+	case "write":
+		return guard.Write()
+	case "fair":
+		return guard.Fair()
+	}
+	return guard.Option{}
+}
+
+// cyclerLine is what a cycler says, one JSON object a line.
+type cyclerLine struct {
+	Event  string   `json:"event"` // held, waiting, granted, deadlock, released, error
+	At     int64    `json:"at"`    // Unix ns
+	Keys   []string `json:"keys,omitempty"`
+	Labels []string `json:"labels,omitempty"`
+	Error  string   `json:"error,omitempty"`
+	Waited float64  `json:"waited,omitempty"` // seconds the victim waited
+	Calls  int      `json:"calls,omitempty"`  // Redis calls of its detection
+}
+
+func say(l cyclerLine) {
+	l.At = time.Now().UnixNano()
+	b, _ := json.Marshal(l)
+	fmt.Println(string(b))
+}
+
+func runCycler(raw string) int {
+	var s cyclerSpec
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		fmt.Fprintln(os.Stderr, "cycler:", err)
+		return 2
+	}
+	var c redis.UniversalClient = redis.NewClient(&redis.Options{Addr: s.Addrs[0]})
+	if s.Cluster {
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.Addrs})
+	}
+	defer c.Close()
+	l, err := guard.New(c, guard.DeadlockDetection(s.Delay), guard.Label(s.Label))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cycler:", err)
+		return 2
+	}
+	defer l.Close()
+	in := bufio.NewReader(os.Stdin)
+	ctx := context.Background()
+	err = guard.Do(ctx, func(ctx context.Context) error {
+		say(cyclerLine{Event: "held"})
+		if _, err := in.ReadString('\n'); err != nil {
+			return err
+		}
+		say(cyclerLine{Event: "waiting"})
+		return guard.Do(ctx, func(ctx context.Context) error {
+			say(cyclerLine{Event: "granted"})
+			return nil
+		}, guard.Key(s.Keys[1]), kindOption(s.Kinds[1]), guard.Use(l), guard.Retry(guard.MaxWait(20*time.Second, nil)))
+	}, guard.Key(s.Keys[0]), kindOption(s.Kinds[0]), guard.Use(l))
+	var de *guard.DeadlockError
+	switch {
+	case errors.As(err, &de):
+		line := cyclerLine{Event: "deadlock", Keys: de.Keys(), Error: err.Error(), Waited: guard.DeadlockWaited(de).Seconds(), Calls: guard.DeadlockCalls(de)}
+		for _, e := range de.Cycle {
+			line.Labels = append(line.Labels, e.Label)
+		}
+		say(line)
+	case err != nil:
+		say(cyclerLine{Event: "error", Error: err.Error()})
+	}
+	say(cyclerLine{Event: "released"})
+	return 0
+}
+
+// cycler is a cycler process started by startCycler.
+type cycler struct {
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan cyclerLine
+}
+
+func startCycler(t *testing.T, name string, spec cyclerSpec) *cycler {
+	t.Helper()
+	if spec.Label == "" {
+		spec.Label = name
+	}
+	raw, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), cyclerEnv+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &cycler{name: name, cmd: cmd, stdin: stdin, lines: make(chan cyclerLine, 16)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(c.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var l cyclerLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Errorf("cycler %s: %q: %v", name, sc.Text(), err)
+				continue
+			}
+			c.lines <- l
+		}
+	}()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		<-done
+	})
+	return c
+}
+
+// next returns the cycler's next line, failing the test after d.
+func (c *cycler) next(t *testing.T, d time.Duration) cyclerLine {
+	t.Helper()
+	select {
+	case l, ok := <-c.lines:
+		if !ok {
+			t.Fatalf("cycler %s exited", c.name)
+		}
+		return l
+	case <-time.After(d):
+		t.Fatalf("cycler %s said nothing for %s", c.name, d)
+	}
+	return cyclerLine{}
+}
+
+// expect returns the cycler's next line, which must be event.
+func (c *cycler) expect(t *testing.T, event string, d time.Duration) cyclerLine {
+	t.Helper()
+	l := c.next(t, d)
+	if l.Event != event {
+		t.Fatalf("cycler %s said %+v, want %s", c.name, l, event)
+	}
+	return l
+}
+
+// runCycle starts one cycler per spec, lets each take its first key, then has all of
+// them ask for their second at once, and checks the outcome: exactly one deadlock,
+// naming every key of the cycle, and every other cycler granted after the victim
+// released, within 2s of the cycle forming. It returns the victim's report.
+func runCycle(t *testing.T, specs []cyclerSpec) cyclerLine {
+	t.Helper()
+	cs := make([]*cycler, len(specs))
+	for i, s := range specs {
+		cs[i] = startCycler(t, fmt.Sprintf("p%d", i+1), s)
+	}
+	for _, c := range cs {
+		c.expect(t, "held", 20*time.Second)
+	}
+	for _, c := range cs {
+		if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var formed int64
+	for _, c := range cs {
+		formed = max(formed, c.expect(t, "waiting", 5*time.Second).At)
+	}
+	var victim cyclerLine
+	victims, victimAt := 0, int64(0)
+	var granted []int64
+	for _, c := range cs {
+		switch l := c.next(t, 30*time.Second); l.Event {
+		case "deadlock":
+			victims++
+			victim = l
+			victimAt = c.expect(t, "released", 5*time.Second).At
+			t.Logf("%s chosen: %s", c.name, l.Error)
+		case "granted":
+			granted = append(granted, l.At)
+		default:
+			t.Fatalf("cycler %s: %+v, want deadlock or granted", c.name, l)
+		}
+	}
+	if victims != 1 {
+		t.Fatalf("%d victims, want exactly 1", victims)
+	}
+	var last int64
+	for _, g := range granted {
+		if g < victimAt {
+			t.Errorf("a cycler was granted %s before the victim released", time.Duration(victimAt-g))
+		}
+		last = max(last, g)
+	}
+	want := map[string]bool{}
+	for _, s := range specs {
+		want[s.Keys[0]] = true
+	}
+	got := map[string]bool{}
+	for _, k := range victim.Keys {
+		got[k] = true
+	}
+	if len(victim.Keys) != len(specs) || len(got) != len(want) {
+		t.Errorf("the cycle names %q, want the %d keys %v", victim.Keys, len(specs), want)
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("the cycle %q does not name %q", victim.Keys, k)
+		}
+	}
+	resolved := time.Duration(last - formed)
+	t.Logf("cycle of %d formed; victim waited %.3fs, its detection made %d Redis calls; the others granted %s after it formed, %s after the victim's release",
+		len(specs), victim.Waited, victim.Calls, resolved, time.Duration(last-victimAt))
+	if resolved > 2*time.Second {
+		t.Errorf("resolved %s after the cycle formed, want within 2s (detection delay 1s)", resolved)
+	}
+	return victim
+}
+
+// TestDeadlockTwoProcesses: process 1 holds "a" and waits for "b", process 2 holds "b"
+// and waits for "a". Exactly one of them fails with ErrDeadlock naming both keys, and
+// the other is granted right after the victim's release.
+func TestDeadlockTwoProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	addrs := []string{srv.Addr()}
+	v := runCycle(t, []cyclerSpec{
+		{Addrs: addrs, Keys: [2]string{"a", "b"}, Delay: time.Second},
+		{Addrs: addrs, Keys: [2]string{"b", "a"}, Delay: time.Second},
+	})
+	for _, l := range v.Labels {
+		if l != "p1" && l != "p2" {
+			t.Errorf("holder labels %q, want p1 and p2", v.Labels)
+		}
+	}
+}
+
+// TestDeadlockThreeProcesses: X→Y→Z→X across three processes.
+func TestDeadlockThreeProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	addrs := []string{srv.Addr()}
+	runCycle(t, []cyclerSpec{
+		{Addrs: addrs, Keys: [2]string{"x", "y"}, Delay: time.Second},
+		{Addrs: addrs, Keys: [2]string{"y", "z"}, Delay: time.Second},
+		{Addrs: addrs, Keys: [2]string{"z", "x"}, Delay: time.Second},
+	})
+}
+
+// TestDeadlockKinds: cycles of read-write and fair locks between two processes. A
+// writer waits for a reader; a fair lock's waiter for its holder.
+func TestDeadlockKinds(t *testing.T) {
+	srv := redistest.Start(t)
+	addrs := []string{srv.Addr()}
+	for _, tc := range []struct {
+		name   string
+		k1, k2 [2]string
+	}{
+		{"write-write", [2]string{"write", "write"}, [2]string{"write", "write"}},
+		{"read-write", [2]string{"read", "write"}, [2]string{"read", "write"}},
+		{"fair", [2]string{"fair", "fair"}, [2]string{"fair", "fair"}},
+		{"fair-exclusive", [2]string{"fair", ""}, [2]string{"", "fair"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := tc.name+":a", tc.name+":b"
+			runCycle(t, []cyclerSpec{
+				{Addrs: addrs, Keys: [2]string{a, b}, Kinds: tc.k1, Delay: time.Second},
+				{Addrs: addrs, Keys: [2]string{b, a}, Kinds: tc.k2, Delay: time.Second},
+			})
+		})
+	}
+}
+
+// TestDeadlockCluster: the AB/BA cycle on a 3-primary Cluster with the two keys on
+// different primaries, so that no one script sees the whole cycle.
+func TestDeadlockCluster(t *testing.T) {
+	c := cluster.Get(t)
+	ps := c.Primaries()
+	if len(ps) < 3 {
+		t.Fatalf("cluster has %d primaries, want 3", len(ps))
+	}
+	a, b := keyOn(t, c, ps[0], "dla"), keyOn(t, c, ps[1], "dlb")
+	runCycle(t, []cyclerSpec{
+		{Addrs: c.Addrs(), Cluster: true, Keys: [2]string{a, b}, Delay: time.Second},
+		{Addrs: c.Addrs(), Cluster: true, Keys: [2]string{b, a}, Delay: time.Second},
+	})
+}
+
+// TestDeadlockOption: DeadlockDetection is checked in New, naming the field.
+func TestDeadlockOption(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	_, err := guard.New(c, guard.DeadlockDetection(-time.Second))
+	var ce *guard.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "DeadlockDetection" || !strings.Contains(err.Error(), "-1s") {
+		t.Fatalf("New with DeadlockDetection(-1s): %v, want a *ConfigError naming DeadlockDetection and the value", err)
+	}
+	if err := guard.Do(context.Background(), func(context.Context) error { return nil }, guard.Key("k"), guard.DeadlockDetection(time.Second)); !errors.Is(err, guard.ErrInvalidConfig) {
+		t.Fatalf("Do with DeadlockDetection: %v, want ErrInvalidConfig (it applies to New)", err)
+	}
+}
+
+// TestDeadlockOff: with detection off, an AB/BA cycle waits out its budget as before.
+func TestDeadlockOff(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv, guard.DeadlockDetection(0))
+	ctx := ctxTimeout(t, 20*time.Second)
+	errs := make(chan error, 2)
+	held := make(chan struct{}, 2)
+	start := make(chan struct{})
+	for _, keys := range [][2]string{{"a", "b"}, {"b", "a"}} {
+		go func() {
+			errs <- guard.Do(ctx, func(ctx context.Context) error {
+				held <- struct{}{}
+				<-start
+				return guard.Do(ctx, func(context.Context) error { return nil }, guard.Key(keys[1]), guard.Use(l), guard.Retry(guard.MaxWait(1500*time.Millisecond, nil)))
+			}, guard.Key(keys[0]), guard.Use(l))
+		}()
+	}
+	<-held
+	<-held
+	close(start)
+	for range 2 {
+		if err := <-errs; !errors.Is(err, guard.ErrLocked) || errors.Is(err, guard.ErrDeadlock) {
+			t.Errorf("with detection off: %v, want ErrLocked", err)
+		}
+	}
+}
