@@ -135,25 +135,30 @@ type DeadlockEdge struct {
 	Label string
 }
 
-// Error names the keys of the cycle, with the holders' labels where known.
+// Error names the keys of the cycle, with the holders' labels where known (their section
+// IDs otherwise): guard: deadlock: "b" is held by p2, which waits for "a", held by p1,
+// which waits for "b"; this call was chosen to fail.
 func (e *DeadlockError) Error() string {
 	var b strings.Builder
-	b.WriteString("guard: deadlock: this call waited for ")
-	b.WriteString(quoteKey(e.Key))
-	b.WriteString(" in a cycle of waits, and was chosen to fail: ")
+	b.WriteString("guard: deadlock: ")
 	for i, c := range e.Cycle {
 		if i > 0 {
 			b.WriteString(", which waits for ")
+			b.WriteString(quoteKey(c.Key))
+			b.WriteString(", held by ")
+		} else {
+			b.WriteString(quoteKey(c.Key))
+			b.WriteString(" is held by ")
 		}
-		b.WriteString(quoteKey(c.Key))
-		b.WriteString(" held by ")
 		if c.Label != "" {
 			b.WriteString(c.Label)
 		} else {
 			b.WriteString(string(c.Holder))
 		}
 	}
-	b.WriteString(", which waits for the first")
+	b.WriteString(", which waits for ")
+	b.WriteString(quoteKey(e.Key))
+	b.WriteString("; this call was chosen to fail")
 	return b.String()
 }
 
