@@ -111,12 +111,11 @@ type detector struct {
 	timer  *time.Timer
 	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{} // closed when run returns
 	victim chan struct{} // closed when this wait was chosen to fail: err is set
 	err    *DeadlockError
 	start  time.Time // when the wait was armed
 	walks  int       // walks made
-	calls  int       // Redis calls of the walks and confirmations
+	calls  int       // Redis calls of the walks and confirmations, all of them
 	once   sync.Once
 }
 
@@ -140,29 +139,22 @@ func (l *Locker) watchDeadlock(h *held) *detector {
 		l:      l,
 		self:   waitEdge{waiter: h.section, id: l.newNonce(), kind: h.s.kind, key: h.hk.key},
 		rk:     h.rk,
-		done:   make(chan struct{}),
 		victim: make(chan struct{}),
 		start:  time.Now(),
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
-	d.timer = time.AfterFunc(l.cfg.deadlockDelay, func() {
-		if !l.background(d.run) {
-			close(d.done)
-		}
-	})
+	d.timer = time.AfterFunc(l.cfg.deadlockDelay, func() { l.background(d.run) })
 	return d
 }
 
-// stop ends the detection of a wait that ended; it returns at once, leaving the wait
-// record's deletion to run.
+// stop ends the detection of a wait that ended: before the delay, nothing was sent;
+// after it, run deletes the wait record and returns (Close waits for it).
 func (d *detector) stop() {
 	if d == nil {
 		return
 	}
 	d.once.Do(func() {
-		if d.timer.Stop() {
-			close(d.done)
-		}
+		d.timer.Stop()
 		d.cancel()
 	})
 }
@@ -177,13 +169,12 @@ func (d *detector) dead() <-chan struct{} {
 
 // run keeps the wait's record and walks the graph until the wait ends or is chosen.
 func (d *detector) run() {
-	defer close(d.done)
 	l := d.l
 	every := max(l.cfg.deadlockDelay/4, time.Millisecond)
 	life := max(4*l.cfg.deadlockDelay, 2*time.Second)
-	wrote := false
+	sent := false // a record was sent: it may be in Redis, whatever the reply said
 	defer func() {
-		if wrote {
+		if sent {
 			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 			defer cancel()
 			_ = l.runScript(ctx, waitsScript, d.waitsArgs("del", string(d.self.waiter), d.self.id), true).Err()
@@ -197,9 +188,12 @@ func (d *detector) run() {
 			return
 		case <-t.C:
 		}
+		if d.ctx.Err() != nil {
+			return
+		}
+		sent = true
 		err := l.runScript(d.ctx, waitsScript, d.waitsArgs("put", string(d.self.waiter), d.self.id,
 			strconv.FormatInt(life.Milliseconds(), 10), strconv.Itoa(int(d.self.kind)), d.self.key), true).Err()
-		wrote = wrote || err == nil
 		if err == nil {
 			if e := d.detect(); e != nil {
 				d.err = e
@@ -214,6 +208,7 @@ func (d *detector) run() {
 // detect walks the graph once; it returns the error of this wait when it found a
 // confirmed cycle whose victim it is.
 func (d *detector) detect() *DeadlockError {
+	start := time.Now()
 	d.walks++
 	var w walk
 	w.d = d
@@ -233,7 +228,7 @@ func (d *detector) detect() *DeadlockError {
 		return nil
 	}
 	e := deadlockError(cycle)
-	e.calls = d.calls
+	e.calls, e.took, e.walks = d.calls, time.Since(start), d.walks
 	return e
 }
 

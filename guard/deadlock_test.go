@@ -57,6 +57,8 @@ type cyclerLine struct {
 	Error  string   `json:"error,omitempty"`
 	Waited float64  `json:"waited,omitempty"` // seconds the victim waited
 	Calls  int      `json:"calls,omitempty"`  // Redis calls of its detection
+	Walks  int      `json:"walks,omitempty"`  // walks of the graph it made
+	Took   float64  `json:"took,omitempty"`   // seconds its finding walk and confirmation took
 }
 
 func say(l cyclerLine) {
@@ -98,7 +100,9 @@ func runCycler(raw string) int {
 	var de *guard.DeadlockError
 	switch {
 	case errors.As(err, &de):
-		line := cyclerLine{Event: "deadlock", Keys: de.Keys(), Error: err.Error(), Waited: guard.DeadlockWaited(de).Seconds(), Calls: guard.DeadlockCalls(de)}
+		calls, walks := guard.DeadlockCalls(de)
+		line := cyclerLine{Event: "deadlock", Keys: de.Keys(), Error: err.Error(), Waited: guard.DeadlockWaited(de).Seconds(),
+			Calls: calls, Walks: walks, Took: guard.DeadlockTook(de).Seconds()}
 		for _, e := range de.Cycle {
 			line.Labels = append(line.Labels, e.Label)
 		}
@@ -252,8 +256,8 @@ func runCycle(t *testing.T, specs []cyclerSpec) cyclerLine {
 		}
 	}
 	resolved := time.Duration(last - formed)
-	t.Logf("cycle of %d formed; victim waited %.3fs, its detection made %d Redis calls; the others granted %s after it formed, %s after the victim's release",
-		len(specs), victim.Waited, victim.Calls, resolved, time.Duration(last-victimAt))
+	t.Logf("cycle of %d formed; victim waited %.3fs; its detection: %d walks, %d Redis calls in all, the finding walk and its confirmation %.1fms; the others granted %s after it formed, %s after the victim's release",
+		len(specs), victim.Waited, victim.Walks, victim.Calls, victim.Took*1000, resolved, time.Duration(last-victimAt))
 	if resolved > 2*time.Second {
 		t.Errorf("resolved %s after the cycle formed, want within 2s (detection delay 1s)", resolved)
 	}
@@ -532,4 +536,93 @@ func runSoakProcesses(t *testing.T, spec soakSpec, n int) soakCounts {
 	t.Logf("%d processes × %d goroutines × %d keys for %s: %d holds, %d deadlocks, %d busy, %d other errors %q",
 		n, spec.Goroutines, spec.Keys, spec.Duration, total.Holds, total.Deadlock, total.Locked, total.Other, total.Errors)
 	return total
+}
+
+// TestDeadlockBehindGate: in one process (Locker p), a request that holds nothing waits
+// for "y" first and so makes the attempts (the key's gate); a second request, holding
+// "x", waits for "y" behind it, in this process only. Another process (Locker q) holds
+// "y" and waits for "x". The waiter behind the gate is part of the cycle all the same:
+// exactly one of the two is chosen, and everyone is granted in the end. Acquire is the
+// entry point here.
+func TestDeadlockBehindGate(t *testing.T) {
+	srv := redistest.Start(t)
+	p, _ := newLocker(t, srv)
+	q, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	wait := guard.Retry(guard.MaxWait(20*time.Second, nil))
+
+	y := mustAcquire(t, q, ctx, "y")
+	first := make(chan error, 1)
+	go func() {
+		le, err := p.Acquire(ctx, "y", wait)
+		if err == nil {
+			err = le.Release(context.Background())
+		}
+		first <- err
+	}()
+	waitUntil(t, 5*time.Second, "the first waiter in Redis's queue", func() bool {
+		n, _ := srv.Client(t).LLen(context.Background(), lockName("y")+":queue").Result()
+		return n == 1
+	})
+	x := mustAcquire(t, p, ctx, "x")
+	second := make(chan error, 1)
+	go func() {
+		le, err := p.Acquire(x.Context(), "y", wait)
+		if err == nil {
+			err = le.Release(context.Background())
+		}
+		_ = x.Release(context.Background()) // as Do would, when the function returns
+		second <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the second waiter queues behind the gate
+	third := make(chan error, 1)
+	go func() {
+		le, err := q.Acquire(y.Context(), "x", wait)
+		if err == nil {
+			err = le.Release(context.Background())
+		}
+		_ = y.Release(context.Background())
+		third <- err
+	}()
+	var victims int
+	for _, c := range []chan error{second, third} {
+		if err := <-c; errors.Is(err, guard.ErrDeadlock) {
+			victims++
+			t.Logf("chosen: %v", err)
+		} else if err != nil {
+			t.Errorf("a cycle member: %v, want a grant or ErrDeadlock", err)
+		}
+	}
+	if victims != 1 {
+		t.Errorf("%d victims, want 1", victims)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("the first waiter, in no cycle: %v", err)
+	}
+}
+
+// TestDeadlockQuorum: a quorum Locker refuses DeadlockDetection and works without it.
+func TestDeadlockQuorum(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	if _, err := guard.NewQuorum(r.clients(t), guard.DeadlockDetection(time.Second)); !errors.Is(err, guard.ErrInvalidConfig) || !strings.Contains(err.Error(), "DeadlockDetection") {
+		t.Fatalf("NewQuorum with DeadlockDetection: %v, want a *ConfigError naming DeadlockDetection", err)
+	}
+	l := r.locker(t, guard.DeadlockDetection(0), guard.RestartDelay(0))
+	_ = l.Close()
+	l = r.locker(t, guard.RestartDelay(0))
+	ctx := ctxTimeout(t, 10*time.Second)
+	held := mustAcquire(t, l, ctx, "q")
+	done := make(chan error, 1)
+	go func() {
+		le, err := l.Acquire(ctx, "q", guard.Retry(guard.MaxWait(5*time.Second, nil)))
+		if err == nil {
+			err = le.Release(context.Background())
+		}
+		done <- err
+	}()
+	time.Sleep(1500 * time.Millisecond) // past the New default delay: nothing may start
+	mustRelease(t, held)
+	if err := <-done; err != nil {
+		t.Fatalf("a quorum waiter past 1s: %v", err)
+	}
 }

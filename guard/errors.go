@@ -118,8 +118,10 @@ type DeadlockError struct {
 	// last one's of the first one's.
 	Cycle []DeadlockEdge
 
-	waited time.Duration // how long the call waited, for tests and telemetry
-	calls  int           // Redis calls its detection made
+	waited time.Duration // how long the call waited
+	walks  int           // walks of the graph its detection made
+	calls  int           // Redis calls of those walks and of the confirmation
+	took   time.Duration // how long the walk that found the cycle and its confirmation took
 }
 
 // DeadlockEdge is one wait of a deadlock's cycle: Waiter waits for Key, held by Holder.

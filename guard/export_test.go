@@ -36,5 +36,8 @@ func ClassicPubSub(l *Locker) {
 func DeadlockWaited(e *DeadlockError) time.Duration { return e.waited }
 
 // DeadlockCalls returns the Redis calls the victim's detection made, walks and
-// confirmations together.
-func DeadlockCalls(e *DeadlockError) int { return e.calls }
+// confirmations together, and the walks.
+func DeadlockCalls(e *DeadlockError) (calls, walks int) { return e.calls, e.walks }
+
+// DeadlockTook returns how long the victim's last walk and its confirmation took.
+func DeadlockTook(e *DeadlockError) time.Duration { return e.took }
