@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
@@ -624,5 +625,69 @@ func TestDeadlockQuorum(t *testing.T) {
 	mustRelease(t, held)
 	if err := <-done; err != nil {
 		t.Fatalf("a quorum waiter past 1s: %v", err)
+	}
+}
+
+// TestDeadlockTelemetry: the victim's acquire span ends with outcome deadlock and the
+// guard.deadlock event naming the cycle's keys, and the outcome is counted.
+func TestDeadlockTelemetry(t *testing.T) {
+	srv := redistest.Start(t)
+	rig := newOtelRig(t)
+	l, _ := newLocker(t, srv, append(rig.options(), guard.DeadlockDetection(200*time.Millisecond))...)
+	ctx := ctxTimeout(t, 20*time.Second)
+	var both sync.WaitGroup
+	both.Add(2)
+	errs := make(chan error, 2)
+	for _, keys := range [][2]string{{"t1", "t2"}, {"t2", "t1"}} {
+		go func() {
+			errs <- guard.Do(ctx, func(ctx context.Context) error {
+				both.Done()
+				both.Wait()
+				return guard.Do(ctx, func(context.Context) error { return nil }, guard.Use(l), guard.Key(keys[1]))
+			}, guard.Use(l), guard.Key(keys[0]))
+		}()
+	}
+	var de *guard.DeadlockError
+	for range 2 {
+		if err := <-errs; err != nil && !errors.As(err, &de) {
+			t.Fatalf("%v, want nil or a *DeadlockError", err)
+		}
+	}
+	if de == nil || !strings.Contains(de.Error(), `"t1"`) || !strings.Contains(de.Error(), `"t2"`) {
+		t.Fatalf("deadlock error %v: want one, naming both keys", de)
+	}
+	var found int
+	for _, s := range rig.acquireSpans() {
+		if v, _ := attrOf(s, guard.AttrOutcome); v.AsString() != guard.OutcomeDeadlock {
+			continue
+		}
+		found++
+		var event bool
+		for _, e := range s.Events() {
+			if e.Name != "guard.deadlock" {
+				continue
+			}
+			for _, kv := range e.Attributes {
+				if kv.Key == guard.AttrCycleKeys && len(kv.Value.AsStringSlice()) == 2 {
+					event = true
+				}
+			}
+		}
+		if !event {
+			t.Errorf("deadlock span without a guard.deadlock event naming 2 keys: %v", s.Events())
+		}
+	}
+	if found != 1 {
+		t.Fatalf("%d acquire spans with outcome deadlock, want 1", found)
+	}
+	sum, ok := rig.metrics(t)["guard.lock.acquisitions"].(metricdata.Sum[int64])
+	var counted int64
+	for _, dp := range sum.DataPoints {
+		if v, _ := dp.Attributes.Value(guard.AttrOutcome); v.AsString() == guard.OutcomeDeadlock {
+			counted += dp.Value
+		}
+	}
+	if !ok || counted != 1 {
+		t.Fatalf("guard.lock.acquisitions with outcome deadlock: %d, want 1", counted)
 	}
 }
