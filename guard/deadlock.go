@@ -104,19 +104,25 @@ type cycleStep struct {
 
 // detector is the deadlock detection of one wait. It starts (run, on a goroutine of the
 // Locker's) when the wait has lasted the detection delay, and stops when the wait ends.
+//
+// Arming it allocates the detector, its timer and the victim channel, and nothing else:
+// the wait ID and the context of its Redis calls are made when it starts.
 type detector struct {
 	l      *Locker
-	self   waitEdge
-	rk     redisKeys
+	self   waitEdge // its id is set by run
 	timer  *time.Timer
-	ctx    context.Context
-	cancel context.CancelFunc
 	victim chan struct{} // closed when this wait was chosen to fail: err is set
 	err    *DeadlockError
 	start  time.Time // when the wait was armed
-	walks  int       // walks made
-	calls  int       // Redis calls of the walks and confirmations, all of them
-	once   sync.Once
+
+	mu      sync.Mutex
+	stopped bool               // the wait ended
+	cancel  context.CancelFunc // ends run's calls; set by run
+
+	// Owned by run.
+	ctx   context.Context
+	walks int // walks made
+	calls int // Redis calls of the walks and confirmations, all of them
 }
 
 // errChosen ends a wait for the key's gate when the wait was chosen as a victim.
@@ -137,14 +143,25 @@ func (l *Locker) watchDeadlock(h *held) *detector {
 	}
 	d := &detector{
 		l:      l,
-		self:   waitEdge{waiter: h.section, id: l.newNonce(), kind: h.s.kind, key: h.hk.key},
-		rk:     h.rk,
+		self:   waitEdge{waiter: h.section, kind: h.s.kind, key: h.hk.key},
 		victim: make(chan struct{}),
 		start:  time.Now(),
 	}
-	d.ctx, d.cancel = context.WithCancel(context.Background())
-	d.timer = time.AfterFunc(l.cfg.deadlockDelay, func() { l.background(d.run) })
+	d.timer = time.AfterFunc(l.cfg.deadlockDelay, d.fire)
 	return d
+}
+
+// fire starts run when the delay has passed, unless the wait has ended.
+func (d *detector) fire() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	if !d.l.background(d.run) {
+		d.cancel()
+	}
 }
 
 // stop ends the detection of a wait that ended: before the delay, nothing was sent;
@@ -153,10 +170,13 @@ func (d *detector) stop() {
 	if d == nil {
 		return
 	}
-	d.once.Do(func() {
-		d.timer.Stop()
+	d.timer.Stop()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopped = true
+	if d.cancel != nil {
 		d.cancel()
-	})
+	}
 }
 
 // dead is closed when the wait was chosen to fail; nil for a wait without detection.
@@ -170,6 +190,8 @@ func (d *detector) dead() <-chan struct{} {
 // run keeps the wait's record and walks the graph until the wait ends or is chosen.
 func (d *detector) run() {
 	l := d.l
+	defer d.cancel()
+	d.self.id = l.newNonce()
 	every := max(l.cfg.deadlockDelay/4, time.Millisecond)
 	life := max(4*l.cfg.deadlockDelay, 2*time.Second)
 	sent := false // a record was sent: it may be in Redis, whatever the reply said
