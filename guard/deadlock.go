@@ -16,7 +16,7 @@ import (
 // Deadlock detection. A waiter that has waited longer than the detection delay writes a
 // wait record — "section s waits for key k" — in its request's waits hash
 // (scripts/waits.lua), keeps it fresh while it waits and deletes it when the wait ends.
-// Every detectEvery it then walks the wait-for graph from the key it waits for: the
+// Every quarter of the delay it walks the wait-for graph from the key it waits for: the
 // holders of that key that keep it out (scripts/blockers.lua, one call on the key's
 // slot), what those holders, or sections within them, wait for (one call on the slot of
 // each holder's request), their holders, and so on, depth first and bounded. A walk that
