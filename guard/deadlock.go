@@ -56,7 +56,9 @@ const (
 // a cycle of owners, each holding a lock the next one waits for, across processes,
 // services and Redis Cluster nodes. Until then detection costs nothing; from then on the
 // waiter keeps a record of its wait in Redis and walks the wait-for graph every quarter
-// of d. When a cycle is confirmed, exactly one of its waiters fails with a
+// of d (every d after its first four walks). A wait directly in a request's root — a
+// request that holds no lock yet — cannot close a cycle and is not watched. When a cycle
+// is confirmed, exactly one of its waiters fails with a
 // *DeadlockError (ErrDeadlock) and the others get their locks once its caller releases
 // what it holds. d = 0 turns detection off. Exclusive, read-write and fair locks take
 // part; a semaphore's waiters do not (see ErrDeadlock), nor does a Locker made by
@@ -136,9 +138,12 @@ func (d *detector) error() error {
 }
 
 // watchDeadlock arms deadlock detection for the wait of h, or returns nil when it is
-// off for the Locker or h's kind. Nothing is sent to Redis before the delay.
+// off for the Locker or h's kind, or when the wait cannot be part of a cycle: its
+// section is directly in a request's root, and a root holds nothing (every hold is a
+// section's), so nothing that the waiter's chain holds can keep another owner waiting.
+// Nothing is sent to Redis before the delay.
 func (l *Locker) watchDeadlock(h *held) *detector {
-	if l.cfg.deadlockDelay <= 0 || l.q != nil || h.s.kind == KindSemaphore {
+	if l.cfg.deadlockDelay <= 0 || l.q != nil || h.s.kind == KindSemaphore || h.section.Depth() < 2 {
 		return nil
 	}
 	d := &detector{
@@ -192,6 +197,9 @@ func (d *detector) run() {
 	l := d.l
 	defer d.cancel()
 	d.self.id = l.newNonce()
+	// Walks come every quarter of the delay at first, when a cycle that formed as the
+	// waits began is found, then every delay: a waiter that waits long costs Redis one
+	// walk per delay.
 	every := max(l.cfg.deadlockDelay/4, time.Millisecond)
 	life := max(4*l.cfg.deadlockDelay, 2*time.Second)
 	sent := false // a record was sent: it may be in Redis, whatever the reply said
@@ -222,6 +230,9 @@ func (d *detector) run() {
 				close(d.victim)
 				return
 			}
+		}
+		if d.walks >= 4 {
+			every = l.cfg.deadlockDelay
 		}
 		t.Reset(every)
 	}

@@ -150,20 +150,22 @@
 //
 // # Deadlocks
 //
-// Reentry along the call chain removes the deadlock of a call waiting for its own caller;
-// it does nothing for two requests that each hold a lock the other waits for. guard finds
-// those cycles in Redis, across processes, services and Cluster nodes, and ends each with
-// one victim. Nothing happens until a wait has lasted the detection delay
-// (DeadlockDetection, default 1s; 0 turns it off): until then a wait costs what it always
-// did. Then the waiter keeps a record of its wait in Redis — "section s waits for key k",
-// with an expiry that a dead waiter does not renew — and every quarter of the delay walks
-// the wait-for graph from k: k's holders, what they (or sections within them) wait for,
-// those keys' holders, and so on, 16 edges deep at most, one script call per key or
-// request on whichever node holds it. A walk that comes back to a section the waiter is
-// in has found a cycle, which the waiter reads again, edge by edge: the same holds (by
-// fencing token) and the same waits (by wait ID), so that holders that merely changed
-// while the walk read them never look like a cycle. Every member of a cycle computes the
-// same victim, the wait of the greatest section ID; that wait fails with a
+// Reentry along the call chain removes the deadlock of a call waiting for its own
+// caller; it does nothing for two requests that each hold a lock the other waits for.
+// guard finds those cycles in Redis, across processes, services and Cluster nodes, and
+// ends each with one victim. Nothing happens until a wait has lasted the detection delay
+// (DeadlockDetection, default 1s; 0 turns it off): until then a wait costs what it
+// always did, and a wait directly in a request's root (a request that holds nothing yet,
+// so that no cycle can pass through it) is never watched. Then the waiter keeps a record
+// of its wait in Redis — "section s waits for key k", with an expiry that a dead waiter
+// does not renew — and walks the wait-for graph from k, every quarter of the delay at
+// first and every delay after four walks: k's holders, what they (or sections within
+// them) wait for, those keys' holders, and so on, 16 edges deep at most, one script call
+// per key or request on whichever node holds it. A walk that comes back to a section the
+// waiter is in has found a cycle, which the waiter reads again, edge by edge: the same
+// holds (by fencing token) and the same waits (by wait ID), so that holders that merely
+// changed while the walk read them never look like a cycle. Every member of a cycle
+// computes the same victim, the wait of the greatest section ID; that wait fails with a
 // *DeadlockError (ErrDeadlock) naming the cycle's keys and its holders' labels (Label),
 // its caller's locks are released as its function returns (Wrap, Do, the adapters), and
 // the others get their locks. The Echo middleware answers it 409 Conflict without
