@@ -243,6 +243,7 @@ func (d *detector) run() {
 func (d *detector) detect() *DeadlockError {
 	start := time.Now()
 	d.walks++
+	d.l.walks.Add(1)
 	var w walk
 	w.d = d
 	w.seen = map[ctxid.ID]bool{}

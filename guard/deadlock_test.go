@@ -400,6 +400,7 @@ type soakCounts struct {
 	Deadlock int64    `json:"deadlock"`
 	Locked   int64    `json:"locked"`
 	Other    int64    `json:"other"`
+	Walks    int64    `json:"walks"` // walks of the wait-for graph made
 	Errors   []string `json:"errors,omitempty"`
 }
 
@@ -421,6 +422,7 @@ func runSoak(raw string) int {
 	}
 	defer l.Close()
 	counts := soakRun(l, s)
+	counts.Walks = guard.DeadlockWalks(l)
 	b, _ := json.Marshal(counts)
 	fmt.Println(string(b))
 	return 0
@@ -496,8 +498,8 @@ func TestDeadlockNoFalseAlarm(t *testing.T) {
 	spec := soakSpec{Addrs: []string{srv.Addr()}, Duration: soakDuration(t), Goroutines: 16, Keys: 8,
 		HoldMax: 20 * time.Millisecond, Delay: 100 * time.Millisecond}
 	total := runSoakProcesses(t, spec, 3)
-	if total.Holds == 0 || total.Deadlock != 0 || total.Locked != 0 || total.Other != 0 {
-		t.Fatalf("%+v: want holds and not one deadlock or error", total)
+	if total.Holds == 0 || total.Walks == 0 || total.Deadlock != 0 || total.Locked != 0 || total.Other != 0 {
+		t.Fatalf("%+v: want holds, walks of the graph (detection at work) and not one deadlock or error", total)
 	}
 }
 
@@ -535,13 +537,14 @@ func runSoakProcesses(t *testing.T, spec soakSpec, n int) soakCounts {
 			total.Deadlock += c.Deadlock
 			total.Locked += c.Locked
 			total.Other += c.Other
+			total.Walks += c.Walks
 			total.Errors = append(total.Errors, c.Errors...)
 		case <-time.After(spec.Duration + 2*time.Minute):
 			t.Fatalf("soak process %d did not finish", i)
 		}
 	}
-	t.Logf("%d processes × %d goroutines × %d keys for %s: %d holds, %d deadlocks, %d busy, %d other errors %q",
-		n, spec.Goroutines, spec.Keys, spec.Duration, total.Holds, total.Deadlock, total.Locked, total.Other, total.Errors)
+	t.Logf("%d processes × %d goroutines × %d keys for %s: %d holds, %d walks of the wait-for graph, %d deadlocks, %d busy, %d other errors %q",
+		n, spec.Goroutines, spec.Keys, spec.Duration, total.Holds, total.Walks, total.Deadlock, total.Locked, total.Other, total.Errors)
 	return total
 }
 

@@ -41,3 +41,6 @@ func DeadlockCalls(e *DeadlockError) (calls, walks int) { return e.calls, e.walk
 
 // DeadlockTook returns how long the victim's last walk and its confirmation took.
 func DeadlockTook(e *DeadlockError) time.Duration { return e.took }
+
+// DeadlockWalks returns how many walks of the wait-for graph l's waiters have made.
+func DeadlockWalks(l *Locker) int64 { return l.walks.Load() }

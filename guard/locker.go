@@ -62,6 +62,7 @@ type Locker struct {
 	renew renewer
 	tel   *telemetry
 	hints holdTimes      // hold times seen, for LockedError.RetryAfter (hint.go)
+	walks atomic.Int64   // walks of the wait-for graph made by this Locker's waiters (deadlock.go)
 	bg    sync.WaitGroup // background calls: compensating releases, abandoned attempts
 }
 
