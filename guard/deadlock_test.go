@@ -700,3 +700,58 @@ func TestDeadlockTelemetry(t *testing.T) {
 		t.Fatalf("guard.lock.acquisitions with outcome deadlock: %d, want 1", counted)
 	}
 }
+
+// TestDeadlockReaderBehindWaitingWriter: a reader kept out only by a waiting writer's
+// mark waits for the readers that writer waits for. Request A holds "doc" for reading
+// and waits for "e"; request B holds "e"; a writer (request W) waits for "doc", which
+// keeps new readers out; then B, inside its hold of "e", asks to read "doc". A waits for
+// B, B for W's mark, W for A: a deadlock through a waiter that holds nothing, found and
+// ended with one victim, after which everyone, the writer included, is served.
+func TestDeadlockReaderBehindWaitingWriter(t *testing.T) {
+	srv := redistest.Start(t)
+	p, rdb := newLocker(t, srv)
+	q, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	wait := guard.Retry(guard.MaxWait(20*time.Second, nil))
+	release := func(le *guard.Lease, err error) error {
+		if err == nil {
+			err = le.Release(context.Background())
+		}
+		return err
+	}
+
+	a := mustAcquire(t, p, ctx, "doc", guard.Read())
+	b := mustAcquire(t, q, ctx, "e")
+	writer := make(chan error, 1)
+	go func() { writer <- release(q.Acquire(ctx, "doc", guard.Write(), wait)) }()
+	waitUntil(t, 5*time.Second, "the waiting writer's mark", func() bool {
+		return rdb.HExists(context.Background(), lockName("doc")+":rw", "#ww").Val()
+	})
+	results := make(chan error, 2)
+	go func() {
+		err := release(p.Acquire(a.Context(), "e", wait))
+		_ = a.Release(context.Background())
+		results <- err
+	}()
+	go func() {
+		err := release(q.Acquire(b.Context(), "doc", guard.Read(), wait))
+		_ = b.Release(context.Background())
+		results <- err
+	}()
+	victims := 0
+	for range 2 {
+		switch err := <-results; {
+		case errors.Is(err, guard.ErrDeadlock):
+			victims++
+			t.Logf("chosen: %v", err)
+		case err != nil:
+			t.Errorf("a member of the cycle: %v, want a grant or ErrDeadlock", err)
+		}
+	}
+	if victims != 1 {
+		t.Errorf("%d victims, want 1", victims)
+	}
+	if err := <-writer; err != nil {
+		t.Errorf("the waiting writer: %v, want it granted once the cycle ended", err)
+	}
+}
