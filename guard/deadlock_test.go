@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
+	"github.com/guardkit/guardkit/internal/testproc"
 )
 
 // cyclerEnv, when set, makes the test binary a cycler process: it takes the first of
@@ -120,8 +120,7 @@ func runCycler(raw string) int {
 // cycler is a cycler process started by startCycler.
 type cycler struct {
 	name  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
+	stdin io.Writer
 	lines chan cyclerLine
 }
 
@@ -130,42 +129,19 @@ func startCycler(t *testing.T, name string, spec cyclerSpec) *cycler {
 	if spec.Label == "" {
 		spec.Label = name
 	}
-	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), cyclerEnv+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &cycler{name: name, cmd: cmd, stdin: stdin, lines: make(chan cyclerLine, 16)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	p := testproc.Start(t, cyclerEnv, spec)
+	c := &cycler{name: name, stdin: p.Stdin, lines: make(chan cyclerLine, 16)}
+	go func() { // ends when the process's output does
 		defer close(c.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
+		for text := range p.Lines {
 			var l cyclerLine
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				t.Errorf("cycler %s: %q: %v", name, sc.Text(), err)
+			if err := json.Unmarshal([]byte(text), &l); err != nil {
+				t.Errorf("cycler %s: %q: %v", name, text, err)
 				continue
 			}
 			c.lines <- l
 		}
 	}()
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		<-done
-	})
 	return c
 }
 
@@ -506,25 +482,15 @@ func TestDeadlockNoFalseAlarm(t *testing.T) {
 // runSoakProcesses runs n soak processes and sums their counts.
 func runSoakProcesses(t *testing.T, spec soakSpec, n int) soakCounts {
 	t.Helper()
-	raw, _ := json.Marshal(spec)
 	outs := make([]chan soakCounts, n)
 	for i := range n {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), soakEnv+"="+string(raw))
-		cmd.Stderr = os.Stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		p := testproc.Start(t, soakEnv, spec)
 		outs[i] = make(chan soakCounts, 1)
 		go func() {
 			var c soakCounts
-			if err := json.NewDecoder(stdout).Decode(&c); err != nil {
-				c.Other, c.Errors = 1, []string{"soak process: " + err.Error()}
+			line, ok := <-p.Lines
+			if err := json.Unmarshal([]byte(line), &c); !ok || err != nil {
+				c.Other, c.Errors = 1, []string{fmt.Sprintf("soak process: %q: %v", line, err)}
 			}
 			outs[i] <- c
 		}()

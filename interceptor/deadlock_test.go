@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +26,7 @@ import (
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/interceptor"
 	"github.com/guardkit/guardkit/internal/redistest"
+	"github.com/guardkit/guardkit/internal/testproc"
 )
 
 // serviceEnv, when set, makes the test binary a service process for
@@ -112,45 +112,14 @@ func runService(raw string) int {
 
 // serviceProc is a service process started by startService.
 type serviceProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
+	stdin io.Writer
+	lines <-chan string
 }
 
 func startService(t *testing.T, spec serviceSpec) *serviceProc {
 	t.Helper()
-	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), serviceEnv+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serviceProc{cmd: cmd, stdin: stdin, lines: make(chan string, 4)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer close(p.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		<-done
-	})
-	return p
+	p := testproc.Start(t, serviceEnv, spec)
+	return &serviceProc{stdin: p.Stdin, lines: p.Lines}
 }
 
 func (p *serviceProc) read(t *testing.T, prefix string) string {
