@@ -136,23 +136,29 @@ func (p *serviceProc) read(t *testing.T, prefix string) string {
 	return ""
 }
 
-// TestDeadlockAcrossServices: two service processes, each with its own Locker on one
-// Redis. Request 1 holds account X in service 1 and calls service 2, which needs Y;
-// request 2 holds Y in service 2 and calls service 1, which needs X. The downstream
-// waits are sections of the callers' requests (the owner travels in signed metadata),
-// so the cycle runs through both services: exactly one request fails with Aborted and
+// TestDeadlockAcrossServices: the four processes, each a service with its own
+// Locker on one Redis. Request 1 holds account X in A and calls B, which needs Y; request
+// 2 holds Y in C and calls D, which needs X. The waits in B and D are sections of the
+// callers' requests (the owner travels in signed metadata), so the cycle runs through all
+// four processes and no one of them sees it: exactly one request fails with Aborted and
 // reason DEADLOCK — no key or owner in what its client reads — and the other completes
 // once the victim's locks are released.
 func TestDeadlockAcrossServices(t *testing.T) {
 	srv := redistest.Start(t)
-	p1 := startService(t, serviceSpec{Redis: srv.Addr(), Label: "svc1"})
-	p2 := startService(t, serviceSpec{Redis: srv.Addr(), Label: "svc2"})
-	a1, a2 := p1.read(t, "addr "), p2.read(t, "addr ")
-	fmt.Fprintf(p1.stdin, "peer %s\n", a2)
-	fmt.Fprintf(p2.stdin, "peer %s\n", a1)
-	p1.read(t, "ready")
-	p2.read(t, "ready")
-	c1, c2 := dial(t, a1), dial(t, a2)
+	var procs []*serviceProc
+	var addrs []string
+	for _, name := range []string{"A", "B", "C", "D"} {
+		p := startService(t, serviceSpec{Redis: srv.Addr(), Label: "svc-" + name})
+		procs, addrs = append(procs, p), append(addrs, p.read(t, "addr "))
+	}
+	// A calls B, C calls D; B and D call nobody (their peer is never used).
+	for i, peer := range []int{1, 0, 3, 2} {
+		fmt.Fprintf(procs[i].stdin, "peer %s\n", addrs[peer])
+	}
+	for _, p := range procs {
+		p.read(t, "ready")
+	}
+	c1, c2 := dial(t, addrs[0]), dial(t, addrs[2])
 
 	const x, y = "acct-7781", "acct-9902"
 	ctx := ctxTimeout(t, 30*time.Second)
