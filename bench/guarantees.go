@@ -41,7 +41,7 @@ var guaranteeCuts = []struct {
 }{
 	{"scripts", "none: guardkit's scripts as they are", nil},
 	{"scripts/no-release-nonce", "a retried release reports the truth", []scriptEdit{{
-		file: "release", re: regexp.MustCompile(`note\(':' \.\. nonce, v\[3\]\)\n`), with: "",
+		file: "release", re: regexp.MustCompile(`record_release\(v\[3\], nonce\)\n`), with: "",
 		describe: "the release nonce APPENDed to the fence key and the key's retention renewed"}}},
 	{"scripts/no-token-rewrite", "tokens rise per key while the fence key lives, whatever the clock", []scriptEdit{{
 		file: "acquire", re: regexp.MustCompile(`(?s)local last = f and string\.match\(f, '\^%d\+'\).*?'PX', ARGV\[4\]\)\nend\n`),
@@ -72,6 +72,10 @@ func init() {
 // guardScripts returns guardkit's acquire and release scripts with edits applied.
 func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
 	src := map[string]string{}
+	chain, err := os.ReadFile(filepath.Join(scriptsDir, "chain.lua"))
+	if err != nil {
+		return "", "", fmt.Errorf("guardkit's scripts (run the bench from bench/): %w", err)
+	}
 	for _, f := range []string{"acquire", "release"} {
 		b, err := os.ReadFile(filepath.Join(scriptsDir, f+".lua"))
 		if err != nil {
@@ -85,7 +89,13 @@ func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
 		}
 		src[e.file] = e.re.ReplaceAllLiteralString(src[e.file], e.with)
 	}
-	return src["acquire"], src["release"], nil
+	// guard puts chain.lua (the section tree of owners) before both, and fence.lua (the
+	// functions the release scripts share) before the release.
+	fence, err := os.ReadFile(filepath.Join(scriptsDir, "fence.lua"))
+	if err != nil {
+		return "", "", err
+	}
+	return string(chain) + src["acquire"], string(chain) + string(fence) + src["release"], nil
 }
 
 // scriptsLib runs guardkit's scripts, whole or cut, as try-acquire and release.

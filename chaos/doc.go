@@ -11,8 +11,8 @@
 //   - Mono, a reading of the host's monotonic clock that worker processes share;
 //   - History, the record of a run: critical sections (enter, exit, validity deadline,
 //     fencing token), lease losses, bounded calls and injected faults;
-//   - the checks of the invariants below (Overlaps, TokenOrder, LateCalls, LateLosses,
-//     History.Check);
+//   - the checks of the invariants below (Overlaps, TokenOrder, LateCalls, ExpiredAtEntry,
+//     LateLosses, Unnoticed, History.Check);
 //   - Register, a fenced register in Redis that plays the storage a guarded job writes
 //     to, and its audit (AuditLog);
 //   - Stalls, a probe of how late the scheduler runs each process;
@@ -26,8 +26,11 @@
 // changes another owner's state in Redis. I3: nothing outlives the Lockers: no
 // goroutine after Close, and no lock left in Redis a TTL after. I4: no call returns
 // more than a slack after its deadline (the context's for Acquire, the release timeout
-// for Release). M2: a lost lease's context is cancelled no later than its validity
-// deadline plus a slack. M3: fencing tokens strictly increase per key in the order
+// for Release), or, when the process saw the deadline late (Call.Fired), after that;
+// and no Acquire hands out a lease more than a slack after the lease's validity
+// deadline. M2: a lost lease's context is cancelled no later than its validity deadline
+// plus a slack, and a section that runs past that deadline finds its lease lost. M3:
+// fencing tokens strictly increase per key in the order
 // leases were granted. M4: the fenced register's value equals the number of
 // acknowledged writes, and it applies no operation carrying a superseded token.
 //

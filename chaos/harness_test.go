@@ -232,6 +232,27 @@ func (w *worker) run(ctx context.Context) {
 	}
 }
 
+// watchDeadline notes when this process sees ctx's deadline pass: a goroutine that
+// context.AfterFunc starts once the deadline's timer fired. Call the returned function
+// when the call bounded by ctx has returned, before cancelling ctx: it gives that moment,
+// or 0 when the deadline had not passed.
+func watchDeadline(ctx context.Context) (seen func() chaos.Mono) {
+	var at atomic.Int64
+	ran := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			at.Store(int64(chaos.Now()))
+		}
+		close(ran)
+	})
+	return func() chaos.Mono {
+		if !stop() {
+			<-ran
+		}
+		return chaos.Mono(at.Load())
+	}
+}
+
 // section runs one critical section; it reports false when Acquire failed for a reason
 // other than a busy lock.
 func (w *worker) section(ctx context.Context) bool {
@@ -247,11 +268,13 @@ func (w *worker) section(ctx context.Context) bool {
 	opts, writes := w.load.kindOf(w.rng)
 	actx, cancel := context.WithTimeout(ctx, w.load.acquireTimeout(w.rng))
 	deadline, _ := actx.Deadline()
+	seen := watchDeadline(actx)
 	start := chaos.Now()
 	le, err := w.locker.Acquire(actx, key, opts...)
 	enter := chaos.Now()
+	fired := seen()
 	cancel()
-	w.sink.AddCall(chaos.Call{Op: "acquire", Key: key, Worker: w.id, Token: tokenOf(le), Start: start, Deadline: chaos.MonoOf(deadline), Return: enter, Err: errText(err)})
+	w.sink.AddCall(chaos.Call{Op: "acquire", Key: key, Worker: w.id, Token: tokenOf(le), Start: start, Deadline: chaos.MonoOf(deadline), Return: enter, Fired: fired, Err: errText(err)})
 	if err != nil {
 		if !typed(err) {
 			w.sink.Untyped("acquire", key, err)
@@ -261,9 +284,6 @@ func (w *worker) section(ctx context.Context) bool {
 			w.sink.Mark("grant unacknowledged")
 		}
 		return errors.Is(err, guard.ErrLocked) || ctx.Err() != nil
-	}
-	if chaos.MonoOf(le.ValidUntil()) <= enter {
-		w.sink.Mark("expired at handout")
 	}
 	stop := context.AfterFunc(le.Context(), func() {
 		noticed := chaos.Now()
@@ -276,7 +296,7 @@ func (w *worker) section(ctx context.Context) bool {
 	})
 	defer stop()
 
-	s := chaos.Section{Key: key, Worker: w.id, Token: le.Token(), Enter: enter}
+	s := chaos.Section{Key: key, Worker: w.id, Token: le.Token(), Enter: enter, Owner: string(le.Owner())}
 	if le.Kind() != guard.KindExclusive {
 		s.Kind = le.Kind().String()
 	}
@@ -332,6 +352,7 @@ func (w *worker) section(ctx context.Context) bool {
 	w.sink.AddSection(s)
 
 	confirmed := counted && w.checkHolds(le, 1, epoch, "before release")
+	calm := w.calm()
 	releaseStart := time.Now()
 	stillValid := le.Err() == nil && releaseStart.Before(le.ValidUntil())
 	err = le.Release(ctx)
@@ -343,8 +364,17 @@ func (w *worker) section(ctx context.Context) bool {
 		w.sink.Untyped("release", key, err)
 	case confirmed && stillValid && w.stable(epoch) && (errors.Is(err, guard.ErrNotHeld) || errors.Is(err, guard.ErrExpired)):
 		// Redis had the lock as ours just before, and the lease was valid: the release
-		// took effect, and a retry of it reported someone else's state.
-		w.sink.Mark("misreported release")
+		// took effect, and a retry of it reported someone else's state. Only a client
+		// retry after a lost reply can do that, once the release's nonce has left the
+		// fence's bounded memory (many handoffs later): under a fault, a note; with no
+		// fault before or during the call, nothing made the client retry, and the
+		// engine misreported its own release.
+		if calm && w.calm() {
+			w.sink.Violate(chaos.Violation{Inv: misreported, Key: key, Tokens: []int64{le.Token()}, From: chaos.MonoOf(releaseStart), To: chaos.Now(),
+				Detail: fmt.Sprintf("%s: release of %q, confirmed in Redis just before while the lease was valid and no fault was injected, returned %v", w.id, key, err)})
+		} else {
+			w.sink.Mark("misreported release")
+		}
 	}
 	return true
 }
@@ -393,10 +423,12 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64, opts
 	nctx, cancel := context.WithTimeout(ctxid.NewContext(ctx, le.Owner()), w.load.AcquireMax)
 	defer cancel()
 	deadline, _ := nctx.Deadline()
+	seen := watchDeadline(nctx)
 	start := chaos.Now()
 	calm := w.calm()
 	in, err := w.nested.Acquire(nctx, le.Key(), opts...)
-	w.sink.AddCall(chaos.Call{Op: "acquire", Key: le.Key(), Worker: w.id + "+nested", Token: tokenOf(in), Start: start, Deadline: chaos.MonoOf(deadline), Return: chaos.Now(), Err: errText(err)})
+	ret := chaos.Now()
+	w.sink.AddCall(chaos.Call{Op: "acquire", Key: le.Key(), Worker: w.id + "+nested", Token: tokenOf(in), Start: start, Deadline: chaos.MonoOf(deadline), Return: ret, Fired: seen(), Err: errText(err)})
 	if err != nil {
 		if !typed(err) {
 			w.sink.Untyped("nested acquire", le.Key(), err)
@@ -404,7 +436,8 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64, opts
 		if errors.Is(err, guard.ErrLocked) && valid(le) && w.stable(epoch) && calm && w.calm() {
 			// With Redis reachable, it counts this hold at once: only the engine can have
 			// kept the reentry waiting.
-			w.sink.Mark("reentry refused")
+			w.sink.Violate(chaos.Violation{Inv: reentry, Key: le.Key(), Tokens: []int64{le.Token()}, From: start, To: chaos.Now(),
+				Detail: fmt.Sprintf("%s: reentry on %q through another Locker was refused as busy (%v) while the outer lease was valid and no fault was injected", w.id, le.Key(), err)})
 		}
 		return errors.Is(err, guard.ErrLocked) && !errors.Is(err, context.DeadlineExceeded)
 	}
@@ -448,7 +481,11 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	hash, count, token := holdFields(le)
-	v, err := w.readHolds(ctx, hash, count, token)
+	// Validity only moves forward, and Redis's expiry with it: the one read before the
+	// probe is one that Redis's expiry, read after, must not fall short of.
+	validUntil := le.ValidUntil()
+	v, pttl, err := w.readHolds(ctx, hash, count, token)
+	answered := time.Now()
 	if err != nil || !valid(le) || !w.stable(epoch) {
 		return false
 	}
@@ -459,35 +496,59 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 			w.id, when, le.Key(), got, tok, holds, le.Token())
 		return false
 	}
+	// Redis expires the lock pttl after it answered, which was before answered: no
+	// later than answered+pttl (PTTL rounds down, and Redis keeps expiries in whole
+	// milliseconds: 2ms cover both). A lease valid beyond that claims a lock Redis has
+	// let go, whether its own validity was wrong or another owner's renewal reset the
+	// lock's TTL.
+	switch expiry := answered.Add(pttl + 2*time.Millisecond); {
+	case pttl == -1:
+		w.violate(chaos.I2, le.Key(), []int64{le.Token()}, "%s: %s on %q, the lock has no expiry in Redis", w.id, when, le.Key())
+		return false
+	case validUntil.After(expiry):
+		w.violate(chaos.I2, le.Key(), []int64{le.Token()}, "%s: %s on %q, Redis expires the lock %s before the lease's validity deadline (PTTL %s)",
+			w.id, when, le.Key(), validUntil.Sub(expiry), pttl)
+		return false
+	}
 	return true
 }
 
-// readHolds reads fields of the lock hash for an I2 probe: from the deployment's probe
-// client, or, on a Sentinel group, from the primary the sentinels name, checking on the
+// readHolds reads fields of the lock hash and its PTTL for an I2 probe: from the
+// deployment's probe client, or, on a Sentinel group, from the primary the sentinels name, checking on the
 // same connection that it still is a primary (a server being demoted answers nothing
 // conclusive).
-func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) ([]any, error) {
-	if w.primary == nil {
-		return w.probe.HMGet(ctx, hash, fields...).Result()
-	}
-	c, err := w.primary(ctx)
-	if err != nil {
-		return nil, err
+func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) ([]any, time.Duration, error) {
+	var c redis.Cmdable = w.probe
+	if w.primary != nil {
+		var err error
+		if c, err = w.primary(ctx); err != nil {
+			return nil, 0, err
+		}
 	}
 	var role *redis.Cmd
 	var v *redis.SliceCmd
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		role = p.Do(ctx, "ROLE")
+	var pttl *redis.DurationCmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if w.primary != nil {
+			role = p.Do(ctx, "ROLE")
+		}
 		v = p.HMGet(ctx, hash, fields...)
+		pttl = p.PTTL(ctx, hash)
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if r, _ := role.Slice(); len(r) == 0 || r[0] != "master" {
-		return nil, errors.New("the probed server is no longer a primary")
+	if role != nil {
+		if r, _ := role.Slice(); len(r) == 0 || r[0] != "master" {
+			return nil, 0, errors.New("the probed server is no longer a primary")
+		}
 	}
-	return v.Result()
+	d := pttl.Val()
+	if d == -2 {
+		d = 0 // gone between the two reads: it expired then
+	}
+	return v.Val(), d, nil
 }
 
 // probeBudget is how long a quorum I2 probe waits for the servers' replies; a server
@@ -727,6 +788,8 @@ type world struct {
 	mu    sync.Mutex
 	marks map[string]int
 	notes []string
+	// queues are the fair locks' wait queues as observed in Redis (watchQueues).
+	queues []queueView
 	// checked is set once finish has checked the history: a failure found later is
 	// reported at once instead of with the history's violations. pending lists the
 	// failures failf recorded before, reported at cleanup if finish never ran.
@@ -947,6 +1010,14 @@ const (
 	// typedErrors: every error the engine returns matches one of its documented
 	// sentinels, and a refused Redis call surfaces as the typed error it should.
 	typedErrors chaos.Invariant = "typed errors"
+	// reentry: a reentry through another Locker, made while the owner's lease is valid
+	// and no fault is injected, is granted, not refused as busy.
+	reentry chaos.Invariant = "reentry"
+	// misreported: a release that took effect, made while the lease was valid and no
+	// fault was injected, reports success, not ErrNotHeld or ErrExpired.
+	misreported chaos.Invariant = "release report"
+	// fairOrder: a fair lock is granted in the order its owners queued.
+	fairOrder chaos.Invariant = "fair order"
 	// noPartialState: a script Redis refused wrote nothing.
 	noPartialState chaos.Invariant = "no partial state"
 	// liveness: a free lock is taken, a waiter is woken, a scenario's fault lands
@@ -1051,9 +1122,105 @@ func (w *world) run(ld load) (stop func()) {
 			}()
 		}
 	}
+	if ld.Kind == "fair" && !ld.Distinct {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.watchQueues(ctx, ld.Keys)
+		}()
+	}
 	return func() {
 		cancel()
 		wg.Wait()
+	}
+}
+
+// queueView is a fair lock's wait queue read from Redis at one moment: its owners, first
+// in line first.
+type queueView struct {
+	key    string
+	at     chaos.Mono
+	owners []string
+}
+
+// watchQueues reads the wait queues of the fair locks on keys every few milliseconds
+// until ctx ends, keeping those that hold two owners or more: what checkFairOrder
+// checks the grants against.
+func (w *world) watchQueues(ctx context.Context, keys []string) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	last := map[string]string{}
+	for {
+		for _, k := range keys {
+			rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			owners, err := w.probe.LRange(rctx, lockName(k)+":fair:owners", 0, -1).Result()
+			at := chaos.Now()
+			cancel()
+			if err != nil || len(owners) < 2 {
+				continue
+			}
+			if j := strings.Join(owners, " "); j != last[k] {
+				last[k] = j
+				w.mu.Lock()
+				w.queues = append(w.queues, queueView{key: k, at: at, owners: owners})
+				w.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// checkFairOrder checks that a fair lock is granted in the order of its queue: an owner
+// seen queued behind another enters its section only after that one did, unless that
+// one never entered (it gave up: its place went) or lost its place meanwhile for a
+// reason outside the engine — a fault from the view to its entry, within a TTL after
+// one (places and unclaimed grants lapse after a TTL), or its process stalled for a
+// third of a TTL (a waiter renews its place that often).
+func (w *world) checkFairOrder() {
+	w.mu.Lock()
+	views := slices.Clone(w.queues)
+	w.mu.Unlock()
+	if len(views) == 0 {
+		return
+	}
+	entered := map[string]chaos.Section{}
+	for _, s := range w.hist.Sections() {
+		if s.Owner != "" {
+			entered[s.Key+" "+s.Owner] = s
+		}
+	}
+	faults := w.hist.Faults()
+	reported, checked := map[string]bool{}, map[string]bool{}
+	defer func() { w.note("%d pairs of queued owners checked for fair grant order", len(checked)) }()
+	for _, v := range views {
+		for i, a := range v.owners {
+			sa, ok := entered[v.key+" "+a]
+			if !ok {
+				continue
+			}
+			for _, b := range v.owners[i+1:] {
+				sb, ok := entered[v.key+" "+b]
+				if !ok {
+					continue
+				}
+				checked[a+" "+b] = true
+				if sb.Enter >= sa.Enter || reported[a+" "+b] {
+					continue
+				}
+				span := chaos.Violation{From: v.at, To: sa.Enter}
+				if nearFault(span, faults, w.cfg.TTL) || w.stalls.Max(sa.Proc, v.at, sa.Enter) >= w.cfg.TTL/3 {
+					continue
+				}
+				reported[a+" "+b] = true
+				w.hist.AddViolation(chaos.Violation{Inv: fairOrder, Key: v.key, Tokens: []int64{sb.Token, sa.Token}, From: v.at, To: sa.Enter,
+					Detail: fmt.Sprintf("fair lock %q: %s (token %d) entered %s before %s (token %d), which was ahead of it in the queue read %s before",
+						v.key, sb.Worker, sb.Token, sa.Enter.Sub(sb.Enter), sa.Worker, sa.Token, sb.Enter.Sub(v.at))})
+			}
+		}
 	}
 }
 
@@ -1103,6 +1270,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	}
 	w.stopProcs()
 	w.checkOrphans(ctx)
+	w.checkFairOrder()
 	sections := w.hist.Sections()
 	acked := map[string]int{}
 	keys := map[string]bool{}
@@ -1127,13 +1295,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 		w.note("%d stale register operations rejected by fencing", rejected)
 	}
 	if n := w.mark("misreported release"); n > 0 {
-		w.note("%d releases reported ErrNotHeld/ErrExpired after taking effect (a client retry ran after many handoffs)", n)
-	}
-	if n := w.mark("reentry refused"); n > 0 {
-		w.note("%d reentries through the second Locker were refused as busy while the owner held the lock and no fault was active", n)
-	}
-	if n := w.mark("expired at handout"); n > 0 {
-		w.note("%d leases were past their validity when Acquire returned them (a client retry across the outage)", n)
+		w.note("%d releases reported ErrNotHeld/ErrExpired after taking effect, around a fault (a client retry ran after many handoffs)", n)
 	}
 	if n := w.mark("grant unacknowledged"); n > 0 {
 		w.note("%d grants undone with a typed *ReplicaError: fewer replicas than SyncReplicas asked for acknowledged them", n)
@@ -1191,7 +1353,26 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 	w.mu.Lock()
 	row.Note = strings.Join(w.notes, "; ")
 	w.mu.Unlock()
-	return row, w.hist.Explain(vs, w.stalls)
+	reports := w.hist.Explain(vs, w.stalls)
+	injected := w.hist.Faults()
+	for i := range reports {
+		reports[i].NearFault = nearFault(reports[i].Violation, injected, w.cfg.TTL)
+	}
+	return row, reports
+}
+
+// nearFault reports whether v happened (From to To) while one of faults was injected
+// or within after of its end. A lease held across a fault that loses its lock is valid
+// for at most a TTL after its last renewal, which came before the fault ended: the
+// double grants such a fault makes begin by then.
+func nearFault(v chaos.Violation, faults []chaos.Fault, after time.Duration) bool {
+	to := max(v.To, v.From)
+	for _, f := range faults {
+		if v.From <= f.End.Add(after) && to >= f.Start {
+			return true
+		}
+	}
+	return false
 }
 
 // stallTick is the sleep of the scheduling probe of each process.

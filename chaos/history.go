@@ -60,6 +60,8 @@ type Section struct {
 	// Limit of them; every other pair on a key excludes each other.
 	Kind  string `json:"kind,omitempty"`
 	Limit int    `json:"limit,omitempty"` // a semaphore's permits
+	// Owner is the lease's owner (guard.Lease.Owner): what a fair lock's queue lists.
+	Owner string `json:"owner,omitempty"`
 }
 
 // shared reports whether s holds a share that others of its kind may hold beside it.
@@ -95,10 +97,24 @@ type Call struct {
 	Start    Mono   `json:"start"`
 	Deadline Mono   `json:"deadline"`
 	Return   Mono   `json:"return"`
-	Err      string `json:"err,omitempty"`
+	// Fired is when the call's process saw its context's deadline pass (a goroutine
+	// started by context.AfterFunc ran), or 0 when it did not watch. A deadline is a
+	// runtime timer of the processor the context was made on: while the OS does not run
+	// that processor's thread, the timer does not fire and nothing waiting on it wakes,
+	// even though the process's other threads (and its scheduling probe) run on time.
+	Fired Mono   `json:"fired,omitempty"`
+	Err   string `json:"err,omitempty"`
 	// Stopped marks a call in a process that was stopped (SIGSTOP) meanwhile: I4 does
 	// not apply to it.
 	Stopped bool `json:"stopped,omitempty"`
+}
+
+// seen says when the call's process saw its deadline, when it watched and that was late.
+func (c Call) seen() string {
+	if c.Fired == 0 || c.Fired.Sub(c.Deadline) < time.Millisecond {
+		return ""
+	}
+	return fmt.Sprintf(", which its process saw %s late", c.Fired.Sub(c.Deadline).Round(100*time.Microsecond))
 }
 
 // Fault is one injected fault, from when it started to when it was healed.
@@ -236,7 +252,8 @@ func (s Slack) excused(proc string, due, at Mono, slack time.Duration) bool {
 }
 
 // Check returns the violations in h: those found by checking its sections, losses and
-// calls (I1, I4, M2, M3) and those recorded with AddViolation. It also returns how many late
+// calls (I1; I4 — late calls, and leases handed out expired —; M2 — late notices, and
+// sections that ran past their validity with no loss announced —; M3) and those recorded with AddViolation. It also returns how many late
 // events it excused for a scheduling stall (see Slack.Stalls).
 func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 	h.mu.Lock()
@@ -248,13 +265,23 @@ func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 			From: o.B.Enter, To: o.B.Enter.Add(o.For), Detail: o.String()})
 	}
 	for _, c := range LateCalls(calls, slack.Call) {
-		if slack.excused(c.Proc, c.Deadline, c.Return, slack.Call) {
+		if slack.excused(c.Proc, c.Deadline, c.Return, slack.Call) || c.Fired != 0 && c.Return.Sub(c.Fired) <= slack.Call {
+			// A call owes its slack from when its process could act on the deadline.
 			excused++
 			continue
 		}
 		vs = append(vs, Violation{Inv: I4, Key: c.Key, Tokens: tokens(c.Token), From: c.Deadline, To: c.Return,
 			Proc: c.Proc, Late: c.Return.Sub(c.Deadline), Slack: slack.Call,
-			Detail: fmt.Sprintf("%s %q by %s returned %s after its deadline (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.Err)})
+			Detail: fmt.Sprintf("%s %q by %s returned %s after its deadline%s (%s)", c.Op, c.Key, c.Worker, c.Return.Sub(c.Deadline), c.seen(), c.Err)})
+	}
+	for _, s := range ExpiredAtEntry(sections, calls, slack.Call) {
+		if slack.excused(s.Proc, s.Valid, s.Enter, slack.Call) {
+			excused++
+			continue
+		}
+		vs = append(vs, Violation{Inv: I4, Key: s.Key, Tokens: tokens(s.Token), From: s.Valid, To: s.Enter,
+			Proc: s.Proc, Late: s.Enter.Sub(s.Valid), Slack: slack.Call,
+			Detail: fmt.Sprintf("acquire of %q by %s returned its lease %s after the lease's validity deadline", s.Key, s.Worker, s.Enter.Sub(s.Valid))})
 	}
 	for _, l := range LateLosses(losses, slack.Loss) {
 		if slack.excused(l.Proc, l.Valid, l.Noticed, slack.Loss) {
@@ -264,6 +291,15 @@ func (h *History) Check(slack Slack) (vs []Violation, excused int) {
 		vs = append(vs, Violation{Inv: M2, Key: l.Key, Tokens: tokens(l.Token), From: l.Valid, To: l.Noticed,
 			Proc: l.Proc, Late: l.Noticed.Sub(l.Valid), Slack: slack.Loss,
 			Detail: fmt.Sprintf("loss of %q by %s noticed %s after its validity deadline (%s)", l.Key, l.Worker, l.Noticed.Sub(l.Valid), l.Reason)})
+	}
+	for _, s := range Unnoticed(sections, slack.Loss) {
+		if slack.excused(s.Proc, s.Valid, s.Exit, slack.Loss) {
+			excused++
+			continue
+		}
+		vs = append(vs, Violation{Inv: M2, Key: s.Key, Tokens: tokens(s.Token), From: s.Valid, To: s.Exit,
+			Proc: s.Proc, Late: s.Exit.Sub(s.Valid), Slack: slack.Loss,
+			Detail: fmt.Sprintf("section on %q by %s ran %s past its lease's validity deadline, and the lease was not lost at its exit: the loss was never announced", s.Key, s.Worker, s.Exit.Sub(s.Valid))})
 	}
 	for _, c := range Crowds(sections) {
 		ts := make([]int64, len(c.Holders))
@@ -434,6 +470,47 @@ func LateCalls(calls []Call, slack time.Duration) []Call {
 	for _, c := range calls {
 		if !c.Stopped && c.Return.Sub(c.Deadline) > slack {
 			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Unnoticed returns the sections that ran more than slack past their lease's validity
+// deadline while the lease did not count as lost at their exit (Section.Lost): a loss
+// that was never announced, which M2 covers as much as a late notice. The lease reads
+// its deadline when asked, so even a process stopped past it hears of the loss at the
+// exit's check: stopped sections are not left out.
+func Unnoticed(sections []Section, slack time.Duration) []Section {
+	var out []Section
+	for _, s := range sections {
+		if !s.Lost && s.Exit.Sub(s.Valid) > slack {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ExpiredAtEntry returns the sections whose lease was handed out more than slack after
+// its validity deadline (I4: an Acquire that returns a lease returns it before the
+// lease's deadline, the engine undoing a grant whose reply came too late), leaving out
+// those whose Acquire call (the one of the same worker and key that returned at the
+// section's entry) ran in a stopped process. Valid, sampled at the exit, only moves
+// forward, so a section that entered after it entered with an expired lease.
+func ExpiredAtEntry(sections []Section, calls []Call, slack time.Duration) []Section {
+	type entry struct {
+		worker, key string
+		at          Mono
+	}
+	stopped := map[entry]bool{}
+	for _, c := range calls {
+		if c.Op == "acquire" && c.Stopped {
+			stopped[entry{c.Worker, c.Key, c.Return}] = true
+		}
+	}
+	var out []Section
+	for _, s := range sections {
+		if s.Enter.Sub(s.Valid) > slack && !stopped[entry{s.Worker, s.Key, s.Enter}] {
+			out = append(out, s)
 		}
 	}
 	return out

@@ -124,6 +124,61 @@ func TestLateCallsAndLosses(t *testing.T) {
 	}
 }
 
+// TestUnnoticedLosses: a section that ran past its validity deadline with its lease not
+// lost at its exit is an M2 violation, however it was stopped; one whose lease was lost,
+// or that left within the slack, is not.
+func TestUnnoticedLosses(t *testing.T) {
+	sections := []chaos.Section{
+		{Key: "k", Worker: "on time", Enter: ms(0), Exit: ms(90), Valid: ms(100)},
+		{Key: "k", Worker: "within slack", Enter: ms(0), Exit: ms(120), Valid: ms(100)},
+		{Key: "k", Worker: "lost", Enter: ms(0), Exit: ms(900), Valid: ms(100), Lost: true},
+		{Key: "k", Worker: "unannounced", Enter: ms(0), Exit: ms(121), Valid: ms(100)},
+		{Key: "k", Worker: "stopped", Enter: ms(0), Exit: ms(900), Valid: ms(100), Stopped: true},
+	}
+	got := chaos.Unnoticed(sections, 20*time.Millisecond)
+	if len(got) != 2 || got[0].Worker != "unannounced" || got[1].Worker != "stopped" {
+		t.Errorf("unnoticed: %v", got)
+	}
+	var h chaos.History
+	for _, s := range sections {
+		h.AddSection(s)
+	}
+	vs, _ := h.Check(chaos.Slack{Loss: 20 * time.Millisecond})
+	if n := chaos.Count(vs)[chaos.M2]; n != 2 {
+		t.Errorf("Check found %d M2 violations, want 2: %v", n, vs)
+	}
+}
+
+// TestExpiredAtEntry: a lease handed out after its validity deadline, beyond the call
+// slack, is an I4 violation unless its Acquire ran in a stopped process.
+func TestExpiredAtEntry(t *testing.T) {
+	sections := []chaos.Section{
+		{Key: "k", Worker: "valid", Enter: ms(90), Exit: ms(95), Valid: ms(100)},
+		{Key: "k", Worker: "within slack", Enter: ms(150), Exit: ms(160), Valid: ms(100), Lost: true},
+		{Key: "k", Worker: "expired", Enter: ms(151), Exit: ms(160), Valid: ms(100), Lost: true},
+		{Key: "k", Worker: "stopped", Enter: ms(900), Exit: ms(910), Valid: ms(100), Lost: true},
+	}
+	calls := []chaos.Call{
+		{Op: "acquire", Key: "k", Worker: "expired", Start: ms(0), Deadline: ms(1000), Return: ms(151)},
+		{Op: "acquire", Key: "k", Worker: "stopped", Start: ms(0), Deadline: ms(1000), Return: ms(900), Stopped: true},
+	}
+	got := chaos.ExpiredAtEntry(sections, calls, 50*time.Millisecond)
+	if len(got) != 1 || got[0].Worker != "expired" {
+		t.Errorf("expired at entry: %v", got)
+	}
+	var h chaos.History
+	for _, s := range sections {
+		h.AddSection(s)
+	}
+	for _, c := range calls {
+		h.AddCall(c)
+	}
+	vs, _ := h.Check(chaos.Slack{Call: 50 * time.Millisecond, Loss: 20 * time.Millisecond})
+	if n := chaos.Count(vs)[chaos.I4]; n != 1 {
+		t.Errorf("Check found %d I4 violations, want 1: %v", n, vs)
+	}
+}
+
 func TestFaultTimes(t *testing.T) {
 	var h chaos.History
 	h.AddFault(chaos.Fault{Kind: "pause", Start: ms(1000), End: ms(2000)})

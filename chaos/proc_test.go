@@ -364,7 +364,11 @@ func (p *proc) ingest() {
 			c.Stopped = stoppedIn(c.Start, c.Return)
 			h.AddCall(c)
 		case e.Violation != nil:
-			h.AddViolation(*e.Violation)
+			// A stopped process's calls prove nothing about the engine's replies: its
+			// client may have retried them.
+			if v := *e.Violation; !(v.Inv == reentry || v.Inv == misreported) || !stoppedIn(v.From, v.To) {
+				h.AddViolation(v)
+			}
 		case e.Mark != "":
 			p.w.mu.Lock()
 			p.w.marks[e.Mark]++

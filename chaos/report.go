@@ -96,6 +96,11 @@ type Report struct {
 	// Placed says how the violation was placed in time when its check could not tell
 	// (From and To then hold the place found); empty when the check timed it.
 	Placed string
+	// NearFault reports whether the violation happened while a fault was injected or
+	// within a lock TTL after it ended: where a fault that loses data (a restart, a
+	// failover) can explain a breach. Explain leaves it false; the harness that knows
+	// the TTL sets it.
+	NearFault bool
 	// Origin is the history's first event; the report gives the violation's time from
 	// it.
 	Origin Mono

@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -233,5 +234,44 @@ func TestBrokenRunReported(t *testing.T) {
 	judge(rec, scenario{name: "restart", expected: []chaos.Invariant{chaos.I1}}, reports)
 	if len(rec.failed) != 1 || !strings.Contains(rec.failed[0], "broke its invariants: 1× M4\n\nviolation 1 of 1: M4 on key \"acct\"") {
 		t.Errorf("with I1 expected, the verdict was %q, want the M4 report alone", rec.failed)
+	}
+
+	// The expectation covers breaches near a fault only: the same overlap far from
+	// every fault fails the scenario too.
+	far := slices.Clone(reports)
+	for i := range far {
+		far[i].NearFault = false
+	}
+	rec = &recorder{TB: t}
+	judge(rec, scenario{name: "restart", expected: []chaos.Invariant{chaos.I1}}, far)
+	if len(rec.failed) != 1 || !inOrder(rec.failed[0], "broke its invariants: 1× I1, 1× M4", "only near its faults: this one is far from every fault") {
+		t.Errorf("with I1 expected but far from the faults, the verdict was %q, want the I1 and M4 reports", rec.failed)
+	}
+}
+
+// TestNearFault: a violation is near a fault when it overlaps the time from the
+// fault's start to a TTL after its end.
+func TestNearFault(t *testing.T) {
+	at := func(n int) chaos.Mono { return chaos.Mono(n) * chaos.Mono(time.Millisecond) }
+	faults := []chaos.Fault{{Kind: "restart", Start: at(1000), End: at(1100)}}
+	for _, c := range []struct {
+		from, to int
+		near     bool
+	}{
+		{900, 950, false},   // before the fault
+		{900, 1000, true},   // ends as it starts
+		{1050, 1050, true},  // during it
+		{1500, 1700, true},  // within the TTL after it
+		{1600, 1600, true},  // at the TTL's end
+		{1601, 1800, false}, // later
+		{1601, 0, false},    // no end recorded
+	} {
+		v := chaos.Violation{Inv: chaos.I1, From: at(c.from), To: at(c.to)}
+		if got := nearFault(v, faults, 500*time.Millisecond); got != c.near {
+			t.Errorf("violation from %dms to %dms: nearFault = %t, want %t", c.from, c.to, got, c.near)
+		}
+	}
+	if nearFault(chaos.Violation{From: at(1050)}, nil, time.Second) {
+		t.Error("near a fault in a run without faults")
 	}
 }

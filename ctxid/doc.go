@@ -36,6 +36,12 @@
 //		req.Header.Set(ctxid.Header, tok)
 //	}
 //
+// A transport that can carry several values under one name (HTTP headers,
+// gRPC metadata) uses [Signer.Inbound] instead, the policy the guardkit
+// middleware and interceptors share: one value that verifies is accepted;
+// several, an empty one or one that does not verify are refused with a
+// [*Refusal] that says why, and the call runs as a fresh owner.
+//
 // Keys rotate without downtime: [NewSigner] signs with its first key and
 // verifies with all of them.
 //

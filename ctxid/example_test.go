@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 
 	"github.com/guardkit/guardkit/ctxid"
@@ -153,4 +154,34 @@ func ExampleSigner_Outbound() {
 	// Output:
 	// true 1 <nil>
 	// false
+}
+
+// ExampleSigner_Inbound shows the owner policy of a transport the kit has no adapter for:
+// a net/http handler that takes the caller's owner from the Guardkit-Owner header, or
+// runs as a fresh owner and says why when the token is refused.
+func ExampleSigner_Inbound() {
+	key := ctxid.Key{ID: "2024-06", Secret: []byte("new secret, 32 bytes long......!")}
+	signer, err := ctxid.NewSigner([]ctxid.Key{key})
+	if err != nil {
+		panic(err)
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, _, refused := signer.Inbound(r.Context(), ctxid.Header+" header", r.Header.Values(ctxid.Header))
+		if refused != nil {
+			fmt.Println("refused:", refused.Reason) // log it; the request runs as a fresh owner
+		}
+		ctx, _ = ctxid.Ensure(ctx)
+		_ = ctx // guarded calls made with ctx reenter the caller's sections
+	})
+
+	caller, _ := ctxid.Ensure(context.Background())
+	tok, _ := signer.Outbound(caller)
+	for _, h := range [][]string{{tok}, {tok, tok}, {"forged"}} {
+		r := httptest.NewRequest(http.MethodPost, "/orders/42/cancel", nil)
+		r.Header[ctxid.Header] = h
+		handler.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	// Output:
+	// refused: several_values
+	// refused: malformed
 }

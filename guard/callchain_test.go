@@ -237,3 +237,55 @@ func TestQuorumSections(t *testing.T) {
 	mustRelease(t, rd)
 	mustRelease(t, w)
 }
+
+// TestSectionsAcrossProcesses: the call-chain rule between OS processes, where only
+// Redis knows the holds. Two holder processes take x and y as sibling sections of one
+// request; this process, acting for the same request, is a sibling of both and waits
+// its turn; with a token signed inside x's section it reenters x (through Redis, with
+// the holder's fencing token) and is refused y.
+func TestSectionsAcrossProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	signer, err := ctxid.NewSigner([]ctxid.Key{{ID: "k1", Secret: []byte("0123456789abcdef0123")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := ctxid.New()
+	px := startHolder(t, srv, "x", holderSpec{TTL: 10 * time.Second, Owner: string(req)})
+	py := startHolder(t, srv, "y", holderSpec{TTL: 10 * time.Second, Owner: string(req)})
+	tx, _ := px.await(t, 20*time.Second), py.await(t, 20*time.Second)
+	sx, sy := ctxid.ID(px.owner), ctxid.ID(py.owner)
+	if xp, _ := sx.Parent(); xp != req || sx == sy {
+		t.Fatalf("holder sections %q and %q, want two sections directly in request %q", sx, sy, req)
+	}
+	if yp, _ := sy.Parent(); yp != req {
+		t.Fatalf("holder sections %q and %q, want two sections directly in request %q", sx, sy, req)
+	}
+
+	sibling := ctxid.NewContext(ctxTimeout(t, 10*time.Second), req)
+	for _, key := range []string{"x", "y"} {
+		if _, err := l.TryAcquire(sibling, key); !errors.Is(err, guard.ErrLocked) {
+			t.Fatalf("TryAcquire %s by the request's new section = %v, want ErrLocked", key, err)
+		}
+	}
+
+	tok, ok := signer.Outbound(ctxid.NewContext(context.Background(), sx))
+	if !ok {
+		t.Fatal("no token for x's section")
+	}
+	inX, owner, err := signer.Accept(ctxTimeout(t, 10*time.Second), tok)
+	if err != nil || owner != sx {
+		t.Fatalf("Accept: %v, owner %q, want %q", err, owner, sx)
+	}
+	rx, err := l.TryAcquire(inX, "x")
+	if err != nil || !rx.Reentrant() || rx.Token() != tx || rx.Owner() != sx {
+		t.Fatalf("TryAcquire x with x's token = %v (lease %+v), want a reentry of %q with token %d", err, rx, sx, tx)
+	}
+	if _, err := l.TryAcquire(inX, "y"); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("TryAcquire y with x's token = %v, want ErrLocked", err)
+	}
+	mustRelease(t, rx)
+	if _, err := l.TryAcquire(context.Background(), "x"); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("x free after the reentry's release, its holder process still in: %v", err)
+	}
+}

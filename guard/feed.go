@@ -11,6 +11,53 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// # Wake-ups and turns
+//
+// This is the whole protocol by which a waiter learns that a lock may be free, stated
+// once; the code that carries it out is in this file, in wait.go (waitRun, keyWait) and
+// in the scripts (acquire.lua's queue, release.lua's LPOP and PUBLISH, wake.lua, the
+// kinds' enqueue, wake_next and wake_all in kinds/lib.lua).
+//
+//  1. Redis queues processes, not goroutines. An attempt that finds the lock busy puts
+//     its Locker's ID at the end of the lock's wait queue (KEYS[3], a list, once per
+//     Locker, expiring 3 TTLs after the last waiter queued), unless it will not wait
+//     (a try). A process whose last waiter gives up without the lock removes itself
+//     (waiters.leave).
+//  2. In a process, one goroutine per key asks Redis at a time: the key's gate
+//     (keyWait.enter/exit). The others queue behind it in arrival order, so Redis sees
+//     one waiter per process however many goroutines wait. The read-write and fair locks
+//     skip the gate (waitOwn: every waiter asks for itself); the semaphore's next
+//     goroutine asks at once when it takes the gate (waitShared). See waitStyle.
+//  3. A release that frees the lock pops the first Locker ID of the queue and announces
+//     it on the lock's channel ("<lock>:release", PUBLISH, or SPUBLISH on a Redis 7
+//     Cluster): only that process wakes (dispatch ignores another's ID). With nobody
+//     queued but someone having waited for this very hold (#w), it announces "*" and every
+//     process wakes. A kind whose release may admit several (the last reader, a writer
+//     leaving) wakes all. The release reports who was told: the caller's own Locker
+//     (releaseOwnTurn: it wakes its own waiters, without a message), another
+//     (releaseHandedOn: this process then yields, below), or nobody.
+//  4. A woken process signals the key's keyWait: the goroutine at the gate attempts at
+//     once; waitOwn waiters all do (broadcast).
+//  5. A turn that reaches a process with nobody waiting there (the goroutine that was
+//     about to wait is between its attempt and joining) is kept for turnGrace for the
+//     first goroutine that joins; past that it is passed on to the next Locker of the
+//     queue (wake.lua), so that a turn is never lost with the process that got it.
+//  6. A process that handed the lock to another (releaseHandedOn) makes its own
+//     newcomers polite for courtesyWindow (yield): their first attempt reenters the
+//     owner's hold but leaves a free lock to the queue, so the woken process gets it
+//     rather than a goroutine here that asks again at once. A newcomer of a process
+//     whose goroutines already queue for the key is polite too.
+//  7. Nothing depends on a message arriving. Notifications are lost when a Pub/Sub
+//     connection breaks, before a subscription is confirmed, or with a dropped reply:
+//     every waiter also sleeps only until its backoff delay or the holder's TTL (cut
+//     from the busy reply), whichever is first, and asks again. A release whose reply
+//     was lost wakes this process's waiters anyway, or passes the turn on.
+//  8. Subscriptions are per key and outlive a single wait: a key's channel is
+//     subscribed at its first waiter and dropped idleUnsub after its last, so a key
+//     under steady contention keeps it. A new waiter waits up to confirmWait for the
+//     subscription's confirmation before its first sleep, and attempts again once it
+//     is confirmed, since a release may have been announced before.
+//
 // waiters delivers release notifications for every key this process waits on. On a
 // single server, Sentinel and Redis 6.2 Cluster it reads them from one Pub/Sub connection
 // (one feed) shared by all keys. On a Redis 7 Cluster releases are announced with sharded

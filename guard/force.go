@@ -15,7 +15,7 @@ var (
 	//go:embed scripts/kinds/force.lua
 	forceSrc string
 
-	forceScript = newScript("", kindLib+inspectSrc+forceSrc)
+	forceScript = newScript("", fenceSrc+kindLib+inspectSrc+forceSrc)
 )
 
 // ForceRelease ends every hold of the lock named key at once, whoever holds it, for an

@@ -106,3 +106,31 @@ func envInt(name string, def int) int {
 	}
 	return def
 }
+
+// waitEnded waits up to d for ctx, a lease's context, to end and fails t with what
+// when it does not: a lease whose loss is never announced must fail its test, not hang
+// it until the package timeout.
+func waitEnded(t testing.TB, ctx context.Context, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+		t.Fatalf("%s: the lease's context was not cancelled within %s", what, d)
+	}
+}
+
+// waitQueued waits until a waiter of l for key has found the lock busy and waits for
+// its release: Redis's wait queue of key lists l, and the key's release channel has a
+// subscriber. Tests wait on this, not on a sleep, for "the waiter is queued".
+func waitQueued(t testing.TB, c redis.UniversalClient, key string, l *guard.Locker) {
+	t.Helper()
+	ch := lockName(key) + ":release"
+	waitUntil(t, 30*time.Second, "a waiter of Locker "+l.ID()+" to queue for "+key+" and subscribe", func() bool {
+		ctx := context.Background()
+		if _, err := c.LPos(ctx, lockName(key)+":queue", l.ID(), redis.LPosArgs{}).Result(); err != nil {
+			return false
+		}
+		subs, err := c.PubSubNumSub(ctx, ch).Result()
+		return err == nil && subs[ch] > 0
+	})
+}

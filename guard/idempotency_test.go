@@ -120,7 +120,10 @@ func TestAbandonedAttemptOnStalledRedis(t *testing.T) {
 			defer cancel()
 			start := time.Now()
 			_, err := l.Acquire(ctx, "stalled")
-			if d := time.Since(start); d > 250*time.Millisecond {
+			// Redis resumes only after Acquire returned: a call that ignored its deadline
+			// would not return at all. The bound is loose for a loaded machine; how late
+			// calls return is the chaos suite's to measure (I4).
+			if d := time.Since(start); d > 2*time.Second {
 				t.Errorf("Acquire returned %s after start with a 200ms deadline", d)
 			}
 			if !errors.Is(err, context.DeadlineExceeded) {

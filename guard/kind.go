@@ -110,8 +110,11 @@ var (
 	fairReleaseSrc string
 )
 
-// kindScript is a script of a kind beyond the exclusive one: lib.lua and the body.
-func kindScript(flags, body string) *script { return newScript(flags, chainSrc+kindLib+body) }
+// kindScript is a script of a kind beyond the exclusive one: chain.lua, fence.lua,
+// lib.lua and the body.
+func kindScript(flags, body string) *script {
+	return newScript(flags, chainSrc+fenceSrc+kindLib+body)
+}
 
 var (
 	exclusiveSpec = &kindSpec{

@@ -124,7 +124,7 @@ func TestMaxHold(t *testing.T) {
 	l, _ := newLocker(t, srv, guard.TTL(time.Second))
 	start := time.Now()
 	le := mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "capped", guard.MaxHold(300*time.Millisecond))
-	<-le.Context().Done()
+	waitEnded(t, le.Context(), 30*time.Second, "MaxHold(300ms) reached")
 	var lost *guard.LeaseLostError
 	if !errors.As(context.Cause(le.Context()), &lost) || lost.Reason != "hold time limit reached" {
 		t.Fatalf("cause = %v", context.Cause(le.Context()))

@@ -20,6 +20,8 @@ import (
 var (
 	//go:embed scripts/chain.lua
 	chainSrc string
+	//go:embed scripts/fence.lua
+	fenceSrc string
 	//go:embed scripts/acquire.lua
 	acquireSrc string
 	//go:embed scripts/release.lua
@@ -32,7 +34,7 @@ var (
 	versionSrc string
 
 	acquireScript = newScript("", chainSrc+acquireSrc)
-	releaseScript = newScript(mayRunOOM, releaseSrc)
+	releaseScript = newScript(mayRunOOM, chainSrc+fenceSrc+releaseSrc)
 	renewScript   = newScript(mayRunOOM, renewSrc)
 	wakeScript    = redis.NewScript(wakeSrc)
 	versionScript = redis.NewScript(versionSrc)

@@ -72,7 +72,7 @@ func runHolder(raw string) int {
 		fmt.Fprintln(os.Stderr, "holder:", err)
 		return 1
 	}
-	fmt.Printf("held %d\n", le.Token())
+	fmt.Printf("held %d %s\n", le.Token(), le.Owner())
 	if s.Freeze {
 		return frozen(le, s.TTL)
 	}
@@ -106,6 +106,7 @@ func frozen(le *guard.Lease, ttl time.Duration) int {
 type holder struct {
 	cmd   *exec.Cmd
 	held  chan int64  // the token, once the lock is held
+	owner string      // the holding section, set before held is sent
 	lines chan string // the other lines it prints
 }
 
@@ -125,7 +126,9 @@ func startHolder(t *testing.T, srv *redistest.Server, key string, spec holderSpe
 	go func() { // ends when the process's output does
 		for line := range p.Lines {
 			var token int64
-			if _, err := fmt.Sscanf(line, "held %d", &token); err == nil {
+			var owner string
+			if n, _ := fmt.Sscanf(line, "held %d %s", &token, &owner); n >= 1 {
+				h.owner = owner
 				h.held <- token
 			} else {
 				select {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,96 +293,118 @@ type nodeReply struct {
 // for them), and cancel is called when the last one returns.
 func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limits, call func(context.Context, *conn) (any, error), take func(nodeReply) bool, late func(nodeReply)) {
 	nodes := l.q.nodes
-	var (
-		mu       sync.Mutex
-		decided  bool
-		overdue  bool // past the budget: a contested round gives up on its silent servers
-		left     = len(nodes)
-		answered = make([]bool, len(nodes))
-		finished = make(chan struct{})
-		start    = time.Now()
-	)
-	// decide hands r to take; mu is held. It reports whether the round just ended.
-	decide := func(r nodeReply) bool {
-		answered[r.i] = true
-		if decided {
-			return false
-		}
-		decided = take(r)
-		return decided
-	}
-	// giveUp hands the servers still silent to take as failed, when the round is past
-	// its patience (all) or past its budget and contested; mu is held. It reports
-	// whether the round just ended.
-	giveUp := func(all bool) bool {
-		if decided || !all && !(overdue && lim.contested != nil && lim.contested()) {
-			return false
-		}
-		ended := false
-		for i := range nodes {
-			if !answered[i] && !decided {
-				ended = decide(nodeReply{i: i, err: errSilent})
-			}
-		}
-		return ended
-	}
-	one := func(i int) {
-		v, err := call(ctx, nodes[i])
-		if err == nil {
-			l.q.observe(time.Since(start))
-		}
-		r := nodeReply{i: i, v: v, err: err}
-		mu.Lock()
-		was := answered[i] || decided
-		ended := decide(r) || giveUp(false)
-		left--
-		last := left == 0
-		if last && !was && !ended && !decided {
-			ended, decided = true, true // every server answered, undecided
-		}
-		mu.Unlock()
-		if ended {
-			close(finished)
-		}
-		if was && late != nil {
-			late(r)
-		}
-		if last {
-			cancel()
-		}
-	}
+	rs := &roundRun{q: l.q, cancel: cancel, lim: lim, call: call, take: take, late: late,
+		left: len(nodes), answered: make([]bool, len(nodes)), finished: make(chan struct{}), start: time.Now()}
 	for i := range nodes {
-		if !l.background(func() { one(i) }) {
-			one(i)
+		if !l.background(func() { rs.one(ctx, i) }) {
+			rs.one(ctx, i)
 		}
 	}
+	rs.await()
+}
+
+// roundRun is one round in progress (see round).
+type roundRun struct {
+	q      *quorum
+	cancel context.CancelFunc
+	lim    limits
+	call   func(context.Context, *conn) (any, error)
+	take   func(nodeReply) bool
+	late   func(nodeReply)
+	start  time.Time
+
+	finished chan struct{} // closed once the round is decided
+	mu       sync.Mutex
+	decided  bool
+	overdue  bool // past the budget: a contested round gives up on its silent servers
+	left     int  // calls still running
+	answered []bool
+}
+
+// decide hands r to take; mu is held. It reports whether the round just ended.
+func (rs *roundRun) decide(r nodeReply) bool {
+	rs.answered[r.i] = true
+	if rs.decided {
+		return false
+	}
+	rs.decided = rs.take(r)
+	return rs.decided
+}
+
+// giveUp hands the servers still silent to take as failed, when the round is past its
+// patience (all) or past its budget and contested; mu is held. It reports whether the
+// round just ended.
+func (rs *roundRun) giveUp(all bool) bool {
+	if rs.decided || !all && !(rs.overdue && rs.lim.contested != nil && rs.lim.contested()) {
+		return false
+	}
+	ended := false
+	for i := range rs.answered {
+		if !rs.answered[i] && !rs.decided {
+			ended = rs.decide(nodeReply{i: i, err: errSilent})
+		}
+	}
+	return ended
+}
+
+// one makes the call on server i and hands its reply on.
+func (rs *roundRun) one(ctx context.Context, i int) {
+	v, err := rs.call(ctx, rs.q.nodes[i])
+	if err == nil {
+		rs.q.observe(time.Since(rs.start))
+	}
+	r := nodeReply{i: i, v: v, err: err}
+	rs.mu.Lock()
+	was := rs.answered[i] || rs.decided
+	ended := rs.decide(r) || rs.giveUp(false)
+	rs.left--
+	last := rs.left == 0
+	if last && !was && !ended && !rs.decided {
+		ended, rs.decided = true, true // every server answered, undecided
+	}
+	rs.mu.Unlock()
+	if ended {
+		close(rs.finished)
+	}
+	if was && rs.late != nil {
+		rs.late(r)
+	}
+	if last {
+		rs.cancel()
+	}
+}
+
+// timeUp marks the round past its budget (or its patience, all set) and gives up what
+// that allows. It reports whether the round just ended.
+func (rs *roundRun) timeUp(all bool) bool {
+	rs.mu.Lock()
+	rs.overdue = true
+	ended := rs.giveUp(all)
+	rs.mu.Unlock()
+	if ended {
+		close(rs.finished)
+	}
+	return ended
+}
+
+// await returns once the round is decided: by its replies, or by its limits.
+func (rs *roundRun) await() {
+	lim := rs.lim
 	if lim.patience <= 0 {
-		<-finished
+		<-rs.finished
 		return
-	}
-	// timeUp marks the round past its budget (or its patience, all set) and gives up
-	// what that allows.
-	timeUp := func(all bool) bool {
-		mu.Lock()
-		overdue = true
-		ended := giveUp(all)
-		mu.Unlock()
-		if ended {
-			close(finished)
-		}
-		return ended
 	}
 	wait := lim.patience
 	if lim.budget > 0 && lim.budget < lim.patience && lim.contested != nil {
 		t := time.NewTimer(lim.budget)
 		select {
-		case <-finished:
+		case <-rs.finished:
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		if timeUp(false) {
-			<-finished
+		if rs.timeUp(false) {
+			<-rs.finished
 			return
 		}
 		wait -= lim.budget
@@ -389,10 +412,10 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limit
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case <-finished:
+	case <-rs.finished:
 	case <-t.C:
-		timeUp(true)
-		<-finished
+		rs.timeUp(true)
+		<-rs.finished
 	}
 }
 
@@ -477,137 +500,160 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	// hold's token runs after that, within the caller's.
 	callerCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
-	var (
-		grants  []quorumGrant
-		errs    = make([]error, n)
-		undo    = make([]bool, n) // the server may hold a grant of this attempt
-		failed  int               // servers that answered with an error, or not at all
-		refused bool
-		pttl    = int64(-1) // the shortest TTL among the busy servers' holders, ms
-		outcome atomic.Int32
-		top     int64 // the hold's token, once settled
-		settled = make(chan struct{})
-	)
-	defer close(settled)
+	a := &quorumAttempt{q: q, errs: make([]error, n), undo: make([]bool, n),
+		pttl: -1, settled: make(chan struct{})}
+	defer close(a.settled)
 	fields := confirmFields(h)
 	call := func(ctx context.Context, c *conn) (any, error) {
 		return nodeAttempt(ctx, c, s, args, h.rk.lock, fields)
 	}
-	replied, confirmed, held, busy := 0, 0, 0, 0
-	take := func(r nodeReply) bool {
-		replied++
-		switch {
-		case r.err != nil:
-			errs[r.i] = r.err
-			undo[r.i] = !isServerError(r.err)
-			failed++
-		default:
-			a := r.v.(attemptReply)
-			g, err := parseGranted(a.v)
-			switch {
-			case err != nil:
-				errs[r.i] = err
-				failed++
-			case g.acquired:
-				undo[r.i] = true
-				grants = append(grants, quorumGrant{i: r.i, token: g.token, holds: g.holds, confirmed: a.confirmed, holder: g.holder})
-				if a.confirmed > 0 {
-					confirmed++
-				}
-				if g.holds > 1 {
-					held++
-				}
-			case g.upgrade:
-				refused = true
-				errs[r.i] = ErrUpgrade
-			default:
-				errs[r.i] = errNotGranted
-				busy++
-				if ms := g.pttl.Milliseconds(); ms >= 0 && (pttl < 0 || ms < pttl) {
-					pttl = ms
-				}
-			}
-		}
-		// A hold the owner has on a majority already is a reentry: its servers confirmed
-		// its token, or hold it and one of them confirmed the token (the others' write-
-		// back may still be on its way). Grants none of which knew the owner are a fresh
-		// hold. Grants of both sorts wait for every server's answer: the owner's hold may
-		// be on a majority whose last server has not answered yet, or be left over on a
-		// minority from a hold that ended, which must not lend its older token (see
-		// raiseQuorum).
-		switch {
-		case refused:
-		case q.current(confirmed, held), len(grants) >= q.need && (confirmed == 0 || replied == n):
-			outcome.Store(attemptWon)
-			return true
-		case len(grants)+n-replied >= q.need:
-			return false // a majority may still grant it
-		}
-		outcome.Store(attemptLost)
-		return true
-	}
-	late := func(r nodeReply) {
-		<-settled
-		var g granted
-		var err error
-		if r.err == nil {
-			g, err = parseGranted(r.v.(attemptReply).v)
-		}
-		switch {
-		case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
-		case outcome.Load() == attemptLost, r.err == nil && l.gone(h):
-			// Undone: the attempt lost, or its grant on this server came after the
-			// acquisition was given up or the hold's release reached the server, and
-			// would stay there until its TTL.
-			l.undoQuorum(h, nonce, onlyAt(n, r.i))
-		case r.err == nil:
-			// A grant after the majority's: part of the hold (renewed and released
-			// with the others), carrying the hold's token like them.
-			if l.raiseOn(context.Background(), q.nodes[r.i], h, top) == nil {
-				h.qh.carry.Or(1 << r.i)
-			}
-		}
-	}
-	contested := func() bool { return busy > 0 || refused }
-	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s), contested}, call, take, late)
+	contested := func() bool { return a.busy > 0 || a.refused }
+	late := func(r nodeReply) { l.lateGrant(h, nonce, a, r) }
+	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s), contested}, call, a.take, late)
 
-	if outcome.Load() == attemptWon {
+	if a.outcome.Load() == attemptWon {
 		var v any
 		var err error
-		if top, v, err = l.raiseQuorum(callerCtx, h, nonce, grants); err == nil {
+		if a.top, v, err = l.raiseQuorum(callerCtx, h, nonce, a.grants); err == nil {
 			return acquireReply{v: v}
 		}
-		outcome.Store(attemptLost)
+		a.outcome.Store(attemptLost)
 		l.undoQuorum(h, nonce, nil)
 		return acquireReply{err: err}
 	}
-	outcome.Store(attemptLost) // also when every server answered without a decision
-	l.undoQuorum(h, nonce, undo)
-	if len(grants) > 0 && busy > 0 && manner != mannerTry {
+	a.outcome.Store(attemptLost) // also when every server answered without a decision
+	l.undoQuorum(h, nonce, a.undo)
+	if len(a.grants) > 0 && a.busy > 0 && manner != mannerTry {
 		// A split vote: contenders that each won some servers undo at once, and the
 		// undo's announcement wakes them all together. A pause of up to a budget, drawn
 		// at random, keeps them from splitting the same servers again on their next
 		// attempt, as Redlock's retry delay does.
 		q.jitter(callerCtx, h.s.ttl)
 	}
-	switch {
-	case refused:
-		return acquireReply{v: []any{int64(acquireRefused)}}
-	case failed <= n-q.need:
-		// Busy: enough servers answered, or may still, for a majority to be reached
-		// once the lock is free.
-		return acquireReply{v: []any{int64(acquireBusy), pttl}}
+	return a.lost()
+}
+
+// quorumAttempt is one attempt of acquireQuorum in progress: the replies taken so far.
+// take runs under the round's lock; late runs once the attempt is settled.
+type quorumAttempt struct {
+	q       *quorum
+	grants  []quorumGrant
+	errs    []error
+	undo    []bool // the server may hold a grant of this attempt
+	failed  int    // servers that answered with an error, or not at all
+	refused bool
+	pttl    int64 // the shortest TTL among the busy servers' holders, ms; -1: none
+	outcome atomic.Int32
+	top     int64         // the hold's token, once settled
+	settled chan struct{} // closed when acquireQuorum returns
+
+	replied, confirmed, held, busy int
+}
+
+// take records one server's reply and reports whether the attempt is decided.
+func (a *quorumAttempt) take(r nodeReply) bool {
+	a.replied++
+	if r.err != nil {
+		a.errs[r.i] = r.err
+		a.undo[r.i] = !isServerError(r.err)
+		a.failed++
+	} else {
+		a.reply(r.i, r.v.(attemptReply))
 	}
-	for i := range errs {
-		switch {
-		case errs[i] != nil:
-		case undo[i]:
-			errs[i] = errUndone
-		default:
-			errs[i] = errNoAnswer
+	// A hold the owner has on a majority already is a reentry: its servers confirmed its
+	// token, or hold it and one of them confirmed the token (the others' write-back may
+	// still be on its way). Grants none of which knew the owner are a fresh hold. Grants
+	// of both sorts wait for every server's answer: the owner's hold may be on a majority
+	// whose last server has not answered yet, or be left over on a minority from a hold
+	// that ended, which must not lend its older token (see raiseQuorum).
+	q, n := a.q, len(a.errs)
+	switch {
+	case a.refused:
+	case q.current(a.confirmed, a.held), len(a.grants) >= q.need && (a.confirmed == 0 || a.replied == n):
+		a.outcome.Store(attemptWon)
+		return true
+	case len(a.grants)+n-a.replied >= q.need:
+		return false // a majority may still grant it
+	}
+	a.outcome.Store(attemptLost)
+	return true
+}
+
+// reply records the script's reply of server i.
+func (a *quorumAttempt) reply(i int, r attemptReply) {
+	g, err := parseGranted(r.v)
+	switch {
+	case err != nil:
+		a.errs[i] = err
+		a.failed++
+	case g.acquired:
+		a.undo[i] = true
+		a.grants = append(a.grants, quorumGrant{i: i, token: g.token, holds: g.holds, confirmed: r.confirmed, holder: g.holder})
+		if r.confirmed > 0 {
+			a.confirmed++
+		}
+		if g.holds > 1 {
+			a.held++
+		}
+	case g.upgrade:
+		a.refused = true
+		a.errs[i] = ErrUpgrade
+	default:
+		a.errs[i] = errNotGranted
+		a.busy++
+		if ms := g.pttl.Milliseconds(); ms >= 0 && (a.pttl < 0 || ms < a.pttl) {
+			a.pttl = ms
 		}
 	}
-	return acquireReply{err: &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: errs}}
+}
+
+// lateGrant handles a reply to attempt a, with nonce, for h that came after a was
+// decided, once a is settled.
+func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply) {
+	<-a.settled
+	var g granted
+	var err error
+	if r.err == nil {
+		g, err = parseGranted(r.v.(attemptReply).v)
+	}
+	switch {
+	case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
+	case a.outcome.Load() == attemptLost, r.err == nil && l.gone(h):
+		// Undone: the attempt lost, or its grant on this server came after the
+		// acquisition was given up or the hold's release reached the server, and would
+		// stay there until its TTL.
+		l.undoQuorum(h, nonce, onlyAt(len(a.errs), r.i))
+	case r.err == nil:
+		// A grant after the majority's: part of the hold (renewed and released with the
+		// others), carrying the hold's token like them.
+		if l.raiseOn(context.Background(), l.q.nodes[r.i], h, a.top) == nil {
+			h.qh.carry.Or(1 << r.i)
+		}
+	}
+}
+
+// lost is the reply of an attempt that no majority granted: refused, busy, or a
+// *QuorumError when too few servers answered for a majority to be possible.
+func (a *quorumAttempt) lost() acquireReply {
+	q := a.q
+	switch {
+	case a.refused:
+		return acquireReply{v: []any{int64(acquireRefused)}}
+	case a.failed <= len(a.errs)-q.need:
+		// Busy: enough servers answered, or may still, for a majority to be reached
+		// once the lock is free.
+		return acquireReply{v: []any{int64(acquireBusy), a.pttl}}
+	}
+	for i := range a.errs {
+		switch {
+		case a.errs[i] != nil:
+		case a.undo[i]:
+			a.errs[i] = errUndone
+		default:
+			a.errs[i] = errNoAnswer
+		}
+	}
+	return acquireReply{err: &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: a.errs}}
 }
 
 // raiseQuorum settles the token of a hold that a majority granted and returns it with
@@ -625,32 +671,10 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 // fewer than a majority carry it afterwards.
 func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants []quorumGrant) (int64, any, error) {
 	q := l.q
-	var top, holds int64 = 0, 1
-	confirmed, held := 0, 0
-	for _, g := range grants {
-		if g.confirmed > 0 {
-			confirmed++
-		}
-		if g.holds > 1 {
-			held++
-		}
-	}
-	current := q.current(confirmed, held)
-	var holder ctxid.ID
-	for _, g := range grants {
-		switch {
-		case !current:
-			top = max(top, g.token)
-		case g.confirmed > 0:
-			top, holds = max(top, g.confirmed), max(holds, g.holds)
-		}
-		if current && holder == "" && g.holds > 1 {
-			holder = g.holder
-		}
-	}
-	reentry := holds > 1
+	top, holds, holder := l.q.settle(grants)
 	var reply any = top
-	if holds > 1 {
+	reentry := holds > 1
+	if reentry {
 		reply = []any{int64(acquireHeld), strconv.FormatInt(top, 10), holds}
 	}
 	if reentry && holder != "" {
@@ -687,18 +711,44 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants 
 		}
 	}
 	if carried < q.need {
-		granted := make([]bool, len(errs))
-		for _, g := range grants {
-			granted[g.i] = true
-		}
 		for i := range errs {
-			if !granted[i] {
+			if !slices.ContainsFunc(grants, func(g quorumGrant) bool { return g.i == i }) {
 				errs[i] = errNotGranted
 			}
 		}
 		return 0, nil, &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: errs}
 	}
 	return top, reply, nil
+}
+
+// settle reads the token, the hold count and the holder of a hold a majority granted
+// (see raiseQuorum): the owner's current hold keeps its highest confirmed token and
+// count, and its holder when that is a section the owner is in; a fresh hold takes the
+// highest token granted, with one hold.
+func (q *quorum) settle(grants []quorumGrant) (top, holds int64, holder ctxid.ID) {
+	holds = 1
+	confirmed, held := 0, 0
+	for _, g := range grants {
+		if g.confirmed > 0 {
+			confirmed++
+		}
+		if g.holds > 1 {
+			held++
+		}
+	}
+	current := q.current(confirmed, held)
+	for _, g := range grants {
+		switch {
+		case !current:
+			top = max(top, g.token)
+		case g.confirmed > 0:
+			top, holds = max(top, g.confirmed), max(holds, g.holds)
+		}
+		if current && holder == "" && g.holds > 1 {
+			holder = g.holder
+		}
+	}
+	return top, holds, holder
 }
 
 // current reports whether an attempt's grants, of which confirmed carried a confirmed
@@ -823,6 +873,13 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	if ok < q.need {
 		return 0, &QuorumError{Op: "release", Need: q.need, Addrs: q.addrs, Errs: errs}
 	}
+	return q.mergeRelease(codes, errs), nil
+}
+
+// mergeRelease merges the servers' release replies (those without an error) into one:
+// still held where a majority still holds it, else freed (with the turn's news, when a
+// server had any), else not held or expired.
+func (q *quorum) mergeRelease(codes []releaseReply, errs []error) releaseReply {
 	var count [releaseOwnTurn - releaseNotHeld + 1]int
 	for i := range codes {
 		if errs[i] == nil {
@@ -832,17 +889,17 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	at := func(c releaseReply) int { return count[c-releaseNotHeld] }
 	switch {
 	case at(releaseStillHeld) >= q.need:
-		return releaseStillHeld, nil
+		return releaseStillHeld
 	case at(releaseOwnTurn) > 0:
-		return releaseOwnTurn, nil
+		return releaseOwnTurn
 	case at(releaseHandedOn) > 0:
-		return releaseHandedOn, nil
+		return releaseHandedOn
 	case at(releaseFreed) > 0 || at(releaseStillHeld) > 0:
-		return releaseFreed, nil
+		return releaseFreed
 	case at(releaseNotHeld) > 0:
-		return releaseNotHeld, nil
+		return releaseNotHeld
 	}
-	return releaseExpired, nil
+	return releaseExpired
 }
 
 // each runs call on the servers marked in on (all when on is nil) at once, aside, each
@@ -870,61 +927,20 @@ func (l *Locker) each(on []bool, inline bool, call func(ctx context.Context, c *
 // reported it gone (errNotOwner), or neither can happen any more (a *RedisError).
 func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, ttls []time.Duration, errs []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	l := r.l
-	q := l.q
+	q := r.l.q
 	n := len(q.nodes)
-	ok := make([]int, len(batch))
-	gone := make([]int, len(batch))
-	failed := make([][]error, len(batch))
-	open := len(idx)
+	qr := &quorumRenewal{q: q, batch: batch, errs: errs, open: len(idx),
+		ok: make([]int, len(batch)), gone: make([]int, len(batch)), failed: make([][]error, len(batch)),
+		pending: make([]bool, len(batch)), missing: make([]uint64, len(batch))}
+	for _, i := range idx {
+		qr.pending[i] = true
+		qr.failed[i] = make([]error, n)
+		errs[i] = &RedisError{Op: "renew", Key: batch[i].hk.key, Err: &QuorumError{Op: "renew", Need: q.need, Addrs: q.addrs, Errs: qr.failed[i]}}
+	}
 	call := func(ctx context.Context, c *conn) (any, error) {
 		g := &renewGroup{node: c.client, legacy: &c.legacy, idx: idx}
 		g.run(ctx, batch, ttls)
 		return g, nil
-	}
-	decide := func(i int) bool {
-		switch {
-		case ok[i] >= q.need:
-			errs[i] = nil
-		case gone[i] > n-q.need:
-			errs[i] = errNotOwner
-		case n-countErrs(failed[i]) < q.need:
-			errs[i] = &RedisError{Op: "renew", Key: batch[i].hk.key, Err: &QuorumError{Op: "renew", Need: q.need, Addrs: q.addrs, Errs: failed[i]}}
-		default:
-			return false
-		}
-		return true
-	}
-	pending := make([]bool, len(batch))
-	missing := make([]uint64, len(batch)) // the servers that reported the hold gone
-	for _, i := range idx {
-		pending[i] = true
-		failed[i] = make([]error, n)
-		errs[i] = &RedisError{Op: "renew", Key: batch[i].hk.key, Err: &QuorumError{Op: "renew", Need: q.need, Addrs: q.addrs, Errs: failed[i]}}
-	}
-	take := func(nr nodeReply) bool {
-		g := nr.v.(*renewGroup)
-		for k, i := range g.idx {
-			if !pending[i] {
-				continue
-			}
-			v, err := g.cmds[k].Int64()
-			switch {
-			case err != nil:
-				failed[i][nr.i] = err
-			case v == 1:
-				ok[i]++
-			default:
-				gone[i]++
-				missing[i] |= 1 << nr.i
-				failed[i][nr.i] = errNotHeld
-			}
-			if decide(i) {
-				pending[i] = false
-				open--
-			}
-		}
-		return open == 0
 	}
 	// A server that reports the hold gone after the renewal was decided is repaired too.
 	var lateMu sync.Mutex
@@ -933,22 +949,82 @@ func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, t
 		for k, i := range g.idx {
 			if v, err := g.cmds[k].Int64(); err == nil && v != 1 && errs[i] == nil {
 				lateMu.Lock()
-				l.repairQuorum(batch[i], nr.i)
+				r.l.repairQuorum(batch[i], nr.i)
 				lateMu.Unlock()
 			}
 		}
 	}
-	l.round(ctx, cancel, limits{}, call, take, late)
+	r.l.round(ctx, cancel, limits{}, call, qr.take, late)
+	// The servers that reported a renewed hold gone get it back.
 	for _, i := range idx {
 		if errs[i] != nil {
 			continue
 		}
 		for j := range n {
-			if missing[i]&(1<<j) != 0 {
-				l.repairQuorum(batch[i], j)
+			if qr.missing[i]&(1<<j) != 0 {
+				r.l.repairQuorum(batch[i], j)
 			}
 		}
 	}
+}
+
+// quorumRenewal is one batch's renewal on a quorum in progress (see renewQuorum): per
+// lease of the batch, the servers' answers so far.
+type quorumRenewal struct {
+	q       *quorum
+	batch   []*held
+	errs    []error   // the outcome per lease, set once decided
+	ok      []int     // servers that renewed the hold
+	gone    []int     // servers that reported it gone
+	failed  [][]error // per server, what went wrong there
+	pending []bool    // the leases not yet decided
+	missing []uint64  // the servers that reported the hold gone
+	open    int       // how many are pending
+}
+
+// take records one server's replies and reports whether every lease is decided.
+func (qr *quorumRenewal) take(nr nodeReply) bool {
+	g := nr.v.(*renewGroup)
+	for k, i := range g.idx {
+		if !qr.pending[i] {
+			continue
+		}
+		v, err := g.cmds[k].Int64()
+		switch {
+		case err != nil:
+			qr.failed[i][nr.i] = err
+		case v == 1:
+			qr.ok[i]++
+		default:
+			qr.gone[i]++
+			qr.missing[i] |= 1 << nr.i
+			qr.failed[i][nr.i] = errNotHeld
+		}
+		if qr.decide(i) {
+			qr.pending[i] = false
+			qr.open--
+		}
+	}
+	return qr.open == 0
+}
+
+// decide settles lease i's outcome when its servers' answers so far allow, and reports
+// whether they did: renewed by a majority, gone from more than a minority, or failed on
+// too many servers for a majority.
+func (qr *quorumRenewal) decide(i int) bool {
+	q := qr.q
+	n := len(q.nodes)
+	switch {
+	case qr.ok[i] >= q.need:
+		qr.errs[i] = nil
+	case qr.gone[i] > n-q.need:
+		qr.errs[i] = errNotOwner
+	case n-countErrs(qr.failed[i]) < q.need:
+		qr.errs[i] = &RedisError{Op: "renew", Key: qr.batch[i].hk.key, Err: &QuorumError{Op: "renew", Need: q.need, Addrs: q.addrs, Errs: qr.failed[i]}}
+	default:
+		return false
+	}
+	return true
 }
 
 // repairQuorum takes h's hold back, aside, on server i, which reported it gone while a

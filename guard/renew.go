@@ -3,6 +3,7 @@ package guard
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -232,54 +233,10 @@ var errNotOwner = &LeaseLostError{Reason: "not the owner"}
 // renewal, in which case nothing was sent for it).
 func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration) {
 	errs := make([]error, len(batch))
-	ttls := make([]time.Duration, len(batch))
-	timeout := time.Duration(0)
-	for i, h := range batch {
-		ttls[i] = h.s.ttl
-		if lim := h.holdLimit(); !lim.IsZero() {
-			ttls[i] = min(ttls[i], lim.Sub(sent))
-		}
-		if timeout == 0 || h.s.ttl < timeout {
-			timeout = h.s.ttl
-		}
-	}
+	ttls, timeout := renewTTLs(batch, sent)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-
-	// One group for the leases that wait for no replica (a Cluster pipeline splits it by
-	// node itself), one per primary for those that do.
-	var plain renewGroup
-	var synced []*renewGroup
-	for i, h := range batch {
-		if ttls[i] < time.Millisecond {
-			ttls[i] = 0
-			continue
-		}
-		if h.s.syncReplicas == 0 {
-			plain.idx = append(plain.idx, i)
-			continue
-		}
-		node, err := r.c.syncNode(ctx, h.rk.lock)
-		if err != nil {
-			r.c.refresh(err)
-			errs[i] = &RedisError{Op: "renew", Key: h.hk.key, Err: err}
-			continue
-		}
-		var g *renewGroup
-		for _, x := range synced {
-			if x.node == node {
-				g = x
-				break
-			}
-		}
-		if g == nil {
-			g = &renewGroup{node: node, legacy: &r.c.legacy}
-			synced = append(synced, g)
-		}
-		g.idx = append(g.idx, i)
-		g.want = max(g.want, h.s.syncReplicas)
-		g.wait = max(g.wait, h.s.syncTimeout)
-	}
+	plain, synced := r.group(ctx, batch, ttls, errs)
 	if r.l.q != nil {
 		if len(plain.idx) > 0 {
 			r.renewQuorum(timeout, batch, plain.idx, ttls, errs)
@@ -299,22 +256,78 @@ func (r *renewer) send(batch []*held, sent time.Time) ([]error, []time.Duration)
 		plain.run(ctx, batch, ttls)
 	}
 	wg.Wait()
-	for _, g := range append(synced, &plain) {
-		for k, i := range g.idx {
-			h := batch[i]
-			n, err := g.cmds[k].Int64()
-			switch {
-			case err != nil:
-				r.c.refresh(err)
-				errs[i] = &RedisError{Op: "renew", Key: h.hk.key, Err: err}
-			case n != 1:
-				errs[i] = errNotOwner
-			case g.want > 0 && (g.waitErr[k] != nil || g.acked[k] < int64(h.s.syncReplicas)):
-				errs[i] = &ReplicaError{Key: h.hk.key, Want: h.s.syncReplicas, Acked: int(g.acked[k]), Err: g.waitErr[k], Renewal: true}
-			}
-		}
+	for _, g := range append(synced, plain) {
+		r.outcomes(g, batch, errs)
 	}
 	return errs, ttls
+}
+
+// renewTTLs returns the TTL each lease of batch asks for, cut to what MaxHold leaves it
+// from sent, and the shortest TTL of the batch, which bounds the renewal calls.
+func renewTTLs(batch []*held, sent time.Time) (ttls []time.Duration, timeout time.Duration) {
+	ttls = make([]time.Duration, len(batch))
+	for i, h := range batch {
+		ttls[i] = h.s.ttl
+		if lim := h.holdLimit(); !lim.IsZero() {
+			ttls[i] = min(ttls[i], lim.Sub(sent))
+		}
+		if timeout == 0 || h.s.ttl < timeout {
+			timeout = h.s.ttl
+		}
+	}
+	return ttls, timeout
+}
+
+// group sorts the leases of batch that still have a TTL to ask for (a TTL under 1 ms is
+// set to 0: nothing is sent) into one group for the leases that wait for no replica (a
+// Cluster pipeline splits it by node itself) and one per primary for those that do. A
+// lease whose primary cannot be found gets its error in errs.
+func (r *renewer) group(ctx context.Context, batch []*held, ttls []time.Duration, errs []error) (plain *renewGroup, synced []*renewGroup) {
+	plain = &renewGroup{}
+	for i, h := range batch {
+		if ttls[i] < time.Millisecond {
+			ttls[i] = 0
+			continue
+		}
+		if h.s.syncReplicas == 0 {
+			plain.idx = append(plain.idx, i)
+			continue
+		}
+		node, err := r.c.syncNode(ctx, h.rk.lock)
+		if err != nil {
+			r.c.refresh(err)
+			errs[i] = &RedisError{Op: "renew", Key: h.hk.key, Err: err}
+			continue
+		}
+		j := slices.IndexFunc(synced, func(g *renewGroup) bool { return g.node == node })
+		if j < 0 {
+			synced = append(synced, &renewGroup{node: node, legacy: &r.c.legacy})
+			j = len(synced) - 1
+		}
+		g := synced[j]
+		g.idx = append(g.idx, i)
+		g.want = max(g.want, h.s.syncReplicas)
+		g.wait = max(g.wait, h.s.syncTimeout)
+	}
+	return plain, synced
+}
+
+// outcomes reads the replies of group g into errs: nil, errNotOwner, a *ReplicaError or
+// a *RedisError for each of its leases (see send).
+func (r *renewer) outcomes(g *renewGroup, batch []*held, errs []error) {
+	for k, i := range g.idx {
+		h := batch[i]
+		n, err := g.cmds[k].Int64()
+		switch {
+		case err != nil:
+			r.c.refresh(err)
+			errs[i] = &RedisError{Op: "renew", Key: h.hk.key, Err: err}
+		case n != 1:
+			errs[i] = errNotOwner
+		case g.want > 0 && (g.waitErr[k] != nil || g.acked[k] < int64(h.s.syncReplicas)):
+			errs[i] = &ReplicaError{Key: h.hk.key, Want: h.s.syncReplicas, Acked: int(g.acked[k]), Err: g.waitErr[k], Renewal: true}
+		}
+	}
 }
 
 // renewGroup is the renewals sent in one pipeline to one node: with want > 0, followed

@@ -223,7 +223,7 @@ func TestTelemetryLeaseLost(t *testing.T) {
 	ctx, span := rig.tp.Tracer("test").Start(ctxTimeout(t, 5*time.Second), "job")
 	le := mustAcquire(t, l, ctx, "lost", guard.Name("jobs"))
 	c.Del(ctx, lockName("lost"))
-	<-le.Context().Done()
+	waitEnded(t, le.Context(), 30*time.Second, "lock deleted in Redis")
 	_ = le.Release(ctx)
 	span.End()
 

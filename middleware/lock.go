@@ -119,31 +119,14 @@ func (m *lock) owner(c echo.Context) context.Context {
 	if _, ok := ctxid.FromContext(ctx); ok {
 		return ctx
 	}
-	toks := r.Header[ctxid.Header]
-	var rej *rejection
-	switch {
-	case len(toks) == 0:
-		ctx, _ = ctxid.Ensure(ctx)
+	ctx, _, ref := m.signer.Inbound(ctx, ctxid.Header+" header", r.Header[ctxid.Header])
+	if ref == nil {
+		ctx, _ = ctxid.Ensure(ctx) // the token's owner, or a fresh one without a token
 		return ctx
-	case m.signer == nil:
-		_, err := m.signer.Verify(toks[0]) // a nil Signer rejects every token
-		rej = &rejection{reason: rejectNoSigner, err: fmt.Errorf("no Signer configured (LockConfig.Signer): %w", err)}
-	case len(toks) > 1:
-		// Several headers are refused rather than picked from: a proxy or client that
-		// adds one must not make a request run as whichever owner it likes.
-		rej = &rejection{reason: rejectSeveral, err: &ctxid.VerifyError{Reason: ctxid.ErrMalformed,
-			Detail: fmt.Sprintf("%d %s headers, want one", len(toks), ctxid.Header)}}
-	case toks[0] == "":
-		// Accept takes an empty token for none; a header that is present but empty is
-		// malformed.
-		_, err := m.signer.Verify(toks[0])
-		rej = verifyRejection(err)
-	default:
-		owned, _, err := m.signer.Accept(ctx, toks[0]) // keeps the token's hop count
-		if err == nil {
-			return owned
-		}
-		rej = verifyRejection(err)
+	}
+	rej := &rejection{reason: ref.Reason, err: ref}
+	if ref.Reason == ctxid.RefusedNoSigner {
+		rej.err = fmt.Errorf("LockConfig.Signer is nil: %w", ref)
 	}
 	trace.SpanFromContext(ctx).AddEvent("guard.owner_rejected",
 		trace.WithAttributes(attribute.String("guard.reason", rej.reason)))
@@ -156,28 +139,8 @@ type rejectionKey struct{}
 
 // rejection is an inbound owner header that was not accepted, and why.
 type rejection struct {
-	reason string // one of the reject* values
+	reason string // a ctxid.Refused* value or a ctxid.VerifyError code
 	err    error  // has the *ctxid.VerifyError in its chain
-}
-
-// Reasons an inbound owner header is not accepted: the values of OwnerRejection's
-// reason, of the HeaderOwnerRejected response header and of the guard.reason attribute
-// of the guard.owner_rejected span event, besides the codes of ctxid's verification
-// errors (ctxid.VerifyError.Code). They are the names the gRPC interceptors use.
-const (
-	rejectNoSigner  = "no_signer"      // LockConfig.Signer is nil
-	rejectSeveral   = "several_values" // more than one Guardkit-Owner header
-	rejectUntrusted = "untrusted"      // a verification error without a known reason
-)
-
-// verifyRejection names the reason of a ctxid verification error.
-func verifyRejection(err error) *rejection {
-	reason := rejectUntrusted
-	var ve *ctxid.VerifyError
-	if errors.As(err, &ve) {
-		reason = ve.Code()
-	}
-	return &rejection{reason: reason, err: err}
 }
 
 // OwnerRejection reports why the Lock middleware did not accept the ctxid.Header

@@ -55,7 +55,10 @@ if holder then
     end
     redis.call('HSET', lock, afield, s)
   end
-  redis.call('PEXPIRE', lock, ARGV[2])
+  -- Never shorten the TTL: the outer hold may be a Locker's with a longer one.
+  if redis.call('PTTL', lock) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', lock, ARGV[2])
+  end
   return as_holder({1, v[2], holds}, holder, owner)
 end
 

@@ -1,7 +1,7 @@
--- chain.lua: the section tree of owners, put before the acquire scripts. An owner ID is
--- a path, "<root>/<section>/…" (see ctxid.ID): a hold of a section is reentered by that
--- section and by every section within it, and by no other owner, so an acquisition looks
--- for a hold of the caller's own or of a section the caller is in.
+-- chain.lua: the section tree of owners, put before the acquire and release scripts. An
+-- owner ID is a path, "<root>/<section>/…" (see ctxid.ID): a hold of a section is reentered
+-- by that section and by every section within it, and by no other owner, so an acquisition
+-- looks for a hold of the caller's own or of a section the caller is in.
 
 -- chain returns owner followed by the sections it is in that may hold a lock: each
 -- section from the one directly below the root down to owner's parent. A root holds
@@ -42,4 +42,23 @@ local function as_holder(r, holder, owner)
     r[4] = holder
   end
   return r
+end
+
+-- undo_holder returns the section of owner's chain whose hold counted the attempt an undo
+-- (ARGV[3]) names, for an undo sent as owner: a reentry through Redis counts in the
+-- holder's fields (above), and a caller that lost the attempt's reply does not know which
+-- holder that was. suffix names a section's field of applied nonces ('#a'). It returns
+-- owner itself when no section lists the attempt (the undo then finds nothing to drop).
+local function undo_holder(owner, suffix)
+  if ARGV[3] == '' then
+    return owner
+  end
+  local c = chain(owner)
+  for i = 1, #c do
+    local a = redis.call('HGET', KEYS[1], c[i] .. suffix)
+    if a and string.find(' ' .. a .. ' ', ' ' .. ARGV[3] .. ' ', 1, true) then
+      return c[i]
+    end
+  end
+  return owner
 end

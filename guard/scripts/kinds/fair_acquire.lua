@@ -42,7 +42,9 @@ if v[1] then
     holds = redis.call('HINCRBY', lock, holder, 1)
     redis.call('HSET', lock, holder .. '#a', remember(applied, ARGV[3]))
   end
-  redis.call('PEXPIRE', lock, ttl)
+  if redis.call('PTTL', lock) < ttl then -- never shorten the outer hold's TTL
+    redis.call('PEXPIRE', lock, ttl)
+  end
   return as_holder({1, v[3], holds}, holder, owner)
 end
 if not v[3] then

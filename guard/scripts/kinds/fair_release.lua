@@ -1,6 +1,6 @@
 -- fair_release.lua (after lib.lua): drop one hold of a fair lock, only for its owner; at
 -- zero, grant the lock to the first live owner of the queue (see fair_acquire.lua).
-local lock, owner, nonce = KEYS[1], ARGV[1], ARGV[2]
+local lock, owner, nonce = KEYS[1], undo_holder(ARGV[1], '#a'), ARGV[2]
 local v = redis.call('HMGET', lock, owner, owner .. '#r', '#t', owner .. '#a', '#g')
 if ARGV[3] ~= '' then
   if not v[1] or v[5] == owner or not listed(v[4], ARGV[3]) then

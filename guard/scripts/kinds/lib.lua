@@ -1,5 +1,5 @@
 -- lib.lua: the functions shared by the scripts of the read-write, semaphore and fair
--- kinds. guard prepends it to each of them; the argument layout and the replies are
+-- kinds. guard prepends it to each of them, after chain.lua and fence.lua; the argument layout and the replies are
 -- those of acquire.lua, release.lua and renew.lua (see kind.go), with every kind's keys:
 --
 -- KEYS[1] lock hash:   <owner> = the owner's hold count; <owner>#a = nonces of its last
@@ -31,29 +31,6 @@ local function clock()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
--- listed reports whether the space-separated list holds x.
-local function listed(list, x)
-  return list and string.find(' ' .. list .. ' ', ' ' .. x .. ' ', 1, true)
-end
-
--- remember returns list with x put first, cut at a separator within 100 bytes.
-local function remember(list, x)
-  local s = x .. ' ' .. (list or '')
-  if #s > 100 then
-    s = string.match(string.sub(s, 1, 101), '^(.*) ') or x
-  end
-  return s
-end
-
--- forget returns list without x.
-local function forget(list, x)
-  local rest = {}
-  for y in string.gmatch(list, '%S+') do
-    if y ~= x then rest[#rest + 1] = y end
-  end
-  return table.concat(rest, ' ')
-end
-
 -- new_token draws the key's next fencing token (as acquire.lua does): one more than the
 -- last, never below the server clock in microseconds. t is the reply of TIME.
 local function new_token(t)
@@ -72,59 +49,6 @@ local function new_token(t)
     redis.call('SET', fence, s .. rest, 'PX', ARGV[4])
   end
   return s
-end
-
--- released reports whether a final release with this nonce was recorded in the fence.
-local function released(nonce)
-  local f = redis.call('GET', KEYS[2])
-  return f and string.find(f .. ':', ':' .. nonce .. ':', 1, true)
-end
-
--- note appends entry to the fence (as release.lua does), whose token is token when the
--- fence ran out: ":<nonce>" for a final release, ":!<nonce>" for an attempt undone before
--- it was applied.
-local function note(entry, token)
-  local fence = KEYS[2]
-  local n = redis.call('APPEND', fence, entry)
-  if n == #entry then
-    redis.call('SET', fence, (token or '') .. entry, 'PX', ARGV[4])
-  elseif n > 800 then
-    local f = redis.call('GET', fence)
-    local kept = string.match(string.sub(f, -400), ':.*$') or entry
-    redis.call('SET', fence, string.match(f, '^%d*') .. kept, 'PX', ARGV[4])
-  else
-    redis.call('PEXPIRE', fence, ARGV[4])
-  end
-end
-
--- record_release appends a final release's nonce to the fence.
-local function record_release(token, nonce)
-  note(':' .. nonce, token)
-end
-
--- refuse_late marks undone, when the caller does not hold the lock here, the attempt
--- that won its hold on a quorum (release.lua's ARGV[7]), which may not have reached this
--- server yet. token is the fence's token should the fence have run out.
-local function refuse_late(token)
-  if ARGV[7] and ARGV[7] ~= '' then
-    note(':!' .. ARGV[7], token)
-  end
-end
-
--- undone reports whether this attempt (ARGV[3]) was undone before it reached the server
--- (release.lua): it is then refused, as its caller left.
-local function undone()
-  local f = redis.call('GET', KEYS[2])
-  return f and string.find(f .. ':', ':!' .. ARGV[3] .. ':', 1, true)
-end
-
--- publish announces msg on the lock's release channel; sharded is release.lua's ARGV[6].
-local function publish(msg, sharded)
-  local cmd = 'PUBLISH'
-  if sharded == '1' and (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
-    cmd = 'SPUBLISH'
-  end
-  redis.call(cmd, KEYS[1] .. ':release', msg)
 end
 
 -- enqueue puts the calling Locker (ARGV[6]) in the wait queue, once.
@@ -180,9 +104,13 @@ local function extend(now)
   end
 end
 
--- lease sets the lease of a holder (member of the holders zset) to TTL from now.
+-- lease sets the lease of a holder (member of the holders zset) to TTL from now, unless
+-- it already runs longer (a hold reentered through a Locker with a longer TTL).
 local function lease(member, now)
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), member)
+  local d = now + tonumber(ARGV[2])
+  if d > tonumber(redis.call('ZSCORE', KEYS[4], member) or 0) then
+    redis.call('ZADD', KEYS[4], d, member)
+  end
   extend(now)
 end
 
@@ -246,7 +174,7 @@ end
 -- drop_share makes one release or undo of the caller's share (a reader's, a permit): as
 -- drop, with -1 for a share not held, and with the server time when the share ended.
 local function drop_share()
-  local owner = ARGV[1]
+  local owner = undo_holder(ARGV[1], '#a')
   local r = drop(owner, owner .. '#a', owner .. '#r', owner .. '#t', owner, owner .. '#l')
   if r ~= 1 then
     return r or -1

@@ -1,7 +1,11 @@
 -- write_release.lua (after lib.lua): drop one write hold of ARGV[1]. When the writer
 -- leaves, every waiting Locker is woken: all waiting readers may enter together.
 local lock, owner = KEYS[1], ARGV[1]
-if redis.call('HGET', lock, '#W') ~= owner then
+local writer = redis.call('HGET', lock, '#W')
+if ARGV[3] ~= '' and writer ~= owner and within(owner, writer) then
+  owner = writer -- an undo of an attempt that reentered the writer's section (chain.lua)
+end
+if writer ~= owner then
   if ARGV[3] ~= '' then
     note(':!' .. ARGV[3], redis.call('HGET', lock, '#t'))
     return 0
