@@ -113,6 +113,11 @@ func variants() []variant {
 			new: func(cfg libConfig) (Lib, error) {
 				return newGuardWith(cfg, guard.SyncReplicas(syncReplicas.n, syncReplicas.timeout))
 			}},
+		{name: "guardkit/no-deadlock-detection", lib: "guardkit", isLock: true,
+			config: "as guardkit, with guard.DeadlockDetection(0): no waiter looks for deadlocks (by default one that has waited 1s does), to show what detection costs",
+			new: func(cfg libConfig) (Lib, error) {
+				return newGuardWith(cfg, guard.DeadlockDetection(0))
+			}},
 		{name: "guardkit/autopipeline", lib: "guardkit", isLock: true,
 			config: "as guardkit, on go-redis's auto-pipelining client (client.AutoPipeline()): first attempts and releases nobody in the process waits for join its batches, the calls of a handoff go out at once",
 			new:    newGuardAutoPipelined},

@@ -20,9 +20,9 @@ import (
 // does not depend on their retry settings, so their defaults rows appear only where
 // waiting happens.
 var scenarioVariants = map[string][]string{
-	"uncontended": {"raw", "guardkit", "guardkit/autopipeline", "redsync", "redislock", "rueidislock", "rueidislock/defaults",
+	"uncontended": {"raw", "guardkit", "guardkit/no-deadlock-detection", "guardkit/autopipeline", "redsync", "redislock", "rueidislock", "rueidislock/defaults",
 		"floor", "floor/autopipeline", "ceiling", "ceiling/autopipeline"},
-	"contended": {"raw", "guardkit", "guardkit/autopipeline", "guardkit/locker-per-worker", "redsync", "redsync/defaults",
+	"contended": {"raw", "guardkit", "guardkit/no-deadlock-detection", "guardkit/autopipeline", "guardkit/locker-per-worker", "redsync", "redsync/defaults",
 		"redislock", "redislock/defaults", "rueidislock", "rueidislock/defaults"},
 	"reentrant": {"guardkit"},
 	"many":      {"raw", "guardkit", "redsync", "redislock", "rueidislock"},

@@ -25,6 +25,7 @@ var programs = map[string]struct {
 	verdict  string
 	realOnly bool
 }{
+	"deadlock":  {nil, "ok: ", false},
 	"demo":      {nil, "PASS:", false},
 	"echo":      {[]string{"-smoke"}, "smoke: ok", false},
 	"fair":      {nil, "ok: ", false},

@@ -148,6 +148,38 @@
 // *redis.ClusterClient itself, or guard falls back to classic Pub/Sub and cannot reload
 // the client's slot map after a failover.
 //
+// # Deadlocks
+//
+// Reentry along the call chain removes the deadlock of a call waiting for its own
+// caller; it does nothing for two requests that each hold a lock the other waits for.
+// guard finds those cycles in Redis, across processes, services and Cluster nodes, and
+// ends each with one victim. Nothing happens until a wait has lasted the detection delay
+// (DeadlockDetection, default 1s; 0 turns it off): until then a wait costs what it
+// always did, and a wait directly in a request's root (a request that holds nothing yet,
+// so that no cycle can pass through it) is never watched. Then the waiter keeps a record
+// of its wait in Redis — "section s waits for key k", with an expiry that a dead waiter
+// does not renew — and walks the wait-for graph from k, every quarter of the delay at
+// first and every delay after four walks: k's holders, what they (or sections within
+// them) wait for, those keys' holders, and so on, 16 edges deep at most, one script call
+// per key or request on whichever node holds it. A walk that comes back to a section the
+// waiter is in has found a cycle, which the waiter reads again, edge by edge: the same
+// holds (by fencing token) and the same waits (by wait ID), so that holders that merely
+// changed while the walk read them never look like a cycle. Every member of a cycle
+// computes the same victim, the wait of the greatest section ID; that wait fails with a
+// *DeadlockError (ErrDeadlock) naming the cycle's keys and its holders' labels (Label),
+// its caller's locks are released as its function returns (Wrap, Do, the adapters), and
+// the others get their locks. The Echo middleware answers it 409 Conflict without
+// Retry-After, the gRPC interceptors codes.Aborted with the reason DEADLOCK.
+//
+// Exclusive, read-write (a writer waits for the readers; a reader for the writer, and for
+// the readers while a writer waits) and fair locks take part. A semaphore's waiters do
+// not: they wait for any one permit, and a cycle through one holder is no deadlock while
+// another may release. A Locker made by NewQuorum does not detect (each server sees a
+// different part of the holds). A section counts as waiting while any section within it
+// waits. A cycle through a lock guard does not manage (another library's, a database's),
+// or through an owner that waits outside guard, is not seen; docs/RELIABILITY.md says
+// what detection promises.
+//
 // # Retry hints
 //
 // This is the one place the hint a busy lock comes back with is defined. A wait that
@@ -218,7 +250,9 @@
 // once (a final release appends its nonce to the fencing counter's key, which keeps the
 // newest ones). An acquire whose outcome is unknown (a network error) is undone in the
 // background if it took effect. A hold made with the Label option also keeps its label
-// in the hash (field <owner>#l).
+// in the hash (field <owner>#l). A wait that lasted the deadlock detection delay keeps a
+// record in p{<request>}:waits, a hash of the request's waiting sections (see
+// scripts/waits.lua), removed when the wait ends.
 //
 // # Operators
 //
@@ -234,7 +268,8 @@
 // Every acquisition is a span, guard.acquire, a child of the caller's span, covering the
 // whole wait; its attributes are the lock name (the Name option, else the key template,
 // else "unnamed"), the key (unless RedactKeys), the owner, the attempts made, the outcome
-// (acquired, busy, timeout, canceled, error), reentrancy and the fencing token. A lease
+// (acquired, busy, deadlock, timeout, canceled, error), reentrancy and the fencing token;
+// a deadlock's victim adds the event guard.deadlock (the cycle's length and keys). A lease
 // held under a span adds events to it: guard.renewal_failed, guard.lease_lost,
 // guard.released_late, and guard.released when the lock is released (its name, fencing
 // token and the seconds held). No span covers the held section: the caller's own span
@@ -251,9 +286,10 @@
 //
 // # Errors
 //
-// Sentinels for errors.Is — ErrLocked, ErrLeaseLost, ErrReleased, ErrNotHeld, ErrExpired,
-// ErrInvalidConfig, ErrInvalidKey, ErrUnavailable, ErrClosed — and typed errors for
-// errors.As: *LockedError, *LeaseLostError, *ConfigError, *KeyError, *RedisError. Bad
+// Sentinels for errors.Is — ErrLocked, ErrDeadlock, ErrLeaseLost, ErrReleased, ErrNotHeld,
+// ErrExpired, ErrInvalidConfig, ErrInvalidKey, ErrUnavailable, ErrClosed — and typed errors
+// for errors.As: *LockedError, *DeadlockError, *LeaseLostError, *ConfigError, *KeyError,
+// *RedisError. Bad
 // options fail in New (or in the call that received them) with a *ConfigError naming the
 // field. A key is input, not configuration: one that is empty, too long or cannot be
 // rendered is ErrInvalidKey wherever it comes from (an argument, RawKey, a template,

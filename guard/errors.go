@@ -5,15 +5,29 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/guardkit/guardkit/ctxid"
 )
 
 // Sentinel errors, for errors.Is. Every error the package returns matches at most one of
-// ErrLocked, ErrLeaseLost, ErrNotHeld, ErrExpired, ErrUpgrade, ErrInvalidConfig,
-// ErrInvalidKey, ErrUnavailable and ErrClosed; a context error that ended a call stays in the chain.
+// ErrLocked, ErrDeadlock, ErrLeaseLost, ErrNotHeld, ErrExpired, ErrUpgrade,
+// ErrInvalidConfig, ErrInvalidKey, ErrUnavailable and ErrClosed; a context error that ended a call stays in the chain.
 var (
 	// ErrLocked reports that another owner holds the lock. The error is a *LockedError
 	// carrying the key and when to retry.
 	ErrLocked = errors.New("guard: lock is held by another owner")
+
+	// ErrDeadlock reports that the wait was one of a cycle of owners, each holding a lock
+	// the next one waits for, so that none of them would ever be granted (see
+	// DeadlockDetection), and that this call was the one chosen to fail: waiting again
+	// will not help, giving back what the caller holds will. The others of the cycle get
+	// their locks once the caller's locks are released, as Wrap, Do and the adapters do
+	// when the function returns. The error is a *DeadlockError naming the cycle.
+	//
+	// Detection covers exclusive, read-write and fair locks. A semaphore's waiter takes
+	// no part: it waits for any one of the permits, and a cycle through one permit holder
+	// is no deadlock while another holder may still release.
+	ErrDeadlock = errors.New("guard: deadlock")
 
 	// ErrLeaseLost reports that a lease ended before it was released: the lock was deleted,
 	// taken by another owner, or not renewed before its local validity ran out. It is the
@@ -93,6 +107,74 @@ func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // Unwrap returns the context error that ended the wait, if any.
 func (e *LockedError) Unwrap() error { return e.Err }
+
+// DeadlockError reports a deadlock that this call was chosen to end by failing: the
+// cycle of waits it was part of, starting with its own.
+type DeadlockError struct {
+	// Key is the lock key this call waited for.
+	Key string
+	// Cycle lists the waits of the cycle in order: Cycle[0] is this call's, and the
+	// holder of each edge's key is a section of (or is) the waiter of the next edge, the
+	// last one's of the first one's.
+	Cycle []DeadlockEdge
+
+	waited time.Duration // how long the call waited
+	walks  int           // walks of the graph its detection made
+	calls  int           // Redis calls of those walks and of the confirmation
+	took   time.Duration // how long the walk that found the cycle and its confirmation took
+}
+
+// DeadlockEdge is one wait of a deadlock's cycle: Waiter waits for Key, held by Holder.
+type DeadlockEdge struct {
+	// Waiter is the section that waits.
+	Waiter ctxid.ID
+	// Key is the lock key it waits for, and Kind that lock's kind.
+	Key  string
+	Kind Kind
+	// Holder is the section holding Key that keeps Waiter out.
+	Holder ctxid.ID
+	// Label is the text of the holder's label (option Label), "" when it has none.
+	Label string
+}
+
+// Error names the keys of the cycle, with the holders' labels where known (their section
+// IDs otherwise): guard: deadlock: "b" is held by p2, which waits for "a", held by p1,
+// which waits for "b"; this call was chosen to fail.
+func (e *DeadlockError) Error() string {
+	var b strings.Builder
+	b.WriteString("guard: deadlock: ")
+	for i, c := range e.Cycle {
+		if i > 0 {
+			b.WriteString(", which waits for ")
+			b.WriteString(quoteKey(c.Key))
+			b.WriteString(", held by ")
+		} else {
+			b.WriteString(quoteKey(c.Key))
+			b.WriteString(" is held by ")
+		}
+		if c.Label != "" {
+			b.WriteString(c.Label)
+		} else {
+			b.WriteString(string(c.Holder))
+		}
+	}
+	b.WriteString(", which waits for ")
+	b.WriteString(quoteKey(e.Key))
+	b.WriteString("; this call was chosen to fail")
+	return b.String()
+}
+
+// Is reports whether target is ErrDeadlock.
+func (e *DeadlockError) Is(target error) bool { return target == ErrDeadlock }
+
+// Keys returns the keys of the cycle, in its order.
+func (e *DeadlockError) Keys() []string {
+	keys := make([]string, len(e.Cycle))
+	for i, c := range e.Cycle {
+		keys[i] = c.Key
+	}
+	return keys
+}
 
 // LeaseLostError says why a lease was lost.
 type LeaseLostError struct {

@@ -31,3 +31,16 @@ func ClassicPubSub(l *Locker) {
 	l.classic = true
 	l.waits.sharded.Store(1)
 }
+
+// DeadlockWaited returns how long the victim of a deadlock waited before it failed.
+func DeadlockWaited(e *DeadlockError) time.Duration { return e.waited }
+
+// DeadlockCalls returns the Redis calls the victim's detection made, walks and
+// confirmations together, and the walks.
+func DeadlockCalls(e *DeadlockError) (calls, walks int) { return e.calls, e.walks }
+
+// DeadlockTook returns how long the victim's last walk and its confirmation took.
+func DeadlockTook(e *DeadlockError) time.Duration { return e.took }
+
+// DeadlockWalks returns how many walks of the wait-for graph l's waiters have made.
+func DeadlockWalks(l *Locker) int64 { return l.walks.Load() }

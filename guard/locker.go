@@ -49,6 +49,7 @@ type Locker struct {
 	renew renewer
 	tel   *telemetry
 	hints holdTimes      // hold times seen, for LockedError.RetryAfter (hint.go)
+	walks atomic.Int64   // walks of the wait-for graph made by this Locker's waiters (deadlock.go)
 	bg    sync.WaitGroup // background calls: compensating releases, abandoned attempts
 }
 
@@ -95,6 +96,9 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	}
 	if q == nil && cfg.replyBudgetSet {
 		return nil, &ConfigError{Field: "ReplyBudget", Reason: "applies to NewQuorum only: one deployment answers as one"}
+	}
+	if err := cfg.validateDeadlock(q != nil); err != nil {
+		return nil, err
 	}
 	if q != nil {
 		if err := q.admits(&cfg); err != nil {

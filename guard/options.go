@@ -60,6 +60,8 @@ type settings struct {
 	outageFails     bool          // WaitOutages(false)
 	pingOnNew       time.Duration // PingOnNew; 0: no check
 	label           string        // Label's text; "" for none
+	deadlockDelay   time.Duration // DeadlockDetection, when deadlockSet; else 1s (0 for a quorum)
+	deadlockSet     bool
 
 	spec     *kindSpec // kind's spec, set by validate
 	limitArg any       // acquire.lua's ARGV[7] for kinds with an aux key, boxed by validate

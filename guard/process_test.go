@@ -1,7 +1,6 @@
 package guard_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
+	"github.com/guardkit/guardkit/internal/testproc"
 )
 
 // holderEnv, when set, makes the test binary a holder process: it takes the lock its
@@ -117,49 +117,27 @@ func startHolder(t *testing.T, srv *redistest.Server, key string, spec holderSpe
 	if spec.Owner == "" {
 		spec.Owner = string(ctxid.New())
 	}
-	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), holderEnv+"="+string(raw))
+	var extra []string
 	if spec.Freeze {
-		cmd.Env = append(cmd.Env, "GOMAXPROCS=1")
+		extra = append(extra, "GOMAXPROCS=1")
 	}
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &holder{cmd: cmd, held: make(chan int64, 1), lines: make(chan string, 16)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
+	p := testproc.Start(t, holderEnv, spec, extra...)
+	h := &holder{cmd: p.Cmd, held: make(chan int64, 1), lines: make(chan string, 16)}
+	go func() { // ends when the process's output does
+		for line := range p.Lines {
 			var token int64
 			var owner string
-			if n, _ := fmt.Sscanf(sc.Text(), "held %d %s", &token, &owner); n >= 1 {
+			if n, _ := fmt.Sscanf(line, "held %d %s", &token, &owner); n >= 1 {
 				h.owner = owner
 				h.held <- token
 			} else {
 				select {
-				case h.lines <- sc.Text():
+				case h.lines <- line:
 				default:
 				}
 			}
 		}
 	}()
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		<-done
-	})
 	return h
 }
 

@@ -29,7 +29,7 @@ const (
 	AttrLockKind    = attribute.Key("guard.lock.kind")     // the lock's Kind: exclusive, read, write, semaphore, fair
 	AttrLockKey     = attribute.Key("guard.lock.key")      // the rendered key (spans only; see RedactKeys)
 	AttrOwner       = attribute.Key("guard.owner")         // the owner ID: the caller's, then the holding section's (spans only)
-	AttrOutcome     = attribute.Key("guard.outcome")       // acquired, busy, timeout, canceled, error; ok, failed, lost for renewals
+	AttrOutcome     = attribute.Key("guard.outcome")       // acquired, busy, deadlock, timeout, canceled, error; ok, failed, lost for renewals
 	AttrAttempts    = attribute.Key("guard.attempts")      // acquire round trips made
 	AttrReentrant   = attribute.Key("guard.reentrant")     // the owner already held the lock
 	AttrToken       = attribute.Key("guard.fencing_token") // the lease's fencing token
@@ -41,6 +41,7 @@ const (
 const (
 	OutcomeAcquired = "acquired" // the lease was granted
 	OutcomeBusy     = "busy"     // the retry policy gave up on a held lock
+	OutcomeDeadlock = "deadlock" // the wait was chosen to end a deadlock (ErrDeadlock)
 	OutcomeTimeout  = "timeout"  // a deadline (the policy's MaxWait or the context's) ended the wait
 	OutcomeCanceled = "canceled" // the context was cancelled
 	OutcomeError    = "error"    // Redis failed, or the key or configuration was invalid
@@ -271,6 +272,9 @@ func (a *acquisition) end(ctx context.Context, le *Lease, err error, p RetryPoli
 			attrs = append(attrs, AttrToken.Int64(le.Token()), AttrOwner.String(string(le.Owner())))
 		}
 		a.span.SetAttributes(attrs...)
+		if outcome == OutcomeDeadlock {
+			a.span.AddEvent("guard.deadlock", trace.WithAttributes(a.t.deadlockAttrs(err)...))
+		}
 		if err != nil && outcome == OutcomeError {
 			a.span.RecordError(err)
 			a.span.SetStatus(codes.Error, err.Error())
@@ -287,6 +291,8 @@ func outcomeOf(err error, p RetryPolicy) string {
 		return OutcomeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
 		return OutcomeTimeout
+	case errors.Is(err, ErrDeadlock):
+		return OutcomeDeadlock
 	case errors.Is(err, ErrLocked):
 		if p.limit == limitMaxWait {
 			return OutcomeTimeout
@@ -361,3 +367,23 @@ const (
 	renewFailed = "failed"
 	renewLost   = "lost"
 )
+
+// AttrCycleKeys lists the keys of a deadlock's cycle on the guard.deadlock event (unless
+// RedactKeys); AttrCycleLen counts its waits.
+const (
+	AttrCycleKeys = attribute.Key("guard.deadlock.keys")
+	AttrCycleLen  = attribute.Key("guard.deadlock.length")
+)
+
+// deadlockAttrs are the attributes of the guard.deadlock event for err.
+func (t *telemetry) deadlockAttrs(err error) []attribute.KeyValue {
+	var de *DeadlockError
+	if !errors.As(err, &de) {
+		return nil
+	}
+	attrs := []attribute.KeyValue{AttrCycleLen.Int(len(de.Cycle))}
+	if !t.redactKeys {
+		attrs = append(attrs, AttrCycleKeys.StringSlice(de.Keys()))
+	}
+	return attrs
+}

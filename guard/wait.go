@@ -95,6 +95,7 @@ type waitRun struct {
 	ttl          time.Duration   // the holder's TTL at the last busy attempt, <0 if unknown
 	woken        <-chan struct{} // a release notification since the last attempt
 	timer        *time.Timer
+	det          *detector // deadlock detection, armed when the wait begins; nil when off
 }
 
 // init sets w up for a wait of h under p.
@@ -121,6 +122,7 @@ func (w *waitRun) end() {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
+	w.det.stop()
 	w.l.settleUnsure(w.ctx, w.h)
 	if w.entered {
 		w.kw.exit(w.acquired)
@@ -242,8 +244,9 @@ func (w *waitRun) exhausted() bool {
 func (w *waitRun) join(a *acquisition) (again bool, err error) {
 	w.kw = w.l.waits.join(w.ctx, w.h.rk)
 	a.startWaiting(w.ctx)
+	w.det = w.l.watchDeadlock(w.h)
 	if w.style != waitOwn {
-		if err := w.kw.enter(w.ctx, w.deadline, w.l.done); err != nil {
+		if err := w.kw.enter(w.ctx, w.deadline, w.l.done, w.det.dead()); err != nil {
 			return false, w.waitError(err)
 		}
 		w.entered = true
@@ -276,6 +279,12 @@ func (w *waitRun) sleep() error {
 	if !w.deadline.IsZero() {
 		delay = min(delay, time.Until(w.deadline))
 	}
+	dead := w.det.dead()
+	select {
+	case <-dead:
+		return w.det.error()
+	default:
+	}
 	if w.timer == nil {
 		w.timer = time.NewTimer(delay)
 	} else {
@@ -288,6 +297,8 @@ func (w *waitRun) sleep() error {
 		return w.busy(w.ctx.Err())
 	case <-w.l.done:
 		return ErrClosed
+	case <-dead:
+		return w.det.error()
 	}
 	return nil
 }
@@ -314,6 +325,8 @@ func (w *waitRun) waitError(err error) error {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return err
+	case err == errChosen:
+		return w.det.error()
 	case errors.Is(err, errDeadline):
 		return w.busy(nil)
 	}
@@ -374,8 +387,9 @@ func (kw *keyWait) broadcast() <-chan struct{} {
 	}
 }
 
-// enter takes the key's gate.
-func (kw *keyWait) enter(ctx context.Context, deadline time.Time, done <-chan struct{}) error {
+// enter takes the key's gate. A wait chosen as a deadlock's victim (dead) stops waiting
+// for it with errChosen.
+func (kw *keyWait) enter(ctx context.Context, deadline time.Time, done, dead <-chan struct{}) error {
 	select {
 	case kw.gate <- struct{}{}:
 		return nil
@@ -396,6 +410,8 @@ func (kw *keyWait) enter(ctx context.Context, deadline time.Time, done <-chan st
 		return errDeadline
 	case <-done:
 		return ErrClosed
+	case <-dead:
+		return errChosen
 	}
 }
 

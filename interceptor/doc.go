@@ -160,6 +160,7 @@
 //	                               runs unlocked with WithFailOpen
 //	key missing, empty, ambiguous  InvalidArgument (ReasonInvalidKey)
 //	owner reads, method writes     FailedPrecondition (ReasonUpgradeRefused)
+//	deadlock, this call the victim Aborted, no RetryInfo (ReasonDeadlock)
 //	lease lost during the handler  Aborted (ReasonLeaseLost), even if the handler
 //	                               returned OK; a status code of its own is kept
 //	rule cannot read the request   Internal

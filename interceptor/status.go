@@ -38,6 +38,12 @@ const (
 	// reading and the method takes it for writing (codes.FailedPrecondition): release
 	// the read lock first (guard.ErrUpgrade).
 	ReasonUpgradeRefused = "LOCK_UPGRADE_REFUSED"
+	// ReasonDeadlock: the call waited for the lock in a cycle of requests, each holding a
+	// lock the next one waits for, and was the one chosen to fail so that the others go
+	// on (codes.Aborted, without RetryInfo: waiting does not clear it; guard.ErrDeadlock).
+	// The caller's locks are released as its handler returns; retrying the whole request
+	// may succeed.
+	ReasonDeadlock = "DEADLOCK"
 	// ReasonOwnerRejected: the RPC carried an owner token that the server refused, so it
 	// ran as a fresh owner and could not reenter the caller's locks. A busy status
 	// (ReasonLocked) carries a second ErrorInfo with this Reason after its RetryInfo,
@@ -61,6 +67,7 @@ const (
 	textInternal    = "internal error: the method's lock is misconfigured"
 	textCanceled    = "canceled while waiting for the lock"
 	textDeadline    = "deadline exceeded while waiting for the lock"
+	textDeadlock    = "deadlock: the call waited for a lock in a cycle of requests and was chosen to fail"
 )
 
 // statusError is a gRPC status error that keeps its cause in the error chain, so that
@@ -150,6 +157,8 @@ func (m mapping) acquireStatus(err error, rej *rejection) error {
 			})
 		}
 		return m.status(code, msg, cause, ReasonLocked, details...)
+	case errors.Is(err, guard.ErrDeadlock):
+		return m.status(codes.Aborted, textDeadlock, cause, ReasonDeadlock)
 	case errors.Is(err, context.Canceled):
 		return m.status(codes.Canceled, textCanceled, cause, "")
 	case errors.Is(err, context.DeadlineExceeded):
@@ -185,8 +194,8 @@ func (m mapping) lostStatus(err, herr error) error {
 // Status returns the status error that the server interceptors answer for err, a guard
 // error, so that a handler can answer as they do for a guarded call it makes itself
 // (guard.Wrap, guard.Do, Locker.Acquire): a busy lock is codes.Aborted with RetryInfo
-// (or codes.Canceled or codes.DeadlineExceeded when the context ended the wait), a lost
-// lease codes.Aborted, Redis unavailable codes.Unavailable, an invalid key
+// (or codes.Canceled or codes.DeadlineExceeded when the context ended the wait), a
+// deadlock's victim codes.Aborted without RetryInfo, a lost lease codes.Aborted, Redis unavailable codes.Unavailable, an invalid key
 // codes.InvalidArgument, a refused upgrade codes.FailedPrecondition, each with the
 // ErrorInfo of its Reason; the message is plain words (see the package documentation)
 // and err stays in the returned error's chain for the server's logs. ctx is the RPC's
@@ -202,7 +211,7 @@ func Status(ctx context.Context, err error) error {
 	case errors.Is(err, guard.ErrLeaseLost):
 		return m.lostStatus(err, nil)
 	case errors.Is(err, guard.ErrLocked), errors.Is(err, guard.ErrUnavailable), errors.Is(err, guard.ErrClosed),
-		errors.Is(err, guard.ErrInvalidKey), errors.Is(err, guard.ErrUpgrade):
+		errors.Is(err, guard.ErrInvalidKey), errors.Is(err, guard.ErrUpgrade), errors.Is(err, guard.ErrDeadlock):
 		return m.acquireStatus(err, nil)
 	}
 	return err

@@ -116,7 +116,8 @@ type LockConfig struct {
 	// ErrorHandler builds the response when the lock could not be taken or kept:
 	// the key could not be built (err matches guard.ErrInvalidKey), Redis could not
 	// be reached (guard.ErrUnavailable), the request's owner holds the route's
-	// read-write lock for reading and the route writes (guard.ErrUpgrade) or the lease
+	// read-write lock for reading and the route writes (guard.ErrUpgrade), the wait was
+	// chosen to end a deadlock (guard.ErrDeadlock) or the lease
 	// was lost while the handler ran (guard.ErrLeaseLost; the handler's own error, if
 	// any, is in the chain). Its result is returned to Echo.
 	// Optional. Default value: an *echo.HTTPError whose Internal is err — 400 Bad
@@ -124,7 +125,8 @@ type LockConfig struct {
 	// *echo.HTTPError as it is), 500 Internal Server Error when the matched route has no
 	// parameter the key names (a mistake the middleware also logs once per route through
 	// Echo's logger; 404 Not Found on a not-found route, such as an Echo group's
-	// catch-all), 409 Conflict for an upgrade refused, 503 Service Unavailable
+	// catch-all), 409 Conflict for an upgrade refused and for a deadlock's victim (without
+	// Retry-After: waiting does not clear it), 503 Service Unavailable
 	// otherwise. Messages are plain words that never carry the key, an owner or a token,
 	// nor Redis's address; a custom ErrorHandler can add what err holds for internal
 	// APIs.
@@ -321,7 +323,8 @@ func retryAfter(d time.Duration) string {
 // (guard.Wrap, guard.Do, Locker.Acquire) as the middleware answers its route's lock,
 // instead of as a 500: a busy lock (*guard.LockedError) is 409 Conflict with Retry-After
 // (set on c's response), Redis unavailable or a lost lease 503 Service Unavailable, an
-// invalid key 400 Bad Request, a refused upgrade 409 Conflict. The result is an
+// invalid key 400 Bad Request, a refused upgrade 409 Conflict, a deadlock's victim 409
+// Conflict without Retry-After. The result is an
 // *echo.HTTPError whose message is plain words and whose Internal is err. An error
 // that is not guard's is returned unchanged, and nil as nil.
 func Status(c echo.Context, err error) error {
@@ -332,7 +335,7 @@ func Status(c echo.Context, err error) error {
 	case errors.As(err, &busy):
 		return denyConflict(c, busy)
 	case errors.Is(err, guard.ErrLeaseLost), errors.Is(err, guard.ErrUnavailable), errors.Is(err, guard.ErrClosed),
-		errors.Is(err, guard.ErrInvalidKey), errors.Is(err, guard.ErrUpgrade):
+		errors.Is(err, guard.ErrInvalidKey), errors.Is(err, guard.ErrUpgrade), errors.Is(err, guard.ErrDeadlock):
 		return errorStatus(c, err)
 	}
 	return err
@@ -355,6 +358,9 @@ func errorStatus(_ echo.Context, err error) error {
 		return &echo.HTTPError{Code: http.StatusBadRequest, Message: "cannot build the lock key from the request", Internal: err}
 	case errors.Is(err, guard.ErrUpgrade):
 		return &echo.HTTPError{Code: http.StatusConflict, Message: "the request holds this lock for reading and cannot take it for writing", Internal: err}
+	case errors.Is(err, guard.ErrDeadlock):
+		// No Retry-After: waiting does not clear a deadlock; the request may be retried.
+		return &echo.HTTPError{Code: http.StatusConflict, Message: "deadlock: the request waited for a lock in a cycle of requests and was chosen to fail", Internal: err}
 	}
 	return &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: "lock service unavailable", Internal: err}
 }

@@ -161,7 +161,9 @@
 //   - Redis unreachable: ErrorHandler; by default 503 Service Unavailable, or, with
 //     FailOpen, the handler runs without the lock;
 //   - the request's section holds the key's read lock and the route writes it
-//     (guard.ErrUpgrade): ErrorHandler; by default 409 Conflict, at once.
+//     (guard.ErrUpgrade): ErrorHandler; by default 409 Conflict, at once;
+//   - the request's wait was one of a deadlock's cycle and was chosen to fail
+//     (guard.ErrDeadlock): ErrorHandler; by default 409 Conflict without Retry-After.
 //
 // The default handlers return an *echo.HTTPError whose Internal is guard's error, so
 // errors.Is and errors.As reach guard.ErrLocked, guard.ErrUnavailable and the rest.

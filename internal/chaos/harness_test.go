@@ -46,6 +46,9 @@ type config struct {
 	AutoPipeline bool `json:"auto_pipeline,omitempty"`
 	// FenceRetention, when set, is the Lockers' guard.FenceRetention.
 	FenceRetention time.Duration `json:"fence_retention,omitempty"`
+	// DeadlockDelay, when set, is the Lockers' guard.DeadlockDetection (the default, 1s,
+	// otherwise).
+	DeadlockDelay time.Duration `json:"deadlock_delay,omitempty"`
 }
 
 // newLocker builds a Locker with c's options on client, or on its auto-pipelining face
@@ -76,6 +79,9 @@ func (c config) lockerOpts() []guard.Option {
 	}
 	if c.FenceRetention > 0 {
 		opts = append(opts, guard.FenceRetention(c.FenceRetention))
+	}
+	if c.DeadlockDelay > 0 {
+		opts = append(opts, guard.DeadlockDetection(c.DeadlockDelay))
 	}
 	return opts
 }
@@ -138,6 +144,10 @@ type load struct {
 	// Distinct gives every section a key of its own (Keys[0], the worker and the section's
 	// number), as keys made from request ids are: nothing may pile up in Redis for them.
 	Distinct bool `json:"distinct,omitempty"`
+	// Ordered makes every section a two-key hold: the worker first takes an outer key,
+	// Keys[i], and runs the section on one of the keys after it, inside the outer
+	// lease's section — locks taken in one order, which can never form a deadlock.
+	Ordered bool `json:"ordered,omitempty"`
 }
 
 // kindOf draws the kind of one section: its options and whether it writes the register.
@@ -210,11 +220,12 @@ type worker struct {
 	load    load
 	rng     *rand.Rand
 	seq     int
+	from    int // the first of Keys a section may take (see load.Ordered)
 }
 
 func (w *worker) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		if !w.section(ctx) {
+		if !w.maybeOrdered(ctx) {
 			// Redis unavailable: back off, as a service would, instead of spinning.
 			sleepCtx(ctx, 50*time.Millisecond+between(w.rng, 0, 50*time.Millisecond))
 		}
@@ -245,7 +256,7 @@ func watchDeadline(ctx context.Context) (seen func() chaos.Mono) {
 // section runs one critical section; it reports false when Acquire failed for a reason
 // other than a busy lock.
 func (w *worker) section(ctx context.Context) bool {
-	key := w.load.Keys[w.rng.IntN(len(w.load.Keys))]
+	key := w.load.Keys[w.from+w.rng.IntN(len(w.load.Keys)-w.from)]
 	w.seq++
 	if w.load.Distinct {
 		key += ":" + w.id + ":" + strconv.Itoa(w.seq)
@@ -268,6 +279,7 @@ func (w *worker) section(ctx context.Context) bool {
 		if !typed(err) {
 			w.sink.Untyped("acquire", key, err)
 		}
+		w.falseDeadlock(key, start, err)
 		if re := (*guard.ReplicaError)(nil); errors.As(err, &re) {
 			w.sink.Mark("grant unacknowledged")
 		}
@@ -365,6 +377,42 @@ func (w *worker) section(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// maybeOrdered runs one section: on its own, or, for an Ordered load, inside the hold
+// of an outer key that comes before the section's keys. It reports false as section does.
+func (w *worker) maybeOrdered(ctx context.Context) bool {
+	if !w.load.Ordered || len(w.load.Keys) < 2 {
+		return w.section(ctx)
+	}
+	i := w.rng.IntN(len(w.load.Keys) - 1)
+	outer := w.load.Keys[i]
+	actx, cancel := context.WithTimeout(ctx, w.load.acquireTimeout(w.rng))
+	start := chaos.Now()
+	le, err := w.locker.Acquire(actx, outer)
+	cancel()
+	if err != nil {
+		if !typed(err) {
+			w.sink.Untyped("acquire", outer, err)
+		}
+		w.falseDeadlock(outer, start, err)
+		return errors.Is(err, guard.ErrLocked) || ctx.Err() != nil
+	}
+	w.from = i + 1
+	ok := w.section(le.Context())
+	w.from = 0
+	if err := le.Release(ctx); err != nil && !typed(err) {
+		w.sink.Untyped("release", outer, err)
+	}
+	return ok
+}
+
+// falseDeadlock reports an acquisition of key, begun at start, that failed with
+// ErrDeadlock: no load of the suite can form a cycle.
+func (w *worker) falseDeadlock(key string, start chaos.Mono, err error) {
+	if errors.Is(err, guard.ErrDeadlock) {
+		w.sink.Violate(failure(noFalseDeadlock, key, start, "acquire: %v", err))
+	}
 }
 
 // reenter takes the lock again for the same owner through another Locker, as a
@@ -645,7 +693,7 @@ func lockKey(name string) string {
 // typed reports whether err is one the engine documents: a sentinel of package guard,
 // ctxid.ErrInvalid, or a context error.
 func typed(err error) bool {
-	for _, s := range []error{guard.ErrLocked, guard.ErrLeaseLost, guard.ErrNotHeld, guard.ErrExpired,
+	for _, s := range []error{guard.ErrLocked, guard.ErrDeadlock, guard.ErrLeaseLost, guard.ErrNotHeld, guard.ErrExpired,
 		guard.ErrUnavailable, guard.ErrClosed, guard.ErrInvalidKey, guard.ErrInvalidConfig,
 		context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, s) {
@@ -983,6 +1031,10 @@ const (
 	workerProcess chaos.Invariant = "worker process"
 	// setup: the scenario could build its world and inject its faults.
 	setup chaos.Invariant = "setup"
+	// noFalseDeadlock: no acquisition fails with guard.ErrDeadlock where no cycle of
+	// waits can form — in none of the loads here: a section holds one key, reenters it,
+	// or takes two in key order (load.Ordered).
+	noFalseDeadlock chaos.Invariant = "no false deadlock"
 )
 
 // recent is how far back a failure found at a given moment looks for the scheduling

@@ -74,6 +74,7 @@ var scenarios = []scenario{
 	{name: "waiters on one key, half cancelled", smoke: true, run: waiters},
 	{name: "context-cancel storm", smoke: true, run: cancelStorm},
 	{name: "no ContextTimeoutEnabled, redis paused", run: noContextTimeout},
+	{name: "deadlock detection: ordered two-key holds, redis paused, connections reset", run: deadlockFalseAlarms},
 	{name: "auto-pipelined: redis paused > TTL", run: withAutoPipeline(pausedLong)},
 	{name: "auto-pipelined: latency above read timeout", run: withAutoPipeline(latency)},
 	{name: "auto-pipelined: context-cancel storm", smoke: true, run: withAutoPipeline(cancelStorm)},
@@ -455,6 +456,57 @@ func resets(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	})
 	stop()
 	return w.finish("", fmt.Sprintf("%d× TCP reset of every connection", n), sc.slack)
+}
+
+// deadlockFalseAlarms: every section holds two keys of eight, taken in key order, so
+// that waiters wait while holding (chains of waits, never a cycle), with deadlock
+// detection after 100ms, so that the waiters walk the wait-for graph all the time, while
+// Redis is paused for half a TTL and every connection is reset, in turn. No acquisition
+// may fail with ErrDeadlock (noFalseDeadlock).
+func deadlockFalseAlarms(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+	cfg := sc.tune(baseConfig())
+	cfg.DeadlockDelay = 100 * time.Millisecond
+	w := newWorld(t, cfg)
+	a := w.addNode("a", true)
+	b := w.addNode("b", true)
+	keys := []string{"d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7"}
+	stop := w.run(load{Keys: keys, Workers: 2 * sc.workers, Ordered: true,
+		AcquireMin: 2 * time.Second, AcquireMax: 3 * time.Second,
+		HoldMin: time.Millisecond, HoldMax: 20 * time.Millisecond})
+	pause := cfg.TTL / 2
+	pauses, resets := 0, 0
+	n := w.faultLoop(sc.run, 700*time.Millisecond, func(i int) {
+		if i%2 == 0 {
+			pauses++
+			w.fault("SIGSTOP redis", func() {
+				w.lock.Pause(w.tb)
+				time.Sleep(pause)
+				w.lock.Resume(w.tb)
+			})
+			return
+		}
+		resets++
+		w.fault("reset", func() {
+			a.proxy.ResetConns()
+			b.proxy.ResetConns()
+		})
+	})
+	stop()
+	// The inner acquisitions are the ones recorded (the outer ones are not sections of
+	// the history): those that waited past the delay were watched.
+	watched := 0
+	for _, c := range w.hist.Calls() {
+		if c.Op == "acquire" && c.Return.Sub(c.Start) > cfg.DeadlockDelay {
+			watched++
+		}
+	}
+	row, vs := w.finish("", fmt.Sprintf("%d faults: %d× SIGSTOP redis %s, %d× TCP reset of every connection; 8 keys, two-key holds in order, detection after %s",
+		n, pauses, pause, resets, cfg.DeadlockDelay), sc.slack)
+	if watched == 0 {
+		w.failf(liveness, "", 0, "no nested acquisition waited past the detection delay (%s): detection had nothing to look at", cfg.DeadlockDelay)
+	}
+	addNote(&row, fmt.Sprintf("%d nested acquisitions waited past the detection delay, walking the wait-for graph; none failed with ErrDeadlock", watched))
+	return row, vs
 }
 
 // restartDelayed kills the lock Redis and starts it empty only after a TTL, the

@@ -118,6 +118,11 @@ var (
 	// A quorum's write-back of a hold's confirmed token.
 	Raise = build("", "raise")
 
+	// Deadlock detection's: a request's wait records, and the holds that keep a waiter
+	// out.
+	Waits    = build("", "waits")
+	Blockers = build("no-writes", "blockers")
+
 	// Run with go-redis's Script (no flags, read-only or best-effort).
 	Inspect = Source("inspect") + "\nreturn lock_state(ARGV[1])\n"
 	Wake    = Source("wake")

@@ -20,6 +20,7 @@ var all = map[string]*script.Script{
 	"SemAcquire": script.SemAcquire, "SemRelease": script.SemRelease,
 	"FairAcquire": script.FairAcquire, "FairRelease": script.FairRelease,
 	"Force": script.Force, "Raise": script.Raise, "GatedAcquire": script.Gated(script.Acquire),
+	"Waits": script.Waits, "Blockers": script.Blockers,
 }
 
 // TestScriptsLoad: every script compiles on a real server in both forms, and the SHA1
@@ -57,7 +58,8 @@ func TestFragmentsOnce(t *testing.T) {
 		var in []string
 		for _, f := range []string{"acquire", "release", "renew", "raise", "gate", "inspect", "wake", "version", "chain", "fence",
 			"kinds/lib", "kinds/force", "kinds/read_acquire", "kinds/read_release", "kinds/write_acquire", "kinds/write_release",
-			"kinds/sem_acquire", "kinds/sem_release", "kinds/fair_acquire", "kinds/fair_release", "kinds/read_renew", "kinds/write_renew"} {
+			"kinds/sem_acquire", "kinds/sem_release", "kinds/fair_acquire", "kinds/fair_release", "kinds/read_renew", "kinds/write_renew",
+			"waits", "blockers"} {
 			if strings.Contains(script.Source(f), def) {
 				in = append(in, f)
 			}
