@@ -155,8 +155,14 @@
 // guard finds those cycles in Redis, across processes, services and Cluster nodes, and
 // ends each with one victim. Nothing happens until a wait has lasted the detection delay
 // (DeadlockDetection, default 1s; 0 turns it off): until then a wait costs what it
-// always did, and a wait directly in a request's root (a request that holds nothing yet,
-// so that no cycle can pass through it) is never watched. Then the waiter keeps a record
+// always did, and a wait directly in a request's root is never watched: a section holds
+// only what was taken within it, so a cycle can pass only through a wait nested in a
+// section that holds a lock. Take a second lock while holding a first with the first
+// lease's context (Lease.Context, or the context Wrap and Do hand fn), as nested Wrap and
+// Do calls do: l1, _ := Acquire(ctx, "a") followed by Acquire(ctx, "b") makes the second a
+// sibling section of the request, which is neither inside "a"'s section nor seen to
+// close a cycle with it, and two requests that do that in opposite orders wait out their
+// budgets as before (ErrLocked). Then the waiter keeps a record
 // of its wait in Redis — "section s waits for key k", with an expiry that a dead waiter
 // does not renew — and walks the wait-for graph from k, every quarter of the delay at
 // first and every delay after four walks: k's holders, what they (or sections within
