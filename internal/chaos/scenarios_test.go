@@ -637,7 +637,11 @@ func oom(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 					break
 				}
 				if err != nil || fill-start > 10000 {
-					w.fatalf(setup, "", filling, "filling Redis up to maxmemory: %v after %d values", err, fill-start)
+					// Say what the server thought of its memory, to tell a limit not in force
+					// from one never reached.
+					mm, _ := w.probe.ConfigGet(ctx, "maxmemory").Result()
+					w.fatalf(setup, "", filling, "filling Redis up to maxmemory: %v after %d values (used_memory %d, maxmemory %v, fillers %d)",
+						err, fill-start, w.lock.Stat(w.tb, "used_memory"), mm, w.probe.DBSize(ctx).Val())
 				}
 			}
 			// Full by a margin, so that a lock deleted meanwhile does not make room.
