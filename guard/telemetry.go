@@ -92,47 +92,48 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, redactKeys b
 		redactKeys: redactKeys,
 		untraced:   untraced,
 	}
-	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version))
+	t.instruments(mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version)))
+	return t
+}
+
+// instruments makes t's metric instruments on m. An instrument m cannot make (a
+// conflicting registration) is reported to OpenTelemetry's error handler and replaced by
+// a no-op one: telemetry never stops the engine.
+func (t *telemetry) instruments(m metric.Meter) {
 	fallback := noop.NewMeterProvider().Meter(ScopeName)
 	waitBuckets := metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 	holdBuckets := metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900)
-	var err error
-	if t.wait, err = m.Float64Histogram("guard.lock.wait.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time spent acquiring a lock, by lock name and outcome."), waitBuckets); err != nil {
-		otel.Handle(err)
-		t.wait, _ = fallback.Float64Histogram("guard.lock.wait.duration")
+	histogram := func(name, desc string, buckets metric.HistogramOption) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), buckets)
+		if err != nil {
+			otel.Handle(err)
+			h, _ = fallback.Float64Histogram(name)
+		}
+		return h
 	}
-	if t.hold, err = m.Float64Histogram("guard.lock.hold.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time a lease was held, from acquisition to release or loss."), holdBuckets); err != nil {
-		otel.Handle(err)
-		t.hold, _ = fallback.Float64Histogram("guard.lock.hold.duration")
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			otel.Handle(err)
+			c, _ = fallback.Int64Counter(name)
+		}
+		return c
 	}
-	if t.acquisitions, err = m.Int64Counter("guard.lock.acquisitions", metric.WithUnit("{acquisition}"),
-		metric.WithDescription("Acquisitions by lock name, outcome and reentrancy.")); err != nil {
-		otel.Handle(err)
-		t.acquisitions, _ = fallback.Int64Counter("guard.lock.acquisitions")
+	gauge := func(name, unit, desc string) metric.Int64UpDownCounter {
+		g, err := m.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			otel.Handle(err)
+			g, _ = fallback.Int64UpDownCounter(name)
+		}
+		return g
 	}
-	if t.lost, err = m.Int64Counter("guard.lock.lost", metric.WithUnit("{lease}"),
-		metric.WithDescription("Leases lost before release.")); err != nil {
-		otel.Handle(err)
-		t.lost, _ = fallback.Int64Counter("guard.lock.lost")
-	}
-	if t.renewals, err = m.Int64Counter("guard.lock.renewals", metric.WithUnit("{renewal}"),
-		metric.WithDescription("Lease renewals by outcome: ok, failed (retried) or lost.")); err != nil {
-		otel.Handle(err)
-		t.renewals, _ = fallback.Int64Counter("guard.lock.renewals")
-	}
-	if t.active, err = m.Int64UpDownCounter("guard.lock.active", metric.WithUnit("{lease}"),
-		metric.WithDescription("Leases held now.")); err != nil {
-		otel.Handle(err)
-		t.active, _ = fallback.Int64UpDownCounter("guard.lock.active")
-	}
-	if t.waiters, err = m.Int64UpDownCounter("guard.lock.waiters", metric.WithUnit("{waiter}"),
-		metric.WithDescription("Goroutines waiting for a busy lock now.")); err != nil {
-		otel.Handle(err)
-		t.waiters, _ = fallback.Int64UpDownCounter("guard.lock.waiters")
-	}
-	return t
+	t.wait = histogram("guard.lock.wait.duration", "Time spent acquiring a lock, by lock name and outcome.", waitBuckets)
+	t.hold = histogram("guard.lock.hold.duration", "Time a lease was held, from acquisition to release or loss.", holdBuckets)
+	t.acquisitions = counter("guard.lock.acquisitions", "{acquisition}", "Acquisitions by lock name, outcome and reentrancy.")
+	t.lost = counter("guard.lock.lost", "{lease}", "Leases lost before release.")
+	t.renewals = counter("guard.lock.renewals", "{renewal}", "Lease renewals by outcome: ok, failed (retried) or lost.")
+	t.active = gauge("guard.lock.active", "{lease}", "Leases held now.")
+	t.waiters = gauge("guard.lock.waiters", "{waiter}", "Goroutines waiting for a busy lock now.")
 }
 
 type attrSetKey struct {
