@@ -142,6 +142,8 @@ func queued(t *testing.T, addr, key string, args ...string) {
 	}
 }
 
+var lockerID = regexp.MustCompile(`(^|[^A-Za-z0-9_-])[A-Za-z0-9_-]{12}([^A-Za-z0-9_-]|$)`)
+
 // Values that change from run to run, replaced in outputs before they are compared with
 // the golden files.
 var volatile = []struct {
@@ -153,7 +155,10 @@ var volatile = []struct {
 	{regexp.MustCompile(`\b\d+(\.\d)?(ms|s)\b|\b\d+m\d\ds\b`), "DUR"},
 	{regexp.MustCompile(`[A-Za-z0-9_-]{22}`), "OWNER"},
 	{regexp.MustCompile(`OWNER(/[A-Za-z0-9_-]+)+`), "OWNER/SECTION"}, // a section of the request
-	{regexp.MustCompile(`\b[A-Za-z0-9_-]{12}\b`), "LOCKER"},
+	// A Locker ID is 12 characters of base64url, which may begin or end with "-" or
+	// "_": \b would miss those. Twice, for two IDs one character apart.
+	{lockerID, "${1}LOCKER${2}"},
+	{lockerID, "${1}LOCKER${2}"},
 	{regexp.MustCompile(`127\.0\.0\.1:\d+`), "ADDR"},
 	{regexp.MustCompile(` +`), " "},
 	{regexp.MustCompile(`(?m)^( ADDR - - - - - ).*$`), "${1}ERROR"}, // a server's error: refused, or timed out
