@@ -371,8 +371,9 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 			return le, nil
 		}
 	}
-	h.hold(g)
+	// The hold's telemetry first: hold hands h to the watchdog, whose goroutine reads it.
 	h.tel = l.tel.held(ctx, a.name, a.kind)
+	h.hold(g)
 	le := h.newLease(ctx, g.holds > 1)
 	h.acquireEnded()
 	l.mu.Unlock()
