@@ -28,8 +28,12 @@ const ListScanCount = 1000
 //
 // pattern is a glob over keys, as in Redis's MATCH: '*' any run, '?' one byte, '[…]' a
 // class; "" lists every lock. A lock is listed while it is held or waited for. On a
-// quorum Locker each lock is returned once, with the majority's view and each server's;
-// a server that cannot be scanned is passed over (what a majority holds is on another).
+// quorum Locker a lock is returned once, from the last server that holds it, with the
+// majority's view and each server's; one whose copies change during the listing (a
+// server that catches up on a hold after its answer came late) may be returned twice.
+// A server that cannot be scanned is passed over: what a majority holds is on another,
+// and returned from there unless that server answered an earlier page's reads and
+// failed only at its own scan.
 //
 // Errors: ErrClosed, ErrInvalidKey for a cursor that List did not return, and a
 // *RedisError (ErrUnavailable) when the server could not be scanned or read.
@@ -85,7 +89,7 @@ func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*Loc
 
 // readPage reads the locks of reqs, found on server i, and returns those held or waited
 // for: on a quorum Locker with the majority's view, and only when no server scanned
-// before i showed them.
+// after i shows them (see shownLater).
 func (l *Locker) readPage(ctx context.Context, reqs []inspectReq, i int) ([]*LockState, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -107,7 +111,7 @@ func (l *Locker) readPage(ctx context.Context, reqs []inspectReq, i int) ([]*Loc
 		if err != nil {
 			return nil, err
 		}
-		if shownBefore(views, i) || !listed(st) && !anyListed(views) {
+		if shownLater(views, i) || !listed(st) && !anyListed(views) {
 			continue
 		}
 		locks = append(locks, st)
@@ -129,10 +133,18 @@ func anyListed(views []*LockState) bool {
 	return false
 }
 
-// shownBefore reports whether a quorum's lock found on server i was already returned
-// when an earlier server was scanned: one of them holds it too.
-func shownBefore(views []*LockState, i int) bool {
-	for _, v := range views[:i] {
+// shownLater reports whether a quorum's lock found on server i will be returned when a
+// later server is scanned: one of them holds it too. A lock is returned from the last
+// server that holds it, not the first: a server gains the copy of a lock held
+// throughout the listing whenever an acquisition's write reaches it after the majority
+// answered, or the watchdog writes a hold back to a server that missed it, and a copy
+// gained by a server already scanned would hide the lock from every page if the first
+// server holding it now were the one to return it. A copy gained by a server not yet
+// scanned makes a lock returned twice instead, which SCAN allows; only a copy lost by a
+// later server while a majority holds the lock (a server restarted without its data)
+// can hide it.
+func shownLater(views []*LockState, i int) bool {
+	for _, v := range views[i+1:] {
 		if listed(v) {
 			return true
 		}
