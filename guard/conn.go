@@ -11,7 +11,7 @@ import (
 // conn is the Redis side of a Locker: its client and what the engine knows of it —
 // whether calls give up at their context's deadline or may wait for a batch, which
 // Pub/Sub announces releases on a Cluster, and when the Cluster's slot map was last
-// reloaded. Attempts, releases, the watchdog (renewer) and the release notifications
+// reloaded. Attempts, releases, the watchdog (renew.go) and the release notifications
 // (waiters) reach Redis through it only: its methods are in scripts.go (runScript),
 // sync.go (syncNode) and topology.go (refresh, the sharded flag).
 type conn struct {

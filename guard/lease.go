@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/watchdog"
 )
 
 // heldState is where a held record is in its life.
@@ -24,7 +25,7 @@ const (
 // Lease handles for the key (local reentrancy).
 //
 // Locking: every mutable field is guarded by exactly one mutex, named at the field —
-// l.mu for the lease's life (state, cause, handles, validity), l.renew.mu for its place
+// l.mu for the lease's life (state, cause, handles, validity), the watchdog's for its place
 // in the watchdog — and is read and written only with that mutex held, even where no
 // other goroutine could reach h any more. The fields above the first group are fixed at
 // creation, but for hk.owner and args.owner, which an acquisition that reentered a
@@ -70,11 +71,8 @@ type held struct {
 	due      atomic.Int64
 	renewErr error // last renewal error, cleared by a successful renewal
 
-	// Guarded by l.renew.mu.
-	next     time.Time     // next renewal
-	index    int           // position in the renewal heap, -1 when absent
-	inflight chan struct{} // closed when the renewal batch holding h is done
-	stopped  bool          // renewal stopped for good
+	// renewal is h's place in the watchdog's queue, guarded by the watchdog.
+	renewal watchdog.Entry[*held]
 }
 
 // hold records a successful acquisition and starts the lease's clocks. l.mu is held.
@@ -85,7 +83,7 @@ func (h *held) hold(g granted) {
 	h.validUntil = h.validity(g.sent, h.s.ttl)
 	h.due.Store(monoAt(h.validUntil))
 	h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)
-	h.l.renew.add(h, g.sent)
+	h.l.dog.Add(&h.renewal, h, g.sent)
 }
 
 // holdLimit is when MaxHold ends the lease, zero when there is no limit.
@@ -181,7 +179,7 @@ func (h *held) lose(reason string, err error) {
 	h.timer.Stop()
 	handles := append([]*Lease(nil), h.handles...)
 	l.mu.Unlock()
-	l.renew.remove(context.Background(), h, false)
+	l.dog.Remove(context.Background(), &h.renewal, false)
 	for _, le := range handles {
 		le.end(lost)
 	}
@@ -232,7 +230,7 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	le.end(ErrReleased)
 	rctx, cancel := l.releaseCtx(ctx)
 	defer cancel()
-	l.renew.remove(rctx, h, true)
+	l.dog.Remove(rctx, &h.renewal, true)
 	code, err := l.releaseRemote(rctx, h)
 	if prev != stateLost {
 		l.hints.observe(h, time.Since(h.acquired))

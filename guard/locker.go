@@ -15,6 +15,7 @@ import (
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard/internal/script"
+	"github.com/guardkit/guardkit/guard/internal/watchdog"
 )
 
 var (
@@ -46,7 +47,7 @@ type Locker struct {
 	closed bool
 
 	waits waiters
-	renew renewer
+	dog   *watchdog.Dog[*held]
 	tel   *telemetry
 	hints holdTimes      // hold times seen, for LockedError.RetryAfter (hint.go)
 	walks atomic.Int64   // walks of the wait-for graph made by this Locker's waiters (deadlock.go)
@@ -128,7 +129,7 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
 	l.idArg = l.id
 	l.waits.l, l.waits.c = l, &l.conn
-	l.renew.l, l.renew.c = l, &l.conn
+	l.dog = newWatchdog(l)
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
 	if err := l.pingOnNew(); err != nil {
 		return nil, err
@@ -199,7 +200,7 @@ func (l *Locker) Close() error {
 	for _, h := range hs {
 		h.lose("locker closed", nil)
 	}
-	l.renew.close()
+	l.dog.Close()
 	l.waits.close()
 	l.bg.Wait()
 	return nil

@@ -918,9 +918,9 @@ func (l *Locker) each(on []bool, inline bool, call func(ctx context.Context, c *
 // renewQuorum renews batch on every server at once, one pipeline per server, and
 // decides each lease's renewal as soon as a majority confirmed it (nil), a majority
 // reported it gone (errNotOwner), or neither can happen any more (a *RedisError).
-func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, ttls []time.Duration, errs []error) {
+func (l *Locker) renewQuorum(timeout time.Duration, batch []*held, idx []int, ttls []time.Duration, errs []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	q := r.l.q
+	q := l.q
 	n := len(q.nodes)
 	qr := &quorumRenewal{q: q, batch: batch, errs: errs, open: len(idx),
 		ok: make([]int, len(batch)), gone: make([]int, len(batch)), failed: make([][]error, len(batch)),
@@ -942,12 +942,12 @@ func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, t
 		for k, i := range g.idx {
 			if v, err := g.cmds[k].Int64(); err == nil && v != 1 && errs[i] == nil {
 				lateMu.Lock()
-				r.l.repairQuorum(batch[i], nr.i)
+				l.repairQuorum(batch[i], nr.i)
 				lateMu.Unlock()
 			}
 		}
 	}
-	r.l.round(ctx, cancel, limits{}, call, qr.take, late)
+	l.round(ctx, cancel, limits{}, call, qr.take, late)
 	// The servers that reported a renewed hold gone get it back.
 	for _, i := range idx {
 		if errs[i] != nil {
@@ -955,7 +955,7 @@ func (r *renewer) renewQuorum(timeout time.Duration, batch []*held, idx []int, t
 		}
 		for j := range n {
 			if qr.missing[i]&(1<<j) != 0 {
-				r.l.repairQuorum(batch[i], j)
+				l.repairQuorum(batch[i], j)
 			}
 		}
 	}
