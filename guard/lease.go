@@ -180,10 +180,12 @@ func (h *held) lose(reason string, err error) {
 	handles := append([]*Lease(nil), h.handles...)
 	l.mu.Unlock()
 	l.dog.Remove(context.Background(), &h.renewal, false)
+	// Telemetry first: once the work's context is done, the loss is on its span and in
+	// the counters for whoever looks (the work may end the span at once).
+	l.tel.ended(h, lost)
 	for _, le := range handles {
 		le.end(lost)
 	}
-	l.tel.ended(h, lost)
 }
 
 // lostCause returns why the lease was lost, or nil when it was not.
