@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -121,9 +120,6 @@ type detector struct {
 	walks int // walks made
 	calls int // Redis calls of the walks and confirmations, all of them
 }
-
-// errChosen ends a wait for the key's gate when the wait was chosen as a victim.
-var errChosen = errors.New("guard: chosen as a deadlock's victim")
 
 // error returns the *DeadlockError of a wait chosen as a victim, once dead is closed.
 func (d *detector) error() error {

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"github.com/guardkit/guardkit/guard/internal/feed"
 	"time"
 )
 
@@ -18,9 +19,7 @@ func KeyFor[Req any](opts ...Option) (func(context.Context, Req) (string, error)
 // SetPubSubTiming shortens the Pub/Sub receive loop's timing for a test and returns a
 // function that restores it. Call it before the Locker under test first waits.
 func SetPubSubTiming(poll, ping, dead time.Duration) (restore func()) {
-	p, pi, d := receivePoll, pingIdle, deadIdle
-	receivePoll, pingIdle, deadIdle = poll, ping, dead
-	return func() { receivePoll, pingIdle, deadIdle = p, pi, d }
+	return feed.SetTiming(poll, ping, dead)
 }
 
 // ClassicPubSub makes l announce and hear releases with classic Pub/Sub on a Redis 7
@@ -29,7 +28,7 @@ func SetPubSubTiming(poll, ping, dead time.Duration) (restore func()) {
 // before l first waits.
 func ClassicPubSub(l *Locker) {
 	l.classic = true
-	l.waits.sharded.Store(1)
+	l.feedSrc.sharded.Store(1)
 }
 
 // DeadlockWaited returns how long the victim of a deadlock waited before it failed.

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/feed"
 	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/guardkit/guardkit/guard/internal/watchdog"
 )
@@ -46,12 +47,13 @@ type Locker struct {
 	held   map[holdKey]*held // leases held or being acquired, by key and owner
 	closed bool
 
-	waits waiters
-	dog   *watchdog.Dog[*held]
-	tel   *telemetry
-	hints holdTimes      // hold times seen, for LockedError.RetryAfter (hint.go)
-	walks atomic.Int64   // walks of the wait-for graph made by this Locker's waiters (deadlock.go)
-	bg    sync.WaitGroup // background calls: compensating releases, abandoned attempts
+	waits   *feed.Hub
+	feedSrc *feedSource // the Hub's view of the deployment
+	dog     *watchdog.Dog[*held]
+	tel     *telemetry
+	hints   holdTimes      // hold times seen, for LockedError.RetryAfter (hint.go)
+	walks   atomic.Int64   // walks of the wait-for graph made by this Locker's waiters (deadlock.go)
+	bg      sync.WaitGroup // background calls: compensating releases, abandoned attempts
 }
 
 // maxOwnerLen bounds owner IDs set by callers with ctxid.NewContext: a root of up to 128
@@ -128,7 +130,7 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	}
 	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
 	l.idArg = l.id
-	l.waits.l, l.waits.c = l, &l.conn
+	l.waits = newHub(l)
 	l.dog = newWatchdog(l)
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
 	if err := l.pingOnNew(); err != nil {
@@ -201,7 +203,7 @@ func (l *Locker) Close() error {
 		h.lose("locker closed", nil)
 	}
 	l.dog.Close()
-	l.waits.close()
+	l.waits.Close()
 	l.bg.Wait()
 	return nil
 }
@@ -640,7 +642,7 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 	var r reply
 	urgent := false
 	if l.batching {
-		_, urgent, _ = l.waits.state(h.rk) // this process's waiters are next
+		_, urgent, _ = l.waits.State(h.rk.channel()) // this process's waiters are next
 	}
 	if l.waitsWithContext(urgent) {
 		r.code, r.err = l.runRelease(ctx, h, urgent)
@@ -667,26 +669,26 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 			// backoff. Wake them anyway (one wasted attempt if the lock is still held),
 			// and with none here pass the turn on, as for a release that reports this
 			// Locker first in the wait queue.
-			if !l.waits.wake(h.rk) {
-				l.waits.keepTurn(h.rk.channel())
+			if !l.waits.Wake(h.rk.channel()) {
+				l.waits.KeepTurn(h.rk.channel())
 			}
 		}
 		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: r.err}
 	}
 	switch r.code {
 	case releaseFreed:
-		l.waits.wake(h.rk)
+		l.waits.Wake(h.rk.channel())
 	case releaseOwnTurn:
 		// This Locker was first in the wait queue: its waiters have the turn, or, with
 		// none left, the next Locker.
-		if !l.waits.wake(h.rk) {
-			l.waits.keepTurn(h.rk.channel())
+		if !l.waits.Wake(h.rk.channel()) {
+			l.waits.KeepTurn(h.rk.channel())
 		}
 		r.code = releaseFreed
 	case releaseHandedOn:
 		// Handed to another process: for a moment, this process's newcomers leave the
 		// free lock to it instead of taking it back at once.
-		l.waits.yield(h.rk, min(h.s.ttl/2, courtesyWindow))
+		l.waits.Yield(h.rk.channel(), min(h.s.ttl/2, courtesyWindow))
 		r.code = releaseFreed
 	}
 	return r.code, nil

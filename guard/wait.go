@@ -4,22 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
+	"github.com/guardkit/guardkit/guard/internal/feed"
 	"github.com/redis/go-redis/v9"
-)
-
-const (
-	// How long a new waiter waits for its release-notification subscription to be
-	// confirmed before it falls back to sleeping on its backoff alone.
-	confirmWait = time.Second
-	// How long, at most, a process that handed a lock to another one keeps its newcomers
-	// from taking it back (see yield).
-	courtesyWindow = 50 * time.Millisecond
-	// How long a turn that came with nobody waiting is kept for a goroutine about to wait
-	// before it is passed on to the next Locker.
-	turnGrace = 100 * time.Millisecond
 )
 
 // wait acquires h in Redis under retry policy p. Between attempts it sleeps until the
@@ -81,11 +69,11 @@ type waitRun struct {
 	deadline time.Time
 	style    waitStyle
 
-	// The key's state in this process when the wait began (see waiters.state).
+	// The key's state in this process when the wait began (see feed.Hub.State).
 	subscribed, queued, yielding bool
 	first                        string // the first attempt's manner
 
-	kw       *keyWait
+	kw       *feed.Key
 	entered  bool // kw's gate is ours
 	acquired bool
 	// queuedRemote: an attempt found the lock busy and joined its Redis-side wait.
@@ -101,7 +89,7 @@ type waitRun struct {
 // init sets w up for a wait of h under p.
 func (w *waitRun) init(l *Locker, ctx context.Context, h *held, p RetryPolicy, deadline time.Time) {
 	*w = waitRun{l: l, ctx: ctx, h: h, p: p, deadline: deadline, style: h.s.spec.wait, ttl: -1}
-	w.subscribed, w.queued, w.yielding = l.waits.state(h.rk)
+	w.subscribed, w.queued, w.yielding = l.waits.State(h.rk.channel())
 	// A newcomer makes its first attempt at once, even when others of this process queue
 	// for the key: its owner may hold the lock through another process (a downstream
 	// service reached with the owner's token), which only Redis can tell, and a newcomer
@@ -125,10 +113,10 @@ func (w *waitRun) end() {
 	w.det.stop()
 	w.l.settleUnsure(w.ctx, w.h)
 	if w.entered {
-		w.kw.exit(w.acquired)
+		w.kw.Exit(w.acquired)
 	}
 	if w.kw != nil {
-		w.l.waits.leave(w.kw, w.acquired)
+		w.l.waits.Leave(w.kw, w.acquired)
 	}
 	if !w.acquired && w.queuedRemote && w.h.s.spec.leaves {
 		w.l.leave(w.h)
@@ -190,10 +178,10 @@ func (w *waitRun) listen() {
 	switch {
 	case w.kw == nil:
 	case w.style == waitOwn:
-		w.woken = w.kw.broadcast()
+		w.woken = w.kw.Broadcast()
 	default:
-		w.kw.drain()
-		w.woken = w.kw.notify
+		w.kw.Drain()
+		w.woken = w.kw.Notify()
 	}
 }
 
@@ -242,17 +230,17 @@ func (w *waitRun) exhausted() bool {
 // acquisition's telemetry) that it waits, and waits for the gate (for a kind that has one). again reports that the lock may have become free meanwhile, so
 // that the next attempt should go at once.
 func (w *waitRun) join(a *acquisition) (again bool, err error) {
-	w.kw = w.l.waits.join(w.ctx, w.h.rk)
+	w.kw = w.l.waits.Join(w.h.rk.channel())
 	a.startWaiting(w.ctx)
 	w.det = w.l.watchDeadlock(w.h)
 	if w.style != waitOwn {
-		if err := w.kw.enter(w.ctx, w.deadline, w.l.done, w.det.dead()); err != nil {
+		if err := w.kw.Enter(w.ctx, w.deadline, w.l.done, w.det.dead()); err != nil {
 			return false, w.waitError(err)
 		}
 		w.entered = true
 	}
-	w.kw.awaitSubscribed(w.ctx, w.deadline, confirmWait)
-	w.woken = w.kw.notify // a waitOwn waiter always attempts again first (below)
+	w.kw.AwaitSubscribed(w.ctx, w.deadline, confirmWait)
+	w.woken = w.kw.Notify() // a waitOwn waiter always attempts again first (below)
 	switch {
 	case !w.subscribed || w.style != waitGated:
 		// The lock may have been freed before the subscription existed; and for a shared
@@ -263,7 +251,7 @@ func (w *waitRun) join(a *acquisition) (again bool, err error) {
 		// A polite attempt left the lock free to this process's queue, which this
 		// goroutine now heads: the lock may still be free.
 		return true, nil
-	case w.queued && !w.kw.predecessorAcquired():
+	case w.queued && !w.kw.PredecessorAcquired():
 		return true, nil // the goroutine ahead gave up: the lock may be free
 	}
 	return false, nil // a release since the last attempt left a notification
@@ -325,120 +313,16 @@ func (w *waitRun) waitError(err error) error {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return err
-	case err == errChosen:
+	case err == feed.ErrClosed:
+		return ErrClosed
+	case err == feed.ErrChosen:
 		return w.det.error()
-	case errors.Is(err, errDeadline):
+	case err == feed.ErrDeadline:
 		return w.busy(nil)
 	}
 	return w.busy(err)
 }
 
-var errDeadline = errors.New("guard: retry policy deadline")
-
 // errLateGrant ends an acquisition whose last attempt took the lock but whose reply came
 // back after the lease's validity, counted from the send, had run out.
 var errLateGrant = errors.New("the lock was granted, but the reply arrived after the lease's validity had run out; the grant was undone")
-
-// keyWait is the waiting state of one key in this process.
-type keyWait struct {
-	channel string
-	refs    int           // goroutines waiting; guarded by waiters.mu
-	idle    time.Time     // when refs fell to zero; guarded by waiters.mu
-	gate    chan struct{} // holds a token while one goroutine makes attempts
-	notify  chan struct{} // a release was seen since the last drain
-
-	woken          atomic.Pointer[chan struct{}] // closed by the next signal (see broadcast)
-	handedAcquired atomic.Bool                   // the last goroutine to leave the gate took the lock
-	ok             chan struct{}                 // closed at the first confirmation of the subscription
-	okOnce         bool                          // ok is closed; guarded by waiters.mu
-	live           bool                          // the subscription is confirmed now; guarded by waiters.mu
-	feed           *feed                         // the sharded feed its channel is subscribed on; guarded by waiters.mu
-}
-
-func (kw *keyWait) drain() {
-	select {
-	case <-kw.notify:
-	default:
-	}
-}
-
-// signal wakes the goroutine at the gate, and every goroutine waiting on broadcast.
-func (kw *keyWait) signal() {
-	select {
-	case kw.notify <- struct{}{}:
-	default:
-	}
-	if c := kw.woken.Swap(nil); c != nil {
-		close(*c)
-	}
-}
-
-// broadcast returns a channel that the next signal closes: the waiters of a kind that
-// waits without the gate (waitOwn) all wake at each release notification.
-func (kw *keyWait) broadcast() <-chan struct{} {
-	for {
-		if c := kw.woken.Load(); c != nil {
-			return *c
-		}
-		c := make(chan struct{})
-		if kw.woken.CompareAndSwap(nil, &c) {
-			return c
-		}
-	}
-}
-
-// enter takes the key's gate. A wait chosen as a deadlock's victim (dead) stops waiting
-// for it with errChosen.
-func (kw *keyWait) enter(ctx context.Context, deadline time.Time, done, dead <-chan struct{}) error {
-	select {
-	case kw.gate <- struct{}{}:
-		return nil
-	default:
-	}
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case kw.gate <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timeout:
-		return errDeadline
-	case <-done:
-		return ErrClosed
-	case <-dead:
-		return errChosen
-	}
-}
-
-// exit gives the gate to the next goroutine, telling it whether this one took the lock.
-func (kw *keyWait) exit(acquired bool) {
-	kw.handedAcquired.Store(acquired)
-	<-kw.gate
-}
-
-// predecessorAcquired reports whether the goroutine that held the gate last took the lock.
-func (kw *keyWait) predecessorAcquired() bool { return kw.handedAcquired.Load() }
-
-// awaitSubscribed waits, at most d, for the key's subscription to be confirmed.
-func (kw *keyWait) awaitSubscribed(ctx context.Context, deadline time.Time, d time.Duration) {
-	select {
-	case <-kw.ok:
-		return
-	default:
-	}
-	if !deadline.IsZero() {
-		d = min(d, time.Until(deadline))
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-kw.ok:
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
