@@ -232,24 +232,7 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 	if len(v) > 6 {
 		aux2, _ = v[6].([]any)
 	}
-	nowMs := nowUs / 1000
-	switch r.spec.kind {
-	case KindExclusive, KindFair:
-		st.Holders = holdersOfHash(fields, r.spec.kind, time.Duration(max(pttl, 0))*time.Millisecond)
-		if r.spec.kind == KindFair {
-			st.Waiters = fairWaiters(aux, aux2, nowMs)
-		}
-	default:
-		st.Holders = holdersOfShares(fields, r.spec, leases(aux, nowMs))
-		if until, err := strconv.ParseInt(fields["#ww"], 10, 64); err == nil && until > nowMs {
-			st.WriterWaiting = time.Duration(until-nowMs) * time.Millisecond
-		}
-		if _, ok := fields["#W"]; ok && r.spec != semaphoreSpec {
-			st.Kind = KindWrite
-		} else if r.spec != semaphoreSpec {
-			st.Kind = KindRead
-		}
-	}
+	fillHolders(st, r.spec, fields, pttl, aux, aux2, nowUs/1000)
 	for i := range st.Holders {
 		if h := &st.Holders[i]; h.Token > 0 && h.Token <= nowUs {
 			h.AcquiredAt = time.UnixMicro(h.Token)
@@ -262,6 +245,29 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 	}
 	l.markLocal(st, r)
 	return nil
+}
+
+// fillHolders fills st's holders, waiters of a fair lock and mode of a read-write lock
+// from the lock's hash fields, its PTTL and the kind's extra replies (aux, aux2), at the
+// server's time nowMs.
+func fillHolders(st *LockState, spec *kindSpec, fields map[string]string, pttl int64, aux, aux2 []any, nowMs int64) {
+	switch spec.kind {
+	case KindExclusive, KindFair:
+		st.Holders = holdersOfHash(fields, spec.kind, time.Duration(max(pttl, 0))*time.Millisecond)
+		if spec.kind == KindFair {
+			st.Waiters = fairWaiters(aux, aux2, nowMs)
+		}
+		return
+	}
+	st.Holders = holdersOfShares(fields, spec, leases(aux, nowMs))
+	if until, err := strconv.ParseInt(fields["#ww"], 10, 64); err == nil && until > nowMs {
+		st.WriterWaiting = time.Duration(until-nowMs) * time.Millisecond
+	}
+	if _, ok := fields["#W"]; ok && spec != semaphoreSpec {
+		st.Kind = KindWrite
+	} else if spec != semaphoreSpec {
+		st.Kind = KindRead
+	}
 }
 
 // serverTime returns the reply of TIME in microseconds.

@@ -413,7 +413,20 @@ func waitReady(ctx context.Context, ready <-chan struct{}, deadline time.Time, d
 // deadlines it returns when ctx ends even if the Redis call does not: the call then goes
 // on aside and undoes itself if it turns out to have taken the lock.
 func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited bool) (granted, error) {
-	var nonce string
+	nonce := l.attemptNonce(h)
+	sent := time.Now()
+	// An attempt after a wait is sent alone (urgent), and so is one that WAITs for
+	// replicas (a pipeline).
+	if ctx.Done() == nil || l.waitsWithContext(waited || h.s.syncReplicas > 0) {
+		// Nothing to return early for, or the client itself gives up at ctx's deadline
+		// (a cancellation without deadline is then noticed when the call returns).
+		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner, waited))
+	}
+	return l.attemptAside(ctx, h, nonce, sent, manner, waited)
+}
+
+// attemptNonce returns the nonce of h's next attempt.
+func (l *Locker) attemptNonce(h *held) (nonce string) {
 	switch {
 	case h.unsure != "":
 		// The last attempt's outcome is unknown: send it again, with its nonce, so that
@@ -424,14 +437,13 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited boo
 	default:
 		nonce = l.newNonce()
 	}
-	sent := time.Now()
-	// An attempt after a wait is sent alone (urgent), and so is one that WAITs for
-	// replicas (a pipeline).
-	if ctx.Done() == nil || l.waitsWithContext(waited || h.s.syncReplicas > 0) {
-		// Nothing to return early for, or the client itself gives up at ctx's deadline
-		// (a cancellation without deadline is then noticed when the call returns).
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner, waited))
-	}
+	return nonce
+}
+
+// attemptAside makes the attempt on a background goroutine and returns at the end of
+// ctx if Redis has not answered by then (on a client that ignores ctx's deadline): the
+// call goes on, and undoes what it took for the caller who left.
+func (l *Locker) attemptAside(ctx context.Context, h *held, nonce string, sent time.Time, manner string, waited bool) (granted, error) {
 	var state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
 	replies := make(chan acquireReply, 1)
 	started := l.background(func() {

@@ -123,7 +123,37 @@ func (s *settings) driftMargin() time.Duration {
 	return s.ttl/100 + 2*time.Millisecond
 }
 
+// validate checks the settings, naming the first field that is wrong, and computes the
+// scripts' arguments that follow from them.
 func (s *settings) validate() error {
+	if err := s.checkLease(); err != nil {
+		return err
+	}
+	if err := s.checkBounds(); err != nil {
+		return err
+	}
+	if err := s.checkReplicas(); err != nil {
+		return err
+	}
+	if err := s.retry.validate("Retry"); err != nil {
+		return err
+	}
+	if err := s.validateLabel(); err != nil {
+		return err
+	}
+	if s.kind == KindSemaphore && s.permits < 1 {
+		return &ConfigError{Field: "Permits", Reason: fmt.Sprintf("must be ≥ 1, got %d", s.permits)}
+	}
+	if s.spec = specOf(s.kind); s.spec == nil {
+		return &ConfigError{Field: "Kind", Reason: fmt.Sprintf("unknown lock kind %s", s.kind)}
+	}
+	s.limitArg = strconv.Itoa(s.permits)
+	s.ttlArg, s.retentionArg = s.ttl.Milliseconds(), s.fenceRetention.Milliseconds()
+	return nil
+}
+
+// checkLease checks the lease's clocks: the TTL, the renewal period and the drift margin.
+func (s *settings) checkLease() *ConfigError {
 	switch {
 	case strings.ContainsAny(s.prefix, "{}"):
 		return &ConfigError{Field: "Prefix", Reason: fmt.Sprintf("must not contain '{' or '}' (they would break the key's hash tag), got %q", s.prefix)}
@@ -138,6 +168,13 @@ func (s *settings) validate() error {
 	case s.renewInterval() <= 0 || s.renewInterval() >= s.ttl-s.driftMargin():
 		return &ConfigError{Field: "RenewEvery", Reason: fmt.Sprintf("must be > 0 and < TTL − drift margin (%s − %s), got %s",
 			s.ttl, s.driftMargin(), s.renewInterval())}
+	}
+	return nil
+}
+
+// checkBounds checks the limits and timeouts that stand alone.
+func (s *settings) checkBounds() *ConfigError {
+	switch {
 	case s.maxKeyLen < 1:
 		return &ConfigError{Field: "MaxKeyLen", Reason: fmt.Sprintf("must be ≥ 1, got %d", s.maxKeyLen)}
 	case s.releaseTimeout <= 0:
@@ -154,6 +191,14 @@ func (s *settings) validate() error {
 		return &ConfigError{Field: "RestartDelay", Reason: fmt.Sprintf("must be ≥ 0 (0 turns the check off), got %s", s.restartDelay)}
 	case s.pingOnNew < 0:
 		return &ConfigError{Field: "PingOnNew", Reason: fmt.Sprintf("must be ≥ 0 (0 means no check), got %s", s.pingOnNew)}
+	}
+	return nil
+}
+
+// checkReplicas checks SyncReplicas against the lease's clocks, and MinHold against
+// MaxHold.
+func (s *settings) checkReplicas() *ConfigError {
+	switch {
 	case s.syncReplicas < 0:
 		return &ConfigError{Field: "SyncReplicas", Reason: fmt.Sprintf("replicas must be ≥ 0, got %d", s.syncReplicas)}
 	case s.syncReplicas > 0 && (s.syncTimeout <= 0 || s.syncTimeout >= s.ttl-s.driftMargin()):
@@ -162,20 +207,6 @@ func (s *settings) validate() error {
 	case s.maxHold > 0 && s.wrap.minHold > s.maxHold:
 		return &ConfigError{Field: "MinHold", Reason: fmt.Sprintf("must not exceed MaxHold (%s), got %s", s.maxHold, s.wrap.minHold)}
 	}
-	if err := s.retry.validate("Retry"); err != nil {
-		return err
-	}
-	if err := s.validateLabel(); err != nil {
-		return err
-	}
-	if s.kind == KindSemaphore && s.permits < 1 {
-		return &ConfigError{Field: "Permits", Reason: fmt.Sprintf("must be ≥ 1, got %d", s.permits)}
-	}
-	if s.spec = specOf(s.kind); s.spec == nil {
-		return &ConfigError{Field: "Kind", Reason: fmt.Sprintf("unknown lock kind %s", s.kind)}
-	}
-	s.limitArg = strconv.Itoa(s.permits)
-	s.ttlArg, s.retentionArg = s.ttl.Milliseconds(), s.fenceRetention.Milliseconds()
 	return nil
 }
 

@@ -43,15 +43,8 @@ func parseGranted(reply any) (granted, error) {
 	}
 	switch {
 	case tag == acquireHeld && (len(v) == 3 || len(v) == 4):
-		s, _ := v[1].(string)
-		token, err := strconv.ParseInt(s, 10, 64)
-		holds, _ := v[2].(int64)
-		var holder string
-		if len(v) == 4 {
-			holder, _ = v[3].(string)
-		}
-		if err == nil && holds > 0 && (len(v) == 3 || holder != "") {
-			return granted{acquired: true, token: token, holds: holds, holder: ctxid.ID(holder)}, nil
+		if g, ok := parseHeld(v); ok {
+			return g, nil
 		}
 	case tag == acquireBusy && len(v) == 2:
 		pttl, _ := v[1].(int64)
@@ -60,6 +53,21 @@ func parseGranted(reply any) (granted, error) {
 		return granted{upgrade: true}, nil
 	}
 	return granted{}, fmt.Errorf("unexpected acquire reply %v", reply)
+}
+
+// parseHeld decodes a reentry's reply {acquireHeld, token, holds[, holder]}.
+func parseHeld(v []any) (granted, bool) {
+	s, _ := v[1].(string)
+	token, err := strconv.ParseInt(s, 10, 64)
+	holds, _ := v[2].(int64)
+	var holder string
+	if len(v) == 4 {
+		holder, _ = v[3].(string)
+	}
+	if err != nil || holds <= 0 || len(v) == 4 && holder == "" {
+		return granted{}, false
+	}
+	return granted{acquired: true, token: token, holds: holds, holder: ctxid.ID(holder)}, true
 }
 
 // releaseReply is the reply of a release script.

@@ -23,40 +23,61 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 	for {
 		w.listen()
 		g, late, err := w.attempt(a)
-		switch {
-		case err != nil && w.attempts > 1 && ctx.Err() != nil && w.down == nil:
-			// The context ended the wait during an attempt: the lock was busy before.
-			return granted{}, w.busy(ctx.Err())
-		case err != nil && w.outage(err):
-			// Redis unreachable or its primary moving: wait it out like a busy lock.
-			if err := w.sleep(); err != nil {
-				return granted{}, err
-			}
-			continue
-		case err != nil || g.acquired:
-			w.acquired = g.acquired
+		next, g, err := w.decide(g, late, err)
+		switch next {
+		case stepDone:
 			return g, err
-		case w.exhausted():
-			if late {
-				return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errLateGrant}
-			}
-			return granted{}, w.busy(nil)
-		case late:
-			continue // the lock was free: try again at once
-		}
-		if w.kw == nil {
-			again, err := w.join(a)
-			if err != nil {
-				return granted{}, err
-			}
-			if again {
-				continue
+		case stepAgain:
+			continue
+		case stepWait:
+			if w.kw == nil {
+				again, err := w.join(a)
+				if err != nil {
+					return granted{}, err
+				}
+				if again {
+					continue
+				}
 			}
 		}
 		if err := w.sleep(); err != nil {
 			return granted{}, err
 		}
 	}
+}
+
+// step is what a wait does after an attempt (see waitRun.decide).
+type step uint8
+
+const (
+	stepDone   step = iota // return the grant or the error
+	stepAgain              // attempt again at once
+	stepOutage             // sleep, then attempt again: Redis is away
+	stepWait               // join the key's waiters if not yet, sleep, attempt again
+)
+
+// decide says what the wait does after an attempt that returned g, late and err, and
+// with what outcome when it ends.
+func (w *waitRun) decide(g granted, late bool, err error) (step, granted, error) {
+	switch {
+	case err != nil && w.attempts > 1 && w.ctx.Err() != nil && w.down == nil:
+		// The context ended the wait during an attempt: the lock was busy before.
+		return stepDone, granted{}, w.busy(w.ctx.Err())
+	case err != nil && w.outage(err):
+		// Redis unreachable or its primary moving: wait it out like a busy lock.
+		return stepOutage, granted{}, nil
+	case err != nil || g.acquired:
+		w.acquired = g.acquired
+		return stepDone, g, err
+	case w.exhausted():
+		if late {
+			return stepDone, granted{}, &RedisError{Op: "acquire", Key: w.h.hk.key, Err: errLateGrant}
+		}
+		return stepDone, granted{}, w.busy(nil)
+	case late:
+		return stepAgain, granted{}, nil // the lock was free: try again at once
+	}
+	return stepWait, granted{}, nil
 }
 
 // waitRun is the state of one wait: its attempts, its place among the key's waiters in

@@ -204,20 +204,8 @@ func (hb *Hub) unconfirm(f *feed) {
 // f and on every other classic feed (a quorum's servers' feeds all carry every key),
 // and reports whether f, a sharded feed left with no key, was retired.
 func (hb *Hub) sweep(f *feed) bool {
-	var drop []string
-	left := 0
 	hb.mu.Lock()
-	for ch, k := range hb.keys {
-		if !f.carries(k) {
-			continue
-		}
-		if k.refs == 0 && time.Since(k.idle) > idleUnsub {
-			delete(hb.keys, ch)
-			drop = append(drop, ch)
-		} else {
-			left++
-		}
-	}
+	drop, left := hb.idleKeys(f)
 	hb.active.Store(int32(len(hb.keys)))
 	retire := left == 0 && f.sharded
 	if retire {
@@ -245,4 +233,21 @@ func (hb *Hub) sweep(f *feed) bool {
 		_ = f.ps.SUnsubscribe(context.Background(), drop...)
 	}
 	return retire
+}
+
+// idleKeys removes the keys carried by f that nobody has waited on for idleUnsub, and
+// returns their channels and how many of f's keys are left. hb.mu is held.
+func (hb *Hub) idleKeys(f *feed) (drop []string, left int) {
+	for ch, k := range hb.keys {
+		if !f.carries(k) {
+			continue
+		}
+		if k.refs == 0 && time.Since(k.idle) > idleUnsub {
+			delete(hb.keys, ch)
+			drop = append(drop, ch)
+		} else {
+			left++
+		}
+	}
+	return drop, left
 }
