@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
@@ -104,7 +105,7 @@ type cycleStep struct {
 // Arming it allocates the detector, its timer and the victim channel, and nothing else:
 // the wait ID and the context of its Redis calls are made when it starts.
 type detector struct {
-	l      *Locker
+	g      *graph
 	self   waitEdge // its id is set by run
 	timer  *time.Timer
 	victim chan struct{} // closed when this wait was chosen to fail: err is set
@@ -128,6 +129,33 @@ func (d *detector) error() error {
 	return &e
 }
 
+// graph is what the deadlock detectors of a Locker's waits share: the Redis the
+// wait-for graph is kept in, the settings that name its keys and time its walks, the
+// Locker's background goroutines and nonces, and the count of walks.
+type graph struct {
+	c     *conn
+	cfg   *settings
+	aside func(func()) bool
+	nonce func() string
+	walks atomic.Int64 // walks made by the Locker's waits
+}
+
+// newGraph returns the graph of l's detectors.
+func newGraph(l *Locker) *graph {
+	return &graph{c: &l.conn, cfg: &l.cfg, aside: l.background, nonce: l.newNonce}
+}
+
+// waitsKey is the name of root's waits hash: the prefix, root as a hash tag (escaped
+// as keys are), and ":waits", a suffix no lock's name ends with.
+func (g *graph) waitsKey(root ctxid.ID) string {
+	var b strings.Builder
+	b.WriteString(g.cfg.prefix)
+	b.WriteByte('{')
+	writeEscaped(&b, string(root))
+	b.WriteString("}:waits")
+	return b.String()
+}
+
 // watchDeadlock arms deadlock detection for the wait of h, or returns nil when it is
 // off for the Locker or h's kind, or when the wait cannot be part of a cycle: its
 // section is directly in a request's root, and a root holds nothing (every hold is a
@@ -138,7 +166,7 @@ func (l *Locker) watchDeadlock(h *held) *detector {
 		return nil
 	}
 	d := &detector{
-		l:      l,
+		g:      l.graph,
 		self:   waitEdge{waiter: h.section, kind: h.s.kind, key: h.hk.key},
 		victim: make(chan struct{}),
 		start:  time.Now(),
@@ -155,7 +183,7 @@ func (d *detector) fire() {
 		return
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
-	if !d.l.background(d.run) {
+	if !d.g.aside(d.run) {
 		d.cancel()
 	}
 }
@@ -185,20 +213,20 @@ func (d *detector) dead() <-chan struct{} {
 
 // run keeps the wait's record and walks the graph until the wait ends or is chosen.
 func (d *detector) run() {
-	l := d.l
+	g := d.g
 	defer d.cancel()
-	d.self.id = l.newNonce()
+	d.self.id = g.nonce()
 	// Walks come every quarter of the delay at first, when a cycle that formed as the
 	// waits began is found, then every delay: a waiter that waits long costs Redis one
 	// walk per delay.
-	every := max(l.cfg.deadlockDelay/4, time.Millisecond)
-	life := max(4*l.cfg.deadlockDelay, 2*time.Second)
+	every := max(g.cfg.deadlockDelay/4, time.Millisecond)
+	life := max(4*g.cfg.deadlockDelay, 2*time.Second)
 	sent := false // a record was sent: it may be in Redis, whatever the reply said
 	defer func() {
 		if sent {
-			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.releaseTimeout)
 			defer cancel()
-			_ = l.runScript(ctx, waitsScript, d.waitsArgs("del", string(d.self.waiter), d.self.id), true).Err()
+			_ = g.c.runScript(ctx, waitsScript, d.waitsArgs("del", string(d.self.waiter), d.self.id), true).Err()
 		}
 	}()
 	t := time.NewTimer(0)
@@ -213,7 +241,7 @@ func (d *detector) run() {
 			return
 		}
 		sent = true
-		err := l.runScript(d.ctx, waitsScript, d.waitsArgs("put", string(d.self.waiter), d.self.id,
+		err := g.c.runScript(d.ctx, waitsScript, d.waitsArgs("put", string(d.self.waiter), d.self.id,
 			strconv.FormatInt(life.Milliseconds(), 10), strconv.Itoa(int(d.self.kind)), d.self.key), true).Err()
 		if err == nil {
 			if e := d.detect(); e != nil {
@@ -223,7 +251,7 @@ func (d *detector) run() {
 			}
 		}
 		if d.walks >= 4 {
-			every = l.cfg.deadlockDelay
+			every = g.cfg.deadlockDelay
 		}
 		t.Reset(every)
 	}
@@ -234,7 +262,7 @@ func (d *detector) run() {
 func (d *detector) detect() *DeadlockError {
 	start := time.Now()
 	d.walks++
-	d.l.walks.Add(1)
+	d.g.walks.Add(1)
 	var w walk
 	w.d = d
 	w.seen = map[ctxid.ID]bool{}
@@ -373,7 +401,7 @@ func (d *detector) blockers(e waitEdge) ([]holdEdge, error) {
 	if spec == nil || e.kind == KindSemaphore {
 		return nil, nil
 	}
-	rk, err := d.l.redisKeys(e.key, spec)
+	rk, err := d.g.cfg.redisKeys(e.key, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +416,7 @@ func (d *detector) blockers(e waitEdge) ([]holdEdge, error) {
 	if rk.aux != "" && e.kind != KindFair {
 		args = []any{nil, nil, 2, rk.lock, rk.aux, want}
 	}
-	v, err := d.l.runScript(d.ctx, blockersScript, args, true).StringSlice()
+	v, err := d.g.c.runScript(d.ctx, blockersScript, args, true).StringSlice()
 	if err != nil {
 		return nil, err
 	}
@@ -402,7 +430,7 @@ func (d *detector) blockers(e waitEdge) ([]holdEdge, error) {
 
 // waitsWithin reads the live wait records of section and of the sections within it.
 func (d *detector) waitsWithin(section ctxid.ID) ([]waitEdge, error) {
-	v, err := d.l.runScript(d.ctx, waitsScript, d.waitsArgsFor(section.Root(), "get", string(section)), true).StringSlice()
+	v, err := d.g.c.runScript(d.ctx, waitsScript, d.waitsArgsFor(section.Root(), "get", string(section)), true).StringSlice()
 	if err != nil {
 		return nil, err
 	}
@@ -430,22 +458,11 @@ func (d *detector) waitsArgs(argv ...string) []any {
 // waitsArgsFor returns the command line of waits.lua on root's waits hash.
 func (d *detector) waitsArgsFor(root ctxid.ID, argv ...string) []any {
 	args := make([]any, 0, 4+len(argv))
-	args = append(args, nil, nil, 1, d.l.waitsKey(root))
+	args = append(args, nil, nil, 1, d.g.waitsKey(root))
 	for _, a := range argv {
 		args = append(args, a)
 	}
 	return args
-}
-
-// waitsKey is the name of root's waits hash: the prefix, root as a hash tag (escaped
-// as keys are), and ":waits", a suffix no lock's name ends with.
-func (l *Locker) waitsKey(root ctxid.ID) string {
-	var b strings.Builder
-	b.WriteString(l.cfg.prefix)
-	b.WriteByte('{')
-	writeEscaped(&b, string(root))
-	b.WriteString("}:waits")
-	return b.String()
 }
 
 // deadlockError describes cycle to its victim, whose wait is cycle[0].

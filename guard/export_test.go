@@ -42,4 +42,4 @@ func DeadlockCalls(e *DeadlockError) (calls, walks int) { return e.calls, e.walk
 func DeadlockTook(e *DeadlockError) time.Duration { return e.took }
 
 // DeadlockWalks returns how many walks of the wait-for graph l's waiters have made.
-func DeadlockWalks(l *Locker) int64 { return l.walks.Load() }
+func DeadlockWalks(l *Locker) int64 { return l.graph.walks.Load() }

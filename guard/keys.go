@@ -27,16 +27,22 @@ func keysOfChannel(ch string) redisKeys {
 
 // redisKeys validates key and builds the Redis names of its lock of kind k.
 func (l *Locker) redisKeys(key string, k *kindSpec) (redisKeys, error) {
+	return l.cfg.redisKeys(key, k)
+}
+
+// redisKeys validates key against MaxKeyLen and builds the Redis names, under the
+// Prefix, of its lock of kind k.
+func (s *settings) redisKeys(key string, k *kindSpec) (redisKeys, error) {
 	if key == "" {
 		return redisKeys{}, keyError(key, "empty")
 	}
-	if len(key) > l.cfg.maxKeyLen {
-		return redisKeys{}, keyError(key, "longer than MaxKeyLen ("+strconv.Itoa(l.cfg.maxKeyLen)+" bytes)")
+	if len(key) > s.maxKeyLen {
+		return redisKeys{}, keyError(key, "longer than MaxKeyLen ("+strconv.Itoa(s.maxKeyLen)+" bytes)")
 	}
 	// One allocation for the three names: "<lock>:fence<lock>:queue".
 	var b strings.Builder
-	b.Grow(2*(len(l.cfg.prefix)+len(key)+len(k.suffix)+len("{}:fence")) + 8)
-	b.WriteString(l.cfg.prefix)
+	b.Grow(2*(len(s.prefix)+len(key)+len(k.suffix)+len("{}:fence")) + 8)
+	b.WriteString(s.prefix)
 	b.WriteByte('{')
 	writeEscaped(&b, key)
 	b.WriteByte('}')
@@ -45,8 +51,8 @@ func (l *Locker) redisKeys(key string, k *kindSpec) (redisKeys, error) {
 	b.WriteString(":fence")
 	b.WriteString(b.String()[:n])
 	b.WriteString(":queue")
-	s := b.String()
-	rk := redisKeys{lock: s[:n], fence: s[:n+len(":fence")], queue: s[n+len(":fence"):]}
+	names := b.String()
+	rk := redisKeys{lock: names[:n], fence: names[:n+len(":fence")], queue: names[n+len(":fence"):]}
 	if k.aux != "" {
 		rk.aux = rk.lock + k.aux
 	}

@@ -52,7 +52,7 @@ type Locker struct {
 	dog     *watchdog.Dog[*held]
 	tel     *telemetry
 	hints   holdTimes      // hold times seen, for LockedError.RetryAfter (hint.go)
-	walks   atomic.Int64   // walks of the wait-for graph made by this Locker's waiters (deadlock.go)
+	graph   *graph         // the wait-for graph its waits' deadlock detectors walk (deadlock.go)
 	bg      sync.WaitGroup // background calls: compensating releases, abandoned attempts
 }
 
@@ -131,6 +131,7 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
 	l.idArg = l.id
 	l.waits = newHub(l)
+	l.graph = newGraph(l)
 	l.dog = newWatchdog(l)
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
 	if err := l.pingOnNew(); err != nil {
