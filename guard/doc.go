@@ -114,10 +114,10 @@
 // How long a call waits, by default, follows one rule. The Retry option given to the call
 // (or to the decorator, the Echo route, the gRPC rule) wins; else the one given to New.
 // Without either, Acquire waits until its context ends — the caller owns that context —
-// while the entry points that serve requests (Wrap, WrapE, Do, the Echo middleware and
-// the gRPC interceptors) wait at most DefaultMaxWait (5s) and then report the lock busy,
-// so that a stuck holder never keeps a server's requests waiting without end, even when
-// the client set no deadline. TryAcquire always makes one attempt.
+// while the entry points that serve requests (Wrap, WrapE, Do, Locker.Run, the Echo
+// middleware and the gRPC interceptors) wait at most 5s and then report the lock busy, so
+// that a stuck holder never keeps a server's requests waiting without end, even when the
+// client set no deadline. TryAcquire always makes one attempt.
 //
 // An outage is waited out like a busy lock: an attempt that finds Redis unreachable or
 // its primary moving (a refused connection, a timeout, READONLY, LOADING, CLUSTERDOWN,

@@ -286,8 +286,8 @@ func MaxKeyLen(n int) Option {
 // default of every call that sets none. TryAcquire always makes one attempt.
 // Applies to New and to each call. Default: Acquire waits until its context ends
 // (UntilCanceled(Fixed(100ms, 100ms))); the entry points that serve requests — Wrap,
-// WrapE, Do, the Echo middleware and the gRPC interceptors — wait at most DefaultMaxWait
-// (MaxWait(DefaultMaxWait, Fixed(100ms, 100ms))), so that a stuck holder can never keep
+// WrapE, Do, Locker.Run, the Echo middleware and the gRPC interceptors — wait at most 5s
+// (MaxWait(5*time.Second, Fixed(100ms, 100ms))), so that a stuck holder can never keep
 // a server's requests waiting without end.
 func Retry(p RetryPolicy) Option {
 	return Option{name: "Retry", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.retry, s.retrySet = p, true }}
@@ -305,15 +305,16 @@ func WaitOutages(wait bool) Option {
 	return Option{name: "WaitOutages", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.outageFails = !wait }}
 }
 
-// DefaultMaxWait is how long the entry points that serve requests (Wrap, WrapE, Do, the
-// Echo middleware and the gRPC interceptors) wait for a busy lock when no Retry option
-// is given, on the call or on New. Waiting also ends with the request's context.
-const DefaultMaxWait = 5 * time.Second
+// defaultMaxWait is how long the entry points that serve requests (Wrap, WrapE, Do,
+// Locker.Run, the Echo middleware and the gRPC interceptors) wait for a busy lock when no
+// Retry option is given, on the call or on New. Waiting also ends with the request's
+// context.
+const defaultMaxWait = 5 * time.Second
 
 // entryRetry is the retry policy of an entry point that serves requests.
 func (s *settings) entryRetry() {
 	if !s.retrySet {
-		s.retry = MaxWait(DefaultMaxWait, nil)
+		s.retry = MaxWait(defaultMaxWait, nil)
 	}
 }
 

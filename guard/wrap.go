@@ -42,8 +42,8 @@ var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard
 //   - runs fn at once, unlocked, when a SkipIf predicate reports true;
 //   - renders the key from the request, and acquires the lock for the owner in ctx (a
 //     fresh owner when ctx has none), waiting as the Retry option says: the one given
-//     to Wrap, else the one given to the Locker's New, else at most DefaultMaxWait, and
-//     never past ctx's end. When it gives up it returns a *LockedError (ErrLocked) with a hint of
+//     to Wrap, else the one given to the Locker's New, else at most 5s, and never past
+//     ctx's end. When it gives up it returns a *LockedError (ErrLocked) with a hint of
 //     when to retry as RetryAfter (see "Retry hints"), and ctx's error in its chain when ctx ended the wait;
 //   - calls fn with a context derived from ctx that carries the owner and the Lease
 //     (LeaseFromContext, TokenFromContext for the fencing token) and is cancelled, with

@@ -22,7 +22,7 @@ import (
 //   - the key is rendered from the rule's template; a value that is missing, empty or
 //     ambiguous fails the RPC with codes.InvalidArgument;
 //   - a busy lock is waited for as the rule's Retry option says, else as the one given
-//     to guard.New says, else for at most guard.DefaultMaxWait, and never past the
+//     to guard.New says, else for at most 5s, and never past the
 //     RPC's deadline; a lock still busy then fails the RPC with codes.Aborted and an
 //     errdetails.RetryInfo carrying guard's retry hint (see "Retry hints" in package
 //     guard: the observed hold time, bounded by the holder's TTL left), an unreachable Redis

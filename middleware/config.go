@@ -66,7 +66,7 @@ type LockConfig struct {
 	// once, set Options: []guard.Option{guard.Retry(guard.NoRetry())}; a guard.Retry
 	// in Options overrides MaxWait.
 	// Optional. Default value 0: the Retry given to the Locker's guard.New, else at
-	// most guard.DefaultMaxWait (5s).
+	// most 5s.
 	MaxWait time.Duration
 
 	// Options are further guard options for each acquisition, such as guard.RenewEvery
@@ -162,7 +162,7 @@ func Lock(locker *guard.Locker, key string) echo.MiddlewareFunc {
 //     by an earlier middleware) is kept, otherwise the Signer decides between the
 //     caller's signed owner and a fresh one;
 //   - renders the key and acquires the lock for that owner, waiting as MaxWait says
-//     (by default up to the Locker's Retry, else guard.DefaultMaxWait);
+//     (by default up to the Locker's Retry, else 5s);
 //   - runs the rest of the chain with c.Request()'s context replaced by one that carries
 //     the owner and the lease and is cancelled, with a guard.ErrLeaseLost cause, if the
 //     lease is lost; guarded calls made with it (guard.Wrap, guard.Do, Locker.Acquire)
@@ -237,7 +237,7 @@ func (config LockConfig) decorate(name ...guard.Option) (*guard.Guard, error) {
 		own = append(own, guard.TTL(config.TTL))
 	}
 	// MaxWait 0 adds no Retry, so that guard's rule applies: the Locker's Retry from
-	// New, else at most guard.DefaultMaxWait.
+	// New, else at most 5s.
 	switch {
 	case config.MaxWait > 0:
 		own = append(own, guard.Retry(guard.MaxWait(config.MaxWait, nil)))
