@@ -102,9 +102,10 @@ func runCycler(raw string) int {
 		var de *guard.DeadlockError
 		if errors.As(err, &de) {
 			calls, walks := guard.DeadlockCalls(de)
-			line := cyclerLine{Event: "deadlock", Keys: de.Keys(), Error: err.Error(), Waited: guard.DeadlockWaited(de).Seconds(),
+			line := cyclerLine{Event: "deadlock", Error: err.Error(), Waited: guard.DeadlockWaited(de).Seconds(),
 				Calls: calls, Walks: walks, Took: guard.DeadlockTook(de).Seconds()}
 			for _, e := range de.Cycle {
+				line.Keys = append(line.Keys, e.Key)
 				line.Labels = append(line.Labels, e.Label)
 			}
 			say(line)

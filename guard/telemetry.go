@@ -353,7 +353,11 @@ func (t *telemetry) deadlockAttrs(err error) []attribute.KeyValue {
 	}
 	attrs := []attribute.KeyValue{semconv.AttrCycleLen.Int(len(de.Cycle))}
 	if !t.redactKeys {
-		attrs = append(attrs, semconv.AttrCycleKeys.StringSlice(de.Keys()))
+		keys := make([]string, len(de.Cycle))
+		for i, e := range de.Cycle {
+			keys[i] = e.Key
+		}
+		attrs = append(attrs, semconv.AttrCycleKeys.StringSlice(keys))
 	}
 	return attrs
 }
