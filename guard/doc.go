@@ -40,8 +40,10 @@
 // with a fixed key (Key without placeholders) or one computed in code (RawKey).
 //
 // Underneath all of them, and under the Echo middleware and the gRPC interceptors, is one
-// primitive: a Guard, made by NewGuard with options checked once, whose Run takes the
-// key at each call. Build another adapter (a queue consumer, a job runner) on it.
+// primitive: Locker.Run, which takes the key among its options at each call, runs the
+// function under the lock, and reports whether it ran, so that a caller tells "the
+// function failed" from "the lock was never taken". Build another adapter (a queue
+// consumer, a job runner) on it.
 //
 // Decorators take their Locker from the Use option, or from SetDefault for programs with
 // one Redis. KeyFunc computes a key a template cannot express; SkipIf leaves some

@@ -53,7 +53,7 @@ var (
 	// of range, a key template that does not parse or names a field the request does not
 	// have, an option used where it does not apply, a missing Locker or key option. It is
 	// returned by New, by WrapE (Wrap panics with it), by the Echo and gRPC constructors,
-	// and by a call whose per-call options are bad (Acquire, TryAcquire, Do). The error is
+	// and by a call whose per-call options are bad (Acquire, TryAcquire, Do, Run). The error is
 	// a *ConfigError naming the field. It never reports a key: see ErrInvalidKey.
 	ErrInvalidConfig = errors.New("guard: invalid configuration")
 
@@ -188,12 +188,12 @@ func (e *LeaseLostError) Error() string {
 // Unwrap returns ErrLeaseLost and the last renewal error, if any, for errors.Is.
 func (e *LeaseLostError) Unwrap() []error { return chain(ErrLeaseLost, e.Err) }
 
-// ReleaseError reports, from Wrap, WrapE, Do and the adapters built on them, that the
-// guarded work ran to its end under a valid lease but its release did not complete:
-// Redis could not be reached (ErrUnavailable; the lock frees itself after its TTL), or
-// the release's reply came after the lease's validity had run out (ErrExpired, or
-// ErrNotHeld when another owner has taken the lock since) — Redis was paused or slow
-// after the work ended. Exclusivity held while the work ran: it never matches
+// ReleaseError reports, from Locker.Run and what is built on it (Wrap, WrapE, Do, the
+// adapters), that the guarded work ran to its end under a valid lease but its release did
+// not complete: Redis could not be reached (ErrUnavailable; the lock frees itself after
+// its TTL), or the release's reply came after the lease's validity had run out
+// (ErrExpired, or ErrNotHeld when another owner has taken the lock since) — Redis was
+// paused or slow after the work ended. Exclusivity held while the work ran: it never matches
 // ErrLeaseLost, and the work must not be redone for it.
 type ReleaseError struct {
 	// Key is the lock key.

@@ -372,10 +372,11 @@ func (tb *exampleTB) cleanup() {
 	}
 }
 
-// A Guard is the primitive under Wrap and the adapters: options checked once, the key
-// given at each call. Here a queue consumer runs each message's handler under the lock
-// of the order it is about.
-func ExampleGuard() {
+// Run is the primitive under Wrap and the adapters: the key given at each call, and
+// whether the function ran reported. Here a queue consumer runs each message's handler
+// under the lock of the order it is about, and puts a message back only when its handler
+// never ran: one that ran and failed is not redone.
+func ExampleLocker_Run() {
 	rdb, stop := exampleRedis()
 	defer stop()
 	locker, err := guard.New(rdb)
@@ -385,19 +386,17 @@ func ExampleGuard() {
 	}
 	defer locker.Close()
 
-	g, err := guard.NewGuard(guard.Use(locker), guard.Name("order-events"), guard.Retry(guard.MaxWait(2*time.Second, nil)))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
 	for _, orderID := range []string{"17", "18"} {
-		err := g.Run(context.Background(), "order:"+orderID, func(ctx context.Context) error {
+		ran, err := locker.Run(context.Background(), func(ctx context.Context) error {
 			lease, _ := guard.LeaseFromContext(ctx)
 			fmt.Println("handling the event of", lease.Key())
 			return nil
-		})
-		if err != nil {
-			fmt.Println(err)
+		}, guard.RawKey("order:"+orderID), guard.Name("order-events"), guard.Retry(guard.MaxWait(2*time.Second, nil)))
+		switch {
+		case !ran:
+			fmt.Println("not handled, put back:", err)
+		case err != nil:
+			fmt.Println("handled, and failed:", err)
 		}
 	}
 	// Output:
