@@ -19,8 +19,10 @@ const maxLabelLen = 128
 // Label makes every new hold carry a label in Redis, which Inspect and List report with
 // the holder and the guardkit command prints: the Locker's ID, text, and the trace ID of
 // the span in the acquiring context when there is one, so that "held by orders@web-3 pid
-// 4242 trace 4bf92f…" leads to the trace. text "" labels holds with ProcessLabel (service,
-// host and pid); it must be at most 128 bytes and hold no control characters.
+// 4242 trace 4bf92f…" leads to the trace. text "" labels holds with the process:
+// "<service>@<host> pid <pid>", where the service is $OTEL_SERVICE_NAME, else the
+// program's file name (cut to its last 128 bytes when longer, with control characters
+// shown as '?'). Other text must be at most 128 bytes and hold no control characters.
 //
 // A label costs one more hash field per hold, written by the acquire script of a new
 // hold only (reentries and renewals do not touch it), and one allocation per new hold in
@@ -31,16 +33,13 @@ const maxLabelLen = 128
 func Label(text string) Option {
 	return Option{name: "Label", scope: scopeLocker | scopeCall, apply: func(s *settings) {
 		if text == "" {
-			text = ProcessLabel()
+			text = processLabel()
 		}
 		s.label = text
 	}}
 }
 
-// ProcessLabel is the label Label("") gives holds: "<service>@<host> pid <pid>", where the
-// service is $OTEL_SERVICE_NAME, else the program's file name.
-func ProcessLabel() string { return processLabel() }
-
+// processLabel is the text Label("") gives holds.
 var processLabel = sync.OnceValue(func() string {
 	service := os.Getenv("OTEL_SERVICE_NAME")
 	if service == "" {

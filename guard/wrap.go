@@ -46,7 +46,7 @@ var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard
 //     ctx's end. When it gives up it returns a *LockedError (ErrLocked) with a hint of
 //     when to retry as RetryAfter (see "Retry hints"), and ctx's error in its chain when ctx ended the wait;
 //   - calls fn with a context derived from ctx that carries the owner and the Lease
-//     (LeaseFromContext, TokenFromContext for the fencing token) and is cancelled, with
+//     (LeaseFromContext; its Token is the fencing token) and is cancelled, with
 //     a *LeaseLostError as its cause, if the lease is lost;
 //   - releases the lock when fn returns, whatever it returns, and when it panics (the
 //     panic then goes on) — or, with MinHold, no sooner than that long after acquiring;

@@ -173,8 +173,8 @@
 //
 // The lock covers the whole stream: it is acquired before the handler starts, renewed
 // for as long as the stream lasts, and released when the handler returns. The handler's
-// ServerStream has a Context that carries the owner, the lease (guard.LeaseFromContext)
-// and its fencing token (guard.TokenFromContext), and that is cancelled when the client
+// ServerStream has a Context that carries the owner and the lease (guard.LeaseFromContext,
+// whose Token is the fencing token), and that is cancelled when the client
 // cancels or the lease is lost. Streams have no request message when the lock is taken,
 // so their rules key on {md...} and {method}.
 //

@@ -28,7 +28,7 @@ import (
 //     guard: the observed hold time, bounded by the holder's TTL left), an unreachable Redis
 //     with codes.Unavailable (or, with WithFailOpen, runs the handler unlocked);
 //   - the handler runs with a context that carries the owner and the lease
-//     (guard.LeaseFromContext, guard.TokenFromContext) and is cancelled, with a
+//     (guard.LeaseFromContext; its Token is the fencing token) and is cancelled, with a
 //     *guard.LeaseLostError as its cause, when the lease is lost;
 //   - the lock is released when the handler returns or panics. When the lease was lost
 //     while the handler ran, the RPC fails with codes.Aborted even if the handler

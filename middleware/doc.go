@@ -106,8 +106,8 @@
 // The handler runs with c.Request().Context() carrying the owner and the lease, so a
 // guarded call made with it — a function decorated with guard.Wrap, guard.Do,
 // Locker.Acquire — on the same key reenters the request's lock instead of waiting for
-// it, and guard.TokenFromContext gives the fencing token. Goroutines the handler
-// starts with that context share the owner.
+// it, and guard.LeaseFromContext gives the lease and its fencing token. Goroutines the
+// handler starts with that context share the owner.
 //
 // A service calling another can make the callee reenter its locks: it sends
 // signer.Outbound(ctx) in the ctxid.Header ("Guardkit-Owner") header, and the callee's

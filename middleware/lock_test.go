@@ -181,12 +181,12 @@ func TestHandlerReentersThroughWrap(t *testing.T) {
 	e := newEcho(nil)
 	e.POST("/orders/:id/pay", func(c echo.Context) error {
 		ctx := c.Request().Context()
-		outer, _ := guard.TokenFromContext(ctx)
+		outer, _ := tokenIn(ctx)
 		msg, err := pay(ctx, payRequest{OrderID: c.Param("id")})
 		if err != nil {
 			return err
 		}
-		inner, _ := guard.TokenFromContext(ctx)
+		inner, _ := tokenIn(ctx)
 		sameToken.Store(outer != 0 && outer == inner)
 		return c.String(http.StatusOK, msg)
 	}, middleware.Lock(locker, "order:{param.id}"))
