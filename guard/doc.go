@@ -82,12 +82,14 @@
 // that fails for a transient reason is retried until then. A lost lease's context is
 // cancelled with a *LeaseLostError (ErrLeaseLost) as its cause. The lease also reads its
 // deadline whenever it is asked — Lease.Err, and Err and Done of the lease's contexts
-// (Context, Bind, the context Wrap and Do give the function) — so that a process stopped
-// past its deadline hears of the loss at its first check, before any timer has run.
+// (Context, Bind, the context Run, Wrap and Do give the function) — so that a process
+// stopped past its deadline hears of the loss at its first check, before any timer has
+// run.
 //
-// Wrap, Do and the adapters report ErrLeaseLost only for a loss while the function ran.
-// A release that comes back after the validity ran out (Redis stalled after the function
-// returned) or does not reach Redis is a *ReleaseError: the function ran protected.
+// Run, Wrap, Do and the adapters report ErrLeaseLost only for a loss while the function
+// ran. A release that comes back after the validity ran out (Redis stalled after the
+// function returned) or does not reach Redis is a *ReleaseError: the function ran
+// protected.
 //
 // Release drops one hold; the last one deletes the lock in a script that checks the
 // owner, even when the caller's context is already cancelled.

@@ -53,8 +53,8 @@ var (
 	// of range, a key template that does not parse or names a field the request does not
 	// have, an option used where it does not apply, a missing Locker or key option. It is
 	// returned by New, by WrapE (Wrap panics with it), by the Echo and gRPC constructors,
-	// and by a call whose per-call options are bad (Acquire, TryAcquire, Do, Run). The error is
-	// a *ConfigError naming the field. It never reports a key: see ErrInvalidKey.
+	// and by a call whose per-call options are bad (Acquire, TryAcquire, Do, Run). The
+	// error is a *ConfigError naming the field. It never reports a key: see ErrInvalidKey.
 	ErrInvalidConfig = errors.New("guard: invalid configuration")
 
 	// ErrInvalidKey reports a key that cannot name a lock: empty, longer than MaxKeyLen,
