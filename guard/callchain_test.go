@@ -33,7 +33,7 @@ func TestSiblingSectionsTakeTurns(t *testing.T) {
 				now := inside.Add(1)
 				for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
 				}
-				tok, _ := guard.TokenFromContext(ctx)
+				tok, _ := tokenIn(ctx)
 				if id, _ := ctxid.FromContext(ctx); !id.Within(root) || id == root {
 					t.Errorf("section %q is not a section of the request %q", id, root)
 				}

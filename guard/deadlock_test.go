@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/guard/semconv"
 	"github.com/guardkit/guardkit/internal/redistest"
 	"github.com/guardkit/guardkit/internal/testproc"
 )
@@ -101,9 +102,10 @@ func runCycler(raw string) int {
 		var de *guard.DeadlockError
 		if errors.As(err, &de) {
 			calls, walks := guard.DeadlockCalls(de)
-			line := cyclerLine{Event: "deadlock", Keys: de.Keys(), Error: err.Error(), Waited: guard.DeadlockWaited(de).Seconds(),
+			line := cyclerLine{Event: "deadlock", Error: err.Error(), Waited: guard.DeadlockWaited(de).Seconds(),
 				Calls: calls, Walks: walks, Took: guard.DeadlockTook(de).Seconds()}
 			for _, e := range de.Cycle {
+				line.Keys = append(line.Keys, e.Key)
 				line.Labels = append(line.Labels, e.Label)
 			}
 			say(line)
@@ -633,7 +635,7 @@ func TestDeadlockTelemetry(t *testing.T) {
 	}
 	var found int
 	for _, s := range rig.acquireSpans() {
-		if v, _ := attrOf(s, guard.AttrOutcome); v.AsString() != guard.OutcomeDeadlock {
+		if v, _ := attrOf(s, semconv.AttrOutcome); v.AsString() != semconv.OutcomeDeadlock {
 			continue
 		}
 		found++
@@ -643,7 +645,7 @@ func TestDeadlockTelemetry(t *testing.T) {
 				continue
 			}
 			for _, kv := range e.Attributes {
-				if kv.Key == guard.AttrCycleKeys && len(kv.Value.AsStringSlice()) == 2 {
+				if kv.Key == semconv.AttrCycleKeys && len(kv.Value.AsStringSlice()) == 2 {
 					event = true
 				}
 			}
@@ -658,7 +660,7 @@ func TestDeadlockTelemetry(t *testing.T) {
 	sum, ok := rig.metrics(t)["guard.lock.acquisitions"].(metricdata.Sum[int64])
 	var counted int64
 	for _, dp := range sum.DataPoints {
-		if v, _ := dp.Attributes.Value(guard.AttrOutcome); v.AsString() == guard.OutcomeDeadlock {
+		if v, _ := dp.Attributes.Value(semconv.AttrOutcome); v.AsString() == semconv.OutcomeDeadlock {
 			counted += dp.Value
 		}
 	}

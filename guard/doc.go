@@ -40,8 +40,10 @@
 // with a fixed key (Key without placeholders) or one computed in code (RawKey).
 //
 // Underneath all of them, and under the Echo middleware and the gRPC interceptors, is one
-// primitive: a Guard, made by NewGuard with options checked once, whose Run takes the
-// key at each call. Build another adapter (a queue consumer, a job runner) on it.
+// primitive: Locker.Run, which takes the key among its options at each call, runs the
+// function under the lock, and reports whether it ran, so that a caller tells "the
+// function failed" from "the lock was never taken". Build another adapter (a queue
+// consumer, a job runner) on it.
 //
 // Decorators take their Locker from the Use option, or from SetDefault for programs with
 // one Redis. KeyFunc computes a key a template cannot express; SkipIf leaves some
@@ -80,12 +82,14 @@
 // that fails for a transient reason is retried until then. A lost lease's context is
 // cancelled with a *LeaseLostError (ErrLeaseLost) as its cause. The lease also reads its
 // deadline whenever it is asked — Lease.Err, and Err and Done of the lease's contexts
-// (Context, Bind, the context Wrap and Do give the function) — so that a process stopped
-// past its deadline hears of the loss at its first check, before any timer has run.
+// (Context, Bind, the context Run, Wrap and Do give the function) — so that a process
+// stopped past its deadline hears of the loss at its first check, before any timer has
+// run.
 //
-// Wrap, Do and the adapters report ErrLeaseLost only for a loss while the function ran.
-// A release that comes back after the validity ran out (Redis stalled after the function
-// returned) or does not reach Redis is a *ReleaseError: the function ran protected.
+// Run, Wrap, Do and the adapters report ErrLeaseLost only for a loss while the function
+// ran. A release that comes back after the validity ran out (Redis stalled after the
+// function returned) or does not reach Redis is a *ReleaseError: the function ran
+// protected.
 //
 // Release drops one hold; the last one deletes the lock in a script that checks the
 // owner, even when the caller's context is already cancelled.
@@ -114,10 +118,10 @@
 // How long a call waits, by default, follows one rule. The Retry option given to the call
 // (or to the decorator, the Echo route, the gRPC rule) wins; else the one given to New.
 // Without either, Acquire waits until its context ends — the caller owns that context —
-// while the entry points that serve requests (Wrap, WrapE, Do, the Echo middleware and
-// the gRPC interceptors) wait at most DefaultMaxWait (5s) and then report the lock busy,
-// so that a stuck holder never keeps a server's requests waiting without end, even when
-// the client set no deadline. TryAcquire always makes one attempt.
+// while the entry points that serve requests (Wrap, WrapE, Do, Locker.Run, the Echo
+// middleware and the gRPC interceptors) wait at most 5s and then report the lock busy, so
+// that a stuck holder never keeps a server's requests waiting without end, even when the
+// client set no deadline. TryAcquire always makes one attempt.
 //
 // An outage is waited out like a busy lock: an attempt that finds Redis unreachable or
 // its primary moving (a refused connection, a timeout, READONLY, LOADING, CLUSTERDOWN,

@@ -53,8 +53,8 @@ var (
 	// of range, a key template that does not parse or names a field the request does not
 	// have, an option used where it does not apply, a missing Locker or key option. It is
 	// returned by New, by WrapE (Wrap panics with it), by the Echo and gRPC constructors,
-	// and by a call whose per-call options are bad (Acquire, TryAcquire, Do). The error is
-	// a *ConfigError naming the field. It never reports a key: see ErrInvalidKey.
+	// and by a call whose per-call options are bad (Acquire, TryAcquire, Do, Run). The
+	// error is a *ConfigError naming the field. It never reports a key: see ErrInvalidKey.
 	ErrInvalidConfig = errors.New("guard: invalid configuration")
 
 	// ErrInvalidKey reports a key that cannot name a lock: empty, longer than MaxKeyLen,
@@ -102,11 +102,9 @@ func (e *LockedError) Error() string {
 	return msg
 }
 
-// Is reports whether target is ErrLocked.
-func (e *LockedError) Is(target error) bool { return target == ErrLocked }
-
-// Unwrap returns the context error that ended the wait, if any.
-func (e *LockedError) Unwrap() error { return e.Err }
+// Unwrap returns ErrLocked and the context error that ended the wait, if any, for
+// errors.Is.
+func (e *LockedError) Unwrap() []error { return chain(ErrLocked, e.Err) }
 
 // DeadlockError reports a deadlock that this call was chosen to end by failing: the
 // cycle of waits it was part of, starting with its own.
@@ -164,17 +162,8 @@ func (e *DeadlockError) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is ErrDeadlock.
-func (e *DeadlockError) Is(target error) bool { return target == ErrDeadlock }
-
-// Keys returns the keys of the cycle, in its order.
-func (e *DeadlockError) Keys() []string {
-	keys := make([]string, len(e.Cycle))
-	for i, c := range e.Cycle {
-		keys[i] = c.Key
-	}
-	return keys
-}
+// Unwrap returns ErrDeadlock, for errors.Is.
+func (e *DeadlockError) Unwrap() []error { return chain(ErrDeadlock, nil) }
 
 // LeaseLostError says why a lease was lost.
 type LeaseLostError struct {
@@ -196,18 +185,15 @@ func (e *LeaseLostError) Error() string {
 	return msg
 }
 
-// Is reports whether target is ErrLeaseLost.
-func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+// Unwrap returns ErrLeaseLost and the last renewal error, if any, for errors.Is.
+func (e *LeaseLostError) Unwrap() []error { return chain(ErrLeaseLost, e.Err) }
 
-// Unwrap returns the last renewal error, if any.
-func (e *LeaseLostError) Unwrap() error { return e.Err }
-
-// ReleaseError reports, from Wrap, WrapE, Do and the adapters built on them, that the
-// guarded work ran to its end under a valid lease but its release did not complete:
-// Redis could not be reached (ErrUnavailable; the lock frees itself after its TTL), or
-// the release's reply came after the lease's validity had run out (ErrExpired, or
-// ErrNotHeld when another owner has taken the lock since) — Redis was paused or slow
-// after the work ended. Exclusivity held while the work ran: it never matches
+// ReleaseError reports, from Locker.Run and what is built on it (Wrap, WrapE, Do, the
+// adapters), that the guarded work ran to its end under a valid lease but its release did
+// not complete: Redis could not be reached (ErrUnavailable; the lock frees itself after
+// its TTL), or the release's reply came after the lease's validity had run out
+// (ErrExpired, or ErrNotHeld when another owner has taken the lock since) — Redis was
+// paused or slow after the work ended. Exclusivity held while the work ran: it never matches
 // ErrLeaseLost, and the work must not be redone for it.
 type ReleaseError struct {
 	// Key is the lock key.
@@ -240,11 +226,9 @@ func (e *ConfigError) Error() string {
 	return "guard: invalid configuration: " + e.Field + ": " + e.Reason
 }
 
-// Is reports whether target is ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
-
-// Unwrap returns the underlying error, if any.
-func (e *ConfigError) Unwrap() error { return e.Err }
+// Unwrap returns ErrInvalidConfig and the underlying error, if any, for errors.Is and
+// errors.As.
+func (e *ConfigError) Unwrap() []error { return chain(ErrInvalidConfig, e.Err) }
 
 // KeyError reports a key that cannot name a lock.
 type KeyError struct {
@@ -261,8 +245,8 @@ func (e *KeyError) Error() string {
 	return fmt.Sprintf("guard: invalid lock key %s (%d bytes): %s", quoteKey(e.Key), e.Len, e.Reason)
 }
 
-// Is reports whether target is ErrInvalidKey.
-func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+// Unwrap returns ErrInvalidKey, for errors.Is.
+func (e *KeyError) Unwrap() []error { return chain(ErrInvalidKey, nil) }
 
 // RedisError reports a failed Redis call.
 type RedisError struct {
@@ -283,11 +267,8 @@ func (e *RedisError) Error() string {
 	return "guard: " + e.Op + " " + quoteKey(e.Key) + ": redis: " + e.Err.Error()
 }
 
-// Is reports whether target is ErrUnavailable.
-func (e *RedisError) Is(target error) bool { return target == ErrUnavailable }
-
-// Unwrap returns the client's error.
-func (e *RedisError) Unwrap() error { return e.Err }
+// Unwrap returns ErrUnavailable and the client's error, for errors.Is and errors.As.
+func (e *RedisError) Unwrap() []error { return chain(ErrUnavailable, e.Err) }
 
 // ReplicaError reports a grant or a renewal that too few replicas acknowledged in time
 // (SyncReplicas). A grant is undone: the lock is not held. A renewal took effect on the
@@ -320,11 +301,18 @@ func (e *ReplicaError) Error() string {
 	return msg
 }
 
-// Is reports whether target is ErrUnavailable.
-func (e *ReplicaError) Is(target error) bool { return target == ErrUnavailable }
+// Unwrap returns ErrUnavailable and the WAIT command's error, if any, for errors.Is and
+// errors.As.
+func (e *ReplicaError) Unwrap() []error { return chain(ErrUnavailable, e.Err) }
 
-// Unwrap returns the WAIT command's error, if any.
-func (e *ReplicaError) Unwrap() error { return e.Err }
+// chain is what a typed error unwraps to: the sentinel it matches, then its cause when
+// it has one.
+func chain(sentinel, cause error) []error {
+	if cause == nil {
+		return []error{sentinel}
+	}
+	return []error{sentinel, cause}
+}
 
 // quoteKey quotes a key for messages, cutting very long ones.
 func quoteKey(k string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -38,12 +39,17 @@ func ExampleDeadlockDetection() {
 	for range 2 {
 		var de *guard.DeadlockError
 		if err := <-errs; errors.As(err, &de) {
-			fmt.Println("deadlock:", errors.Is(err, guard.ErrDeadlock), "— the cycle's keys:", len(de.Keys()))
+			var keys []string
+			for _, wait := range de.Cycle {
+				keys = append(keys, wait.Key)
+			}
+			sort.Strings(keys)
+			fmt.Println("deadlock:", errors.Is(err, guard.ErrDeadlock), "— the cycle's keys:", keys)
 		} else {
 			fmt.Println("completed:", err == nil)
 		}
 	}
 	// Output:
-	// deadlock: true — the cycle's keys: 2
+	// deadlock: true — the cycle's keys: [account:1 account:2]
 	// completed: true
 }

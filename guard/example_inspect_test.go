@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -42,7 +43,7 @@ func ExampleLocker_Inspect() {
 	fmt.Println("time left within the TTL:", h.TTL > 0 && h.TTL <= 30*time.Second)
 	fmt.Println("acquired within the last minute:", time.Since(h.AcquiredAt) < time.Minute)
 	owner, _ := ctxid.FromContext(lease.Context())
-	_, mine := st.HeldBy(owner)
+	mine := slices.ContainsFunc(st.Holders, func(h guard.Holder) bool { return h.Owner == owner })
 	fmt.Println("held by this request:", mine)
 	// Output:
 	// held: true by this process: true waiters: 0

@@ -91,25 +91,23 @@ func ExampleFair() {
 	// the queued waiter is served next: true
 }
 
-// A Guard runs functions under a lock of any kind; here the read lock of whatever key each
+// Run runs functions under a lock of any kind; here the read lock of the statement each
 // call names.
-func ExampleNewGuard_read() {
+func ExampleLocker_Run_read() {
 	locker, _, stop := exampleLocker()
 	defer stop()
 
-	readStatement, err := guard.NewGuard(guard.Use(locker), guard.Read())
-	if err != nil {
-		fmt.Println(err)
-		return
+	readStatement := func(id string) error {
+		_, err := locker.Run(context.Background(), func(ctx context.Context) error {
+			le, _ := guard.LeaseFromContext(ctx)
+			fmt.Println("reading", le.Key(), "under a", le.Kind(), "lease")
+			return nil
+		}, guard.RawKey("statement:"+id), guard.Read())
+		return err
 	}
-	err = readStatement.Run(context.Background(), "statement:7", func(ctx context.Context) error {
-		le, _ := guard.LeaseFromContext(ctx)
-		fmt.Println("reading under a", le.Kind(), "lease")
-		return nil
-	})
-	fmt.Println(err)
+	fmt.Println(readStatement("7"))
 	// Output:
-	// reading under a read lease
+	// reading statement:7 under a read lease
 	// <nil>
 }
 

@@ -41,8 +41,8 @@ func ExampleNewQuorum() {
 	defer locker.Close()
 
 	pay := guard.Wrap(func(ctx context.Context, invoice string) (string, error) {
-		token, _ := guard.TokenFromContext(ctx)
-		return fmt.Sprintf("paid %s (fenced: %v)", invoice, token > 0), nil
+		lease, _ := guard.LeaseFromContext(ctx)
+		return fmt.Sprintf("paid %s (fenced: %v)", invoice, lease.Token() > 0), nil
 	}, guard.Use(locker), guard.Key("invoice:{req}"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -36,7 +36,8 @@ func (b *Bank) Transfer(ctx context.Context, req TransferRequest) (string, error
 	_, err := b.locker.TryAcquire(context.Background(), "account:"+req.From)
 	fmt.Println("another request is refused:", errors.Is(err, guard.ErrLocked))
 
-	token, _ := guard.TokenFromContext(ctx) // for the storage to fence stale writers
+	lease, _ := guard.LeaseFromContext(ctx)
+	token := lease.Token() // for the storage to fence stale writers
 	fmt.Println("fencing token issued:", token > 0)
 	return fmt.Sprintf("moved %d from %s to %s", req.Amount, req.From, req.To), nil
 }
@@ -78,14 +79,13 @@ func ExampleWrap_nested() {
 	debit := guard.Wrap(func(ctx context.Context, req TransferRequest) (int64, error) {
 		lease, _ := guard.LeaseFromContext(ctx)
 		fmt.Println("debit reentered:", lease.Reentrant())
-		token, _ := guard.TokenFromContext(ctx)
-		return token, nil
+		return lease.Token(), nil
 	}, guard.Use(locker), guard.Key("account:{req.From}"))
 
 	transfer := guard.Wrap(func(ctx context.Context, req TransferRequest) (bool, error) {
-		outer, _ := guard.TokenFromContext(ctx)
+		outer, _ := guard.LeaseFromContext(ctx)
 		inner, err := debit(ctx, req) // ctx, not the caller's context: it carries the section
-		return inner == outer, err
+		return inner == outer.Token(), err
 	}, guard.Use(locker), guard.Key("account:{req.From}"))
 
 	sameToken, err := transfer(context.Background(), TransferRequest{From: "acct-1", To: "acct-2", Amount: 5})
@@ -120,7 +120,8 @@ func ExampleDo_fanOut() {
 				mu.Lock()
 				inside++
 				most = max(most, inside)
-				token, _ := guard.TokenFromContext(ctx)
+				lease, _ := guard.LeaseFromContext(ctx)
+				token := lease.Token()
 				tokens[token] = true
 				mu.Unlock()
 
@@ -372,10 +373,11 @@ func (tb *exampleTB) cleanup() {
 	}
 }
 
-// A Guard is the primitive under Wrap and the adapters: options checked once, the key
-// given at each call. Here a queue consumer runs each message's handler under the lock
-// of the order it is about.
-func ExampleGuard() {
+// Run is the primitive under Wrap and the adapters: the key given at each call, and
+// whether the function ran reported. Here a queue consumer runs each message's handler
+// under the lock of the order it is about, and puts a message back only when its handler
+// never ran: one that ran and failed is not redone.
+func ExampleLocker_Run() {
 	rdb, stop := exampleRedis()
 	defer stop()
 	locker, err := guard.New(rdb)
@@ -385,19 +387,17 @@ func ExampleGuard() {
 	}
 	defer locker.Close()
 
-	g, err := guard.NewGuard(guard.Use(locker), guard.Name("order-events"), guard.Retry(guard.MaxWait(2*time.Second, nil)))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
 	for _, orderID := range []string{"17", "18"} {
-		err := g.Run(context.Background(), "order:"+orderID, func(ctx context.Context) error {
+		ran, err := locker.Run(context.Background(), func(ctx context.Context) error {
 			lease, _ := guard.LeaseFromContext(ctx)
 			fmt.Println("handling the event of", lease.Key())
 			return nil
-		})
-		if err != nil {
-			fmt.Println(err)
+		}, guard.RawKey("order:"+orderID), guard.Name("order-events"), guard.Retry(guard.MaxWait(2*time.Second, nil)))
+		switch {
+		case !ran:
+			fmt.Println("not handled, put back:", err)
+		case err != nil:
+			fmt.Println("handled, and failed:", err)
 		}
 	}
 	// Output:

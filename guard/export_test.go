@@ -43,3 +43,11 @@ func DeadlockTook(e *DeadlockError) time.Duration { return e.took }
 
 // DeadlockWalks returns how many walks of the wait-for graph l's waiters have made.
 func DeadlockWalks(l *Locker) int64 { return l.graph.walks.Load() }
+
+// DefaultMaxWait, ListScanCount and MaxLabelLen are the package's limits, for tests that
+// check them.
+const (
+	DefaultMaxWait = defaultMaxWait
+	ListScanCount  = listScanCount
+	MaxLabelLen    = maxLabelLen
+)

@@ -134,3 +134,11 @@ func waitQueued(t testing.TB, c redis.UniversalClient, key string, l *guard.Lock
 		return err == nil && subs[ch] > 0
 	})
 }
+
+// tokenIn returns the fencing token of the innermost Lease carried by ctx.
+func tokenIn(ctx context.Context) (int64, bool) {
+	if le, ok := guard.LeaseFromContext(ctx); ok {
+		return le.Token(), true
+	}
+	return 0, false
+}

@@ -65,18 +65,6 @@ type LockState struct {
 // Held reports whether any owner holds the lock.
 func (s *LockState) Held() bool { return len(s.Holders) > 0 }
 
-// HeldBy returns the hold of owner, with ok false when owner holds nothing here. With
-// the owner of a request's context (ctxid.FromContext), it tells whether that request
-// holds the lock.
-func (s *LockState) HeldBy(owner ctxid.ID) (h Holder, ok bool) {
-	for _, h := range s.Holders {
-		if h.Owner == owner {
-			return h, true
-		}
-	}
-	return Holder{}, false
-}
-
 // Holder is one owner's hold on a lock.
 type Holder struct {
 	// Owner is the owner ID holding the lock (see package ctxid).

@@ -12,15 +12,17 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// MaxLabelLen bounds the text of a Label, in bytes. With the Locker's ID and a trace ID
+// maxLabelLen bounds the text of a Label, in bytes. With the Locker's ID and a trace ID
 // added, a label keeps under 200 bytes in Redis per hold.
-const MaxLabelLen = 128
+const maxLabelLen = 128
 
 // Label makes every new hold carry a label in Redis, which Inspect and List report with
 // the holder and the guardkit command prints: the Locker's ID, text, and the trace ID of
 // the span in the acquiring context when there is one, so that "held by orders@web-3 pid
-// 4242 trace 4bf92f…" leads to the trace. text "" labels holds with ProcessLabel (service,
-// host and pid); it must be at most MaxLabelLen bytes and hold no control characters.
+// 4242 trace 4bf92f…" leads to the trace. text "" labels holds with the process:
+// "<service>@<host> pid <pid>", where the service is $OTEL_SERVICE_NAME, else the
+// program's file name (cut to its last 128 bytes when longer, with control characters
+// shown as '?'). Other text must be at most 128 bytes and hold no control characters.
 //
 // A label costs one more hash field per hold, written by the acquire script of a new
 // hold only (reentries and renewals do not touch it), and one allocation per new hold in
@@ -31,16 +33,13 @@ const MaxLabelLen = 128
 func Label(text string) Option {
 	return Option{name: "Label", scope: scopeLocker | scopeCall, apply: func(s *settings) {
 		if text == "" {
-			text = ProcessLabel()
+			text = processLabel()
 		}
 		s.label = text
 	}}
 }
 
-// ProcessLabel is the label Label("") gives holds: "<service>@<host> pid <pid>", where the
-// service is $OTEL_SERVICE_NAME, else the program's file name.
-func ProcessLabel() string { return processLabel() }
-
+// processLabel is the text Label("") gives holds.
 var processLabel = sync.OnceValue(func() string {
 	service := os.Getenv("OTEL_SERVICE_NAME")
 	if service == "" {
@@ -51,8 +50,8 @@ var processLabel = sync.OnceValue(func() string {
 		host = "unknown-host"
 	}
 	s := service + "@" + host + " pid " + strconv.Itoa(os.Getpid())
-	if len(s) > MaxLabelLen {
-		s = s[len(s)-MaxLabelLen:] // the pid and host say more than a long path
+	if len(s) > maxLabelLen {
+		s = s[len(s)-maxLabelLen:] // the pid and host say more than a long path
 	}
 	return strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f {
@@ -64,8 +63,8 @@ var processLabel = sync.OnceValue(func() string {
 
 // validateLabel checks the Label option of s.
 func (s *settings) validateLabel() error {
-	if len(s.label) > MaxLabelLen {
-		return &ConfigError{Field: "Label", Reason: fmt.Sprintf("must be at most %d bytes, got %d", MaxLabelLen, len(s.label))}
+	if len(s.label) > maxLabelLen {
+		return &ConfigError{Field: "Label", Reason: fmt.Sprintf("must be at most %d bytes, got %d", maxLabelLen, len(s.label))}
 	}
 	if i := strings.IndexFunc(s.label, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
 		return &ConfigError{Field: "Label", Reason: fmt.Sprintf("must not hold control characters, got %q", s.label)}

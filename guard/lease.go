@@ -446,16 +446,9 @@ func (le *Lease) Release(ctx context.Context) error {
 
 type leaseKey struct{}
 
-// LeaseFromContext returns the innermost Lease carried by ctx.
+// LeaseFromContext returns the innermost Lease carried by ctx; its Token is the fencing
+// token to pass to storage.
 func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 	le, ok := ctx.Value(leaseKey{}).(*Lease)
 	return le, ok
-}
-
-// TokenFromContext returns the fencing token of the innermost Lease carried by ctx.
-func TokenFromContext(ctx context.Context) (int64, bool) {
-	if le, ok := LeaseFromContext(ctx); ok {
-		return le.Token(), true
-	}
-	return 0, false
 }

@@ -12,14 +12,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ListScanCount is the COUNT of the one SCAN that each List call makes: the most keys
+// listScanCount is the COUNT of the one SCAN that each List call makes: the most keys
 // a call asks one server to look at, so that listing never blocks Redis for long.
-const ListScanCount = 1000
+const listScanCount = 1000
 
 // List returns a page of the locks in Redis whose keys match pattern, of every kind, and
 // the cursor of the next page: "" once every server has been scanned. Start with cursor
 // "" and call again with the cursor returned until it is "". A page may be empty while
-// the cursor is not: each call makes one SCAN, of at most ListScanCount keys, on one
+// the cursor is not: each call makes one SCAN, of at most 1,000 keys (its COUNT), on one
 // server (each primary of a Cluster in turn, each server of a quorum Locker in turn),
 // then one pipelined Inspect of the locks it found, so that a listing of many keys never
 // blocks Redis and can be resumed. As with SCAN, a lock held throughout the listing is
@@ -64,7 +64,7 @@ func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*Loc
 		sctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
 		defer cancel()
 	}
-	names, after, err := nodes[i].c.ScanType(sctx, from, b.String(), ListScanCount, "hash").Result()
+	names, after, err := nodes[i].c.ScanType(sctx, from, b.String(), listScanCount, "hash").Result()
 	switch {
 	case err != nil && l.q != nil && ctx.Err() == nil:
 		// A quorum's server that cannot be scanned is passed over: every lock that a

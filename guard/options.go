@@ -12,8 +12,9 @@ import (
 )
 
 // Option configures a Locker (passed to New, where it sets the Locker's defaults), one
-// acquisition (passed to Acquire, TryAcquire and the decorators, where it overrides them)
-// or a decorator (Wrap, WrapE and Do only: the key, the Locker, the conditions). Each
+// acquisition (passed to Acquire, TryAcquire, Run and the decorators, where it overrides
+// them) or a guarded call (Wrap, WrapE, Do and Run only: the key, the Locker, the
+// conditions). Each
 // option's comment says where it applies and what its default is. Options are values:
 // build them once and reuse them freely.
 type Option struct {
@@ -27,8 +28,8 @@ type scope uint8
 
 const (
 	scopeLocker scope = 1 << iota // New
-	scopeCall                     // New (as a default), Acquire, TryAcquire, decorators
-	scopeWrap                     // decorators only: Wrap, WrapE, Do
+	scopeCall                     // New (as a default), Acquire, TryAcquire, Run, decorators
+	scopeWrap                     // guarded calls only: Wrap, WrapE, Do, Run
 )
 
 // settings is the resolved configuration of a Locker or of one call.
@@ -219,7 +220,7 @@ func (s *settings) apply(opts []Option, allowed scope, where string) error {
 		if o.scope&allowed == 0 {
 			hint := "set it on New"
 			if o.scope == scopeWrap {
-				hint = "it applies to Wrap, WrapE and Do only"
+				hint = "it applies to Wrap, WrapE, Do and Locker.Run only"
 			}
 			return &ConfigError{Field: o.name, Reason: "cannot be set on " + where + "; " + hint}
 		}
@@ -317,8 +318,8 @@ func MaxKeyLen(n int) Option {
 // default of every call that sets none. TryAcquire always makes one attempt.
 // Applies to New and to each call. Default: Acquire waits until its context ends
 // (UntilCanceled(Fixed(100ms, 100ms))); the entry points that serve requests — Wrap,
-// WrapE, Do, the Echo middleware and the gRPC interceptors — wait at most DefaultMaxWait
-// (MaxWait(DefaultMaxWait, Fixed(100ms, 100ms))), so that a stuck holder can never keep
+// WrapE, Do, Locker.Run, the Echo middleware and the gRPC interceptors — wait at most 5s
+// (MaxWait(5*time.Second, Fixed(100ms, 100ms))), so that a stuck holder can never keep
 // a server's requests waiting without end.
 func Retry(p RetryPolicy) Option {
 	return Option{name: "Retry", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.retry, s.retrySet = p, true }}
@@ -336,15 +337,16 @@ func WaitOutages(wait bool) Option {
 	return Option{name: "WaitOutages", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.outageFails = !wait }}
 }
 
-// DefaultMaxWait is how long the entry points that serve requests (Wrap, WrapE, Do, the
-// Echo middleware and the gRPC interceptors) wait for a busy lock when no Retry option
-// is given, on the call or on New. Waiting also ends with the request's context.
-const DefaultMaxWait = 5 * time.Second
+// defaultMaxWait is how long the entry points that serve requests (Wrap, WrapE, Do,
+// Locker.Run, the Echo middleware and the gRPC interceptors) wait for a busy lock when no
+// Retry option is given, on the call or on New. Waiting also ends with the request's
+// context.
+const defaultMaxWait = 5 * time.Second
 
 // entryRetry is the retry policy of an entry point that serves requests.
 func (s *settings) entryRetry() {
 	if !s.retrySet {
-		s.retry = MaxWait(DefaultMaxWait, nil)
+		s.retry = MaxWait(defaultMaxWait, nil)
 	}
 }
 
@@ -450,20 +452,21 @@ func FenceRetention(d time.Duration) Option {
 //
 // The template is parsed once, by Wrap: a syntax error, an unknown source or a field that
 // Req does not have fails there. A request whose value is missing (a nil pointer on the
-// path) or empty fails the call with an error matching ErrInvalidKey. Do has no request,
-// so its template must have no placeholders. Never build the text from request data: it
+// path) or empty fails the call with an error matching ErrInvalidKey. Do and Locker.Run
+// have no request, so their template must have no placeholders. Never build the text from request data: it
 // is parsed as a template; use a {req...} placeholder, KeyFunc or RawKey.
 //
-// Applies to Wrap, WrapE and Do, which need exactly one key: the last of Key, RawKey and
-// KeyFunc given wins. No default.
+// Applies to Wrap, WrapE, Do and Locker.Run, which need exactly one key: the last of Key,
+// RawKey and KeyFunc given wins. No default.
 func Key(template string) Option {
 	return Option{name: "Key", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyTemplate, text: template} }}
 }
 
 // RawKey names the lock of a decorated call with key exactly as given: braces are not
-// placeholders. It is how Do takes a key computed in code, such as "order:" + id.
-// Applies to Wrap, WrapE and Do; the last of Key, RawKey and KeyFunc given wins. No
-// default.
+// placeholders. It is how Do and Locker.Run take a key computed in code, such as
+// "order:" + id.
+// Applies to Wrap, WrapE, Do and Locker.Run; the last of Key, RawKey and KeyFunc given
+// wins. No default.
 func RawKey(key string) Option {
 	return Option{name: "RawKey", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyRaw, text: key} }}
 }
@@ -481,8 +484,8 @@ func KeyFunc[Req any](f func(ctx context.Context, req Req) (string, error)) Opti
 }
 
 // Use makes a decorator take its locks from l. A nil l is ignored.
-// Applies to Wrap, WrapE and Do. Default: the Locker given to SetDefault, looked up at
-// each call.
+// Applies to Wrap, WrapE and Do; Locker.Run accepts only its own Locker. Default: the
+// Locker given to SetDefault, looked up at each call.
 func Use(l *Locker) Option {
 	if l == nil {
 		return Option{}
@@ -509,7 +512,8 @@ func SkipIf[Req any](skip func(ctx context.Context, req Req) bool) Option {
 // in the background at acquisition + d (renewed until then, and released at once if the
 // Locker is closed; Close waits for such releases). A lease lost while the function ran
 // is released at once. d must be ≥ 0 and not above MaxHold.
-// Applies to Wrap, WrapE and Do. Default 0: release when the function returns.
+// Applies to Wrap, WrapE, Do and Locker.Run. Default 0: release when the function
+// returns.
 func MinHold(d time.Duration) Option {
 	return Option{name: "MinHold", scope: scopeWrap, apply: func(s *settings) { s.wrap.minHold = d }}
 }

@@ -34,8 +34,8 @@ func TestReentrancyInProcess(t *testing.T) {
 	if !inner.Reentrant() || !innermost.Reentrant() || inner.Token() != outer.Token() || inner.Owner() != outer.Owner() {
 		t.Fatalf("nested lease: reentrant %v/%v token %d vs %d", inner.Reentrant(), innermost.Reentrant(), inner.Token(), outer.Token())
 	}
-	if tok, ok := guard.TokenFromContext(inner.Context()); !ok || tok != outer.Token() {
-		t.Fatalf("TokenFromContext = %d, %v", tok, ok)
+	if tok, ok := tokenIn(inner.Context()); !ok || tok != outer.Token() {
+		t.Fatalf("the token in the inner lease's context = %d, %v", tok, ok)
 	}
 
 	// Another owner is excluded, whichever Locker it uses.

@@ -15,37 +15,13 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/guardkit/guardkit/guard/semconv"
 )
 
-// ScopeName is the OpenTelemetry instrumentation scope of guard's spans and metrics.
-const ScopeName = "github.com/guardkit/guardkit/guard"
-
-// Version is the instrumentation scope version.
+// Version is the instrumentation scope version of guard's spans and metrics, whose scope
+// is semconv.ScopeName.
 const Version = "0.1.0"
-
-// Attribute keys of guard's spans, events and metrics.
-const (
-	AttrLockName    = attribute.Key("guard.lock.name")     // the lock name: Name option, else the key template
-	AttrLockKind    = attribute.Key("guard.lock.kind")     // the lock's Kind: exclusive, read, write, semaphore, fair
-	AttrLockKey     = attribute.Key("guard.lock.key")      // the rendered key (spans only; see RedactKeys)
-	AttrOwner       = attribute.Key("guard.owner")         // the owner ID: the caller's, then the holding section's (spans only)
-	AttrOutcome     = attribute.Key("guard.outcome")       // acquired, busy, deadlock, timeout, canceled, error; ok, failed, lost for renewals
-	AttrAttempts    = attribute.Key("guard.attempts")      // acquire round trips made
-	AttrReentrant   = attribute.Key("guard.reentrant")     // the owner already held the lock
-	AttrToken       = attribute.Key("guard.fencing_token") // the lease's fencing token
-	AttrWaitSeconds = attribute.Key("guard.wait.seconds")  // time spent acquiring
-	AttrHoldSeconds = attribute.Key("guard.hold.seconds")  // time held, on the guard.released event
-)
-
-// Outcomes of an acquisition, as recorded in AttrOutcome.
-const (
-	OutcomeAcquired = "acquired" // the lease was granted
-	OutcomeBusy     = "busy"     // the retry policy gave up on a held lock
-	OutcomeDeadlock = "deadlock" // the wait was chosen to end a deadlock (ErrDeadlock)
-	OutcomeTimeout  = "timeout"  // a deadline (the policy's MaxWait or the context's) ended the wait
-	OutcomeCanceled = "canceled" // the context was cancelled
-	OutcomeError    = "error"    // Redis failed, or the key or configuration was invalid
-)
 
 var acquireSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 
@@ -88,11 +64,11 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, redactKeys b
 		mp = otel.GetMeterProvider()
 	}
 	t := &telemetry{
-		tracer:     tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
+		tracer:     tp.Tracer(semconv.ScopeName, trace.WithInstrumentationVersion(Version)),
 		redactKeys: redactKeys,
 		untraced:   untraced,
 	}
-	t.instruments(mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version)))
+	t.instruments(mp.Meter(semconv.ScopeName, metric.WithInstrumentationVersion(Version)))
 	return t
 }
 
@@ -100,7 +76,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, redactKeys b
 // conflicting registration) is reported to OpenTelemetry's error handler and replaced by
 // a no-op one: telemetry never stops the engine.
 func (t *telemetry) instruments(m metric.Meter) {
-	fallback := noop.NewMeterProvider().Meter(ScopeName)
+	fallback := noop.NewMeterProvider().Meter(semconv.ScopeName)
 	waitBuckets := metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 	holdBuckets := metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900)
 	histogram := func(name, desc string, buckets metric.HistogramOption) metric.Float64Histogram {
@@ -159,12 +135,12 @@ func (t *telemetry) set(name string, kind Kind, outcome string, reentrant int8) 
 	if ok {
 		return r
 	}
-	kv := []attribute.KeyValue{AttrLockName.String(name), AttrLockKind.String(kind.String())}
+	kv := []attribute.KeyValue{semconv.AttrLockName.String(name), semconv.AttrLockKind.String(kind.String())}
 	if outcome != "" {
-		kv = append(kv, AttrOutcome.String(outcome))
+		kv = append(kv, semconv.AttrOutcome.String(outcome))
 	}
 	if reentrant >= 0 {
-		kv = append(kv, AttrReentrant.Bool(reentrant == 1))
+		kv = append(kv, semconv.AttrReentrant.Bool(reentrant == 1))
 	}
 	o := metric.WithAttributeSet(attribute.NewSet(kv...))
 	r = recording{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
@@ -228,9 +204,9 @@ func (t *telemetry) startAcquire(ctx context.Context, a *acquisition, s *setting
 	}
 	ctx, a.span = t.tracer.Start(ctx, "guard.acquire", acquireSpanOptions...)
 	if a.span.IsRecording() {
-		attrs := []attribute.KeyValue{AttrLockName.String(a.name), AttrLockKind.String(a.kind.String()), AttrOwner.String(owner)}
+		attrs := []attribute.KeyValue{semconv.AttrLockName.String(a.name), semconv.AttrLockKind.String(a.kind.String()), semconv.AttrOwner.String(owner)}
 		if !t.redactKeys {
-			attrs = append(attrs, AttrLockKey.String(key))
+			attrs = append(attrs, semconv.AttrLockKey.String(key))
 		}
 		a.span.SetAttributes(attrs...)
 	}
@@ -263,20 +239,20 @@ func (a *acquisition) end(ctx context.Context, le *Lease, err error, p RetryPoli
 	a.t.wait.Record(ctx, wait.Seconds(), a.t.set(a.name, a.kind, outcome, -1).rec...)
 	if a.span.IsRecording() {
 		attrs := []attribute.KeyValue{
-			AttrOutcome.String(outcome),
-			AttrAttempts.Int(a.attempts),
-			AttrReentrant.Bool(reentrant == 1),
-			AttrWaitSeconds.Float64(wait.Seconds()),
+			semconv.AttrOutcome.String(outcome),
+			semconv.AttrAttempts.Int(a.attempts),
+			semconv.AttrReentrant.Bool(reentrant == 1),
+			semconv.AttrWaitSeconds.Float64(wait.Seconds()),
 		}
 		if le != nil {
 			// The holding section replaces the caller's owner the span started with.
-			attrs = append(attrs, AttrToken.Int64(le.Token()), AttrOwner.String(string(le.Owner())))
+			attrs = append(attrs, semconv.AttrToken.Int64(le.Token()), semconv.AttrOwner.String(string(le.Owner())))
 		}
 		a.span.SetAttributes(attrs...)
-		if outcome == OutcomeDeadlock {
+		if outcome == semconv.OutcomeDeadlock {
 			a.span.AddEvent("guard.deadlock", trace.WithAttributes(a.t.deadlockAttrs(err)...))
 		}
-		if err != nil && outcome == OutcomeError {
+		if err != nil && outcome == semconv.OutcomeError {
 			a.span.RecordError(err)
 			a.span.SetStatus(codes.Error, err.Error())
 		}
@@ -287,20 +263,20 @@ func (a *acquisition) end(ctx context.Context, le *Lease, err error, p RetryPoli
 func outcomeOf(err error, p RetryPolicy) string {
 	switch {
 	case err == nil:
-		return OutcomeAcquired
+		return semconv.OutcomeAcquired
 	case errors.Is(err, context.Canceled):
-		return OutcomeCanceled
+		return semconv.OutcomeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
-		return OutcomeTimeout
+		return semconv.OutcomeTimeout
 	case errors.Is(err, ErrDeadlock):
-		return OutcomeDeadlock
+		return semconv.OutcomeDeadlock
 	case errors.Is(err, ErrLocked):
 		if p.limit == limitMaxWait {
-			return OutcomeTimeout
+			return semconv.OutcomeTimeout
 		}
-		return OutcomeBusy
+		return semconv.OutcomeBusy
 	}
-	return OutcomeError
+	return semconv.OutcomeError
 }
 
 // heldTelemetry is the part of a held lease that telemetry needs after acquisition.
@@ -330,13 +306,13 @@ func (t *telemetry) ended(h *held, lost *LeaseLostError) {
 	if lost != nil {
 		t.lost.Add(ctx, 1, t.set(ht.name, ht.kind, "", -1).add...)
 		ht.span.AddEvent("guard.lease_lost", trace.WithAttributes(
-			AttrLockName.String(ht.name), attribute.String("guard.reason", lost.Reason)))
+			semconv.AttrLockName.String(ht.name), attribute.String("guard.reason", lost.Reason)))
 		return
 	}
 	if ht.span.IsRecording() {
 		ht.span.AddEvent("guard.released", trace.WithAttributes(
-			AttrLockName.String(ht.name), AttrToken.Int64(h.token),
-			AttrHoldSeconds.Float64(held.Seconds())))
+			semconv.AttrLockName.String(ht.name), semconv.AttrToken.Int64(h.token),
+			semconv.AttrHoldSeconds.Float64(held.Seconds())))
 	}
 }
 
@@ -345,7 +321,7 @@ func (t *telemetry) renewed(h *held, outcome string, err error) {
 	t.renewals.Add(context.Background(), 1, t.set(h.tel.name, h.tel.kind, outcome, -1).add...)
 	if outcome == renewFailed {
 		h.tel.span.AddEvent("guard.renewal_failed", trace.WithAttributes(
-			AttrLockName.String(h.tel.name), attribute.String("guard.error", err.Error())))
+			semconv.AttrLockName.String(h.tel.name), attribute.String("guard.error", err.Error())))
 	}
 }
 
@@ -353,27 +329,20 @@ func (t *telemetry) renewed(h *held, outcome string, err error) {
 // of the lease (see Locker.repairQuorum).
 func (t *telemetry) repaired(h *held, server string) {
 	h.tel.span.AddEvent("guard.hold_repaired", trace.WithAttributes(
-		AttrLockName.String(h.tel.name), attribute.String("guard.server", server)))
+		semconv.AttrLockName.String(h.tel.name), attribute.String("guard.server", server)))
 }
 
 // releasedLate records a release that found the lock already expired.
 func (t *telemetry) releasedLate(h *held) {
 	h.tel.span.AddEvent("guard.released_late", trace.WithAttributes(
-		AttrLockName.String(h.tel.name), AttrToken.String(strconv.FormatInt(h.token, 10))))
+		semconv.AttrLockName.String(h.tel.name), semconv.AttrToken.String(strconv.FormatInt(h.token, 10))))
 }
 
-// Renewal outcomes, as recorded in AttrOutcome on guard.lock.renewals.
+// Renewal outcomes, as recorded in semconv.AttrOutcome on guard.lock.renewals.
 const (
 	renewOK     = "ok"
 	renewFailed = "failed"
 	renewLost   = "lost"
-)
-
-// AttrCycleKeys lists the keys of a deadlock's cycle on the guard.deadlock event (unless
-// RedactKeys); AttrCycleLen counts its waits.
-const (
-	AttrCycleKeys = attribute.Key("guard.deadlock.keys")
-	AttrCycleLen  = attribute.Key("guard.deadlock.length")
 )
 
 // deadlockAttrs are the attributes of the guard.deadlock event for err.
@@ -382,9 +351,13 @@ func (t *telemetry) deadlockAttrs(err error) []attribute.KeyValue {
 	if !errors.As(err, &de) {
 		return nil
 	}
-	attrs := []attribute.KeyValue{AttrCycleLen.Int(len(de.Cycle))}
+	attrs := []attribute.KeyValue{semconv.AttrCycleLen.Int(len(de.Cycle))}
 	if !t.redactKeys {
-		attrs = append(attrs, AttrCycleKeys.StringSlice(de.Keys()))
+		keys := make([]string, len(de.Cycle))
+		for i, e := range de.Cycle {
+			keys[i] = e.Key
+		}
+		attrs = append(attrs, semconv.AttrCycleKeys.StringSlice(keys))
 	}
 	return attrs
 }

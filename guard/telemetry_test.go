@@ -15,6 +15,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/guard/semconv"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
 
@@ -66,8 +67,8 @@ func (r *otelRig) metrics(t *testing.T) map[string]metricdata.Aggregation {
 	}
 	out := map[string]metricdata.Aggregation{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != guard.ScopeName {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, guard.ScopeName)
+		if sm.Scope.Name != semconv.ScopeName {
+			t.Errorf("scope %q, want %q", sm.Scope.Name, semconv.ScopeName)
 		}
 		for _, m := range sm.Metrics {
 			out[m.Name] = m.Data
@@ -107,20 +108,20 @@ func TestTelemetryContendedAcquire(t *testing.T) {
 		t.Fatalf("span lasted %s, want it to cover the ~300ms wait", d)
 	}
 	want := map[attribute.Key]attribute.Value{
-		guard.AttrLockName:  attribute.StringValue("orders"),
-		guard.AttrLockKind:  attribute.StringValue("exclusive"),
-		guard.AttrLockKey:   attribute.StringValue("order:7"),
-		guard.AttrOwner:     attribute.StringValue(string(le.Owner())),
-		guard.AttrOutcome:   attribute.StringValue(guard.OutcomeAcquired),
-		guard.AttrReentrant: attribute.BoolValue(false),
-		guard.AttrToken:     attribute.Int64Value(le.Token()),
+		semconv.AttrLockName:  attribute.StringValue("orders"),
+		semconv.AttrLockKind:  attribute.StringValue("exclusive"),
+		semconv.AttrLockKey:   attribute.StringValue("order:7"),
+		semconv.AttrOwner:     attribute.StringValue(string(le.Owner())),
+		semconv.AttrOutcome:   attribute.StringValue(semconv.OutcomeAcquired),
+		semconv.AttrReentrant: attribute.BoolValue(false),
+		semconv.AttrToken:     attribute.Int64Value(le.Token()),
 	}
 	for k, v := range want {
 		if got, ok := attrOf(s, k); !ok || got != v {
 			t.Errorf("attribute %s = %v, want %v", k, got.Emit(), v.Emit())
 		}
 	}
-	if n, _ := attrOf(s, guard.AttrAttempts); n.AsInt64() < 2 {
+	if n, _ := attrOf(s, semconv.AttrAttempts); n.AsInt64() < 2 {
 		t.Errorf("attempts = %d, want ≥ 2", n.AsInt64())
 	}
 
@@ -140,10 +141,10 @@ func TestTelemetryContendedAcquire(t *testing.T) {
 	if len(acq.DataPoints) != 1 || acq.DataPoints[0].Value != 1 {
 		t.Fatalf("acquisitions = %+v", acq)
 	}
-	if v, _ := acq.DataPoints[0].Attributes.Value(guard.AttrOutcome); v.AsString() != guard.OutcomeAcquired {
+	if v, _ := acq.DataPoints[0].Attributes.Value(semconv.AttrOutcome); v.AsString() != semconv.OutcomeAcquired {
 		t.Fatalf("acquisitions outcome = %v", v.Emit())
 	}
-	if v, _ := acq.DataPoints[0].Attributes.Value(guard.AttrLockKind); v.AsString() != "exclusive" {
+	if v, _ := acq.DataPoints[0].Attributes.Value(semconv.AttrLockKind); v.AsString() != "exclusive" {
 		t.Fatalf("acquisitions kind = %v, want exclusive", v.Emit())
 	}
 	active := m["guard.lock.active"].(metricdata.Sum[int64])
@@ -173,7 +174,7 @@ func assertNoKeyInMetrics(t *testing.T, rig *otelRig, key string) {
 			}
 			for _, s := range sets {
 				for _, kv := range s.ToSlice() {
-					if kv.Key == guard.AttrLockKey || kv.Key == guard.AttrOwner || kv.Value.Emit() == key {
+					if kv.Key == semconv.AttrLockKey || kv.Key == semconv.AttrOwner || kv.Value.Emit() == key {
 						t.Errorf("metric %s carries %s=%s: metrics must stay low-cardinality", m.Name, kv.Key, kv.Value.Emit())
 					}
 				}
@@ -202,14 +203,14 @@ func TestTelemetryBusyAndRedacted(t *testing.T) {
 	if len(spans) != 2 {
 		t.Fatalf("%d spans, want 2", len(spans))
 	}
-	for i, want := range []string{guard.OutcomeBusy, guard.OutcomeTimeout} {
-		if v, _ := attrOf(spans[i], guard.AttrOutcome); v.AsString() != want {
+	for i, want := range []string{semconv.OutcomeBusy, semconv.OutcomeTimeout} {
+		if v, _ := attrOf(spans[i], semconv.AttrOutcome); v.AsString() != want {
 			t.Errorf("span %d outcome %q, want %q", i, v.AsString(), want)
 		}
-		if _, ok := attrOf(spans[i], guard.AttrLockKey); ok {
+		if _, ok := attrOf(spans[i], semconv.AttrLockKey); ok {
 			t.Errorf("span %d records the key despite RedactKeys", i)
 		}
-		if v, _ := attrOf(spans[i], guard.AttrLockName); v.AsString() != "unnamed" {
+		if v, _ := attrOf(spans[i], semconv.AttrLockName); v.AsString() != "unnamed" {
 			t.Errorf("span %d lock name %q, want unnamed", i, v.AsString())
 		}
 	}
@@ -246,7 +247,7 @@ func TestTelemetryLeaseLost(t *testing.T) {
 	renewals := m["guard.lock.renewals"].(metricdata.Sum[int64])
 	found := false
 	for _, dp := range renewals.DataPoints {
-		if v, _ := dp.Attributes.Value(guard.AttrOutcome); v.AsString() == "lost" && dp.Value == 1 {
+		if v, _ := dp.Attributes.Value(semconv.AttrOutcome); v.AsString() == "lost" && dp.Value == 1 {
 			found = true
 		}
 	}
@@ -290,13 +291,13 @@ func TestTelemetryReleasedEvent(t *testing.T) {
 		t.Fatalf("events on the caller's span = %+v, want one guard.released", events)
 	}
 	attrs := attribute.NewSet(events[0].Attributes...)
-	if v, _ := attrs.Value(guard.AttrLockName); v.AsString() != "jobs" {
+	if v, _ := attrs.Value(semconv.AttrLockName); v.AsString() != "jobs" {
 		t.Errorf("lock name = %q, want jobs", v.AsString())
 	}
-	if v, _ := attrs.Value(guard.AttrToken); v.AsInt64() != le.Token() {
+	if v, _ := attrs.Value(semconv.AttrToken); v.AsInt64() != le.Token() {
 		t.Errorf("token = %d, want the lease's %d", v.AsInt64(), le.Token())
 	}
-	if v, ok := attrs.Value(guard.AttrHoldSeconds); !ok || v.AsFloat64() < 0.02 || v.AsFloat64() > 5 {
+	if v, ok := attrs.Value(semconv.AttrHoldSeconds); !ok || v.AsFloat64() < 0.02 || v.AsFloat64() > 5 {
 		t.Errorf("hold seconds = %v (%v), want at least the 20 ms slept", v.AsFloat64(), ok)
 	}
 }
@@ -318,7 +319,7 @@ func TestGlobalTracerInstalledAfterNew(t *testing.T) {
 	if len(spans) != 1 {
 		t.Fatalf("%d guard.acquire spans after the global provider was installed, want 1", len(spans))
 	}
-	if v, _ := attrOf(spans[0], guard.AttrLockKey); v.AsString() != "after" {
+	if v, _ := attrOf(spans[0], semconv.AttrLockKey); v.AsString() != "after" {
 		t.Fatalf("span key = %q, want %q", v.AsString(), "after")
 	}
 }

@@ -42,11 +42,11 @@ var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard
 //   - runs fn at once, unlocked, when a SkipIf predicate reports true;
 //   - renders the key from the request, and acquires the lock for the owner in ctx (a
 //     fresh owner when ctx has none), waiting as the Retry option says: the one given
-//     to Wrap, else the one given to the Locker's New, else at most DefaultMaxWait, and
-//     never past ctx's end. When it gives up it returns a *LockedError (ErrLocked) with a hint of
+//     to Wrap, else the one given to the Locker's New, else at most 5s, and never past
+//     ctx's end. When it gives up it returns a *LockedError (ErrLocked) with a hint of
 //     when to retry as RetryAfter (see "Retry hints"), and ctx's error in its chain when ctx ended the wait;
 //   - calls fn with a context derived from ctx that carries the owner and the Lease
-//     (LeaseFromContext, TokenFromContext for the fencing token) and is cancelled, with
+//     (LeaseFromContext; its Token is the fencing token) and is cancelled, with
 //     a *LeaseLostError as its cause, if the lease is lost;
 //   - releases the lock when fn returns, whatever it returns, and when it panics (the
 //     panic then goes on) — or, with MinHold, no sooner than that long after acquiring;
@@ -89,7 +89,7 @@ func Wrap[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Op
 // a key is input, whichever way it is given.
 func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Option) (func(context.Context, Req) (Resp, error), error) {
 	if fn == nil {
-		return nil, &ConfigError{Field: "fn", Reason: "must not be nil"}
+		return nil, errNilFn
 	}
 	d, err := newDecorator(opts, "Wrap", true)
 	if err != nil {
@@ -106,7 +106,6 @@ func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...O
 			return nil, typeMismatch("SkipIf", d.wrap.skip, reflect.TypeFor[Req]())
 		}
 	}
-	g := &Guard{d: d}
 	return func(ctx context.Context, req Req) (Resp, error) {
 		if skip != nil && skip(ctx, req) {
 			return fn(ctx, req)
@@ -116,7 +115,11 @@ func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...O
 		if err != nil {
 			return resp, err
 		}
-		err = g.Run(ctx, k, func(ctx context.Context) (err error) {
+		b, err := d.binding()
+		if err != nil {
+			return resp, err
+		}
+		_, err = b.l.run(ctx, b.s, k, func(ctx context.Context) (err error) {
 			resp, err = fn(ctx, req)
 			return err
 		})
@@ -132,86 +135,99 @@ func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...O
 //		return rebuildIndex(ctx)
 //	}, guard.Key("index:rebuild"), guard.Retry(guard.NoRetry()))
 //
-// Do has no request: its key is a Key template without placeholders or a RawKey, for a
-// key computed in code ("order:" + id); KeyFunc and SkipIf are refused. Do checks its
-// options at every call and returns a *ConfigError when they are invalid; on a hot path
-// decorate the function once with Wrap instead.
+// Do is Locker.Run on the Locker of Use (else Default) for a caller that need not learn
+// whether fn ran. It has no request: its key is a Key template without placeholders or a
+// RawKey, for a key computed in code ("order:" + id); KeyFunc and SkipIf are refused. Do
+// checks its options at every call and returns a *ConfigError when they are invalid; on
+// a hot path decorate the function once with Wrap instead.
 func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) error {
 	if fn == nil {
-		return &ConfigError{Field: "fn", Reason: "must not be nil"}
+		return errNilFn
 	}
 	d, err := newDecorator(opts, "Do", false)
 	if err != nil {
 		return err
 	}
-	var key string
-	switch k := d.wrap.key; k.kind {
+	key, err := fixedKey(d.wrap, "Do")
+	if err != nil {
+		return err
+	}
+	b, err := d.binding()
+	if err != nil {
+		return err
+	}
+	_, err = b.l.run(ctx, b.s, key, fn)
+	return err
+}
+
+// Run calls fn under the lock that opts name, exactly as a call of a function decorated by
+// Wrap does (see Wrap), and reports whether fn ran. It is the one primitive under Wrap,
+// Do, the Echo middleware and the gRPC interceptors, and the one to build another adapter
+// on (a queue consumer, a job runner) when the key is known only at each call:
+//
+//	ran, err := locker.Run(ctx, handle, guard.RawKey("order:"+msg.OrderID), guard.Name("order-events"))
+//
+// The key is a Key template without placeholders or a RawKey; KeyFunc and SkipIf are
+// refused, as Do refuses them, and so is a Use naming another Locker. Every other call
+// option applies, MinHold included; without Retry, Run waits at most 5s, as Wrap does.
+//
+// Run acquires the lock for the owner in ctx, calls fn with the lease's context, releases
+// the lock when fn returns or panics, and returns ran true with fn's error, a
+// *LeaseLostError (ErrLeaseLost, with fn's error in its chain) when the lease was lost
+// while fn ran, or fn's error joined to a *ReleaseError when only the release failed.
+// When fn did not run, ran is false and err says why: a *ConfigError (ErrInvalidConfig)
+// for bad options, ErrInvalidKey for an empty or too long key, the acquisition's
+// *LockedError, ErrUnavailable, ErrClosed, or ctx's error.
+//
+// Run checks opts and the key before it looks at ctx or calls Redis: given a ctx that is
+// already done, it returns the *ConfigError or ErrInvalidKey they cause, else ctx's
+// error, and makes no Redis call. An adapter can so check its options when it is built.
+func (l *Locker) Run(ctx context.Context, fn func(context.Context) error, opts ...Option) (ran bool, err error) {
+	if fn == nil {
+		return false, errNilFn
+	}
+	s := l.cfg
+	if err := s.apply(opts, scopeCall|scopeWrap, "Run"); err != nil {
+		return false, err
+	}
+	s.entryRetry()
+	if u := s.wrap.locker; u != nil && u != l {
+		return false, &ConfigError{Field: "Use", Reason: "names another Locker than the one Run is called on"}
+	}
+	key, err := fixedKey(s.wrap, "Run")
+	if err != nil {
+		return false, err
+	}
+	return l.run(ctx, &s, key, fn)
+}
+
+// fixedKey returns the key of Do or Run, which have no request to render one from.
+func fixedKey(w wrapSettings, where string) (key string, err error) {
+	switch k := w.key; k.kind {
 	case keyFunc:
-		return &ConfigError{Field: "KeyFunc", Reason: "Do has no request: compute the key in code and pass it with RawKey"}
+		return "", &ConfigError{Field: "KeyFunc", Reason: where + " has no request: compute the key in code and pass it with RawKey"}
 	case keyTemplate:
 		tpl, err := keyfunc.Parse(k.text, keyfunc.Sources[struct{}]{})
 		if err != nil {
-			return templateError(err, "Do has no request, so its template cannot have placeholders; pass a computed key with RawKey")
+			return "", templateError(err, where+" has no request, so its template cannot have placeholders; pass a computed key with RawKey")
 		}
 		key, _ = tpl.Render(struct{}{}) // a template without placeholders cannot fail
 	case keyRaw:
 		key = k.text // an empty or too long key fails in acquire, with ErrInvalidKey
 	default:
-		return errNoKey
+		return "", errNoKey
 	}
-	if d.wrap.skip != nil {
-		return &ConfigError{Field: "SkipIf", Reason: "Do has no request: test the condition before calling Do"}
+	if w.skip != nil {
+		return "", &ConfigError{Field: "SkipIf", Reason: where + " has no request: test the condition before calling " + where}
 	}
-	return (&Guard{d: d}).Run(ctx, key, fn)
+	return key, nil
 }
 
-// Guard runs functions under locks taken with options fixed when it is made: the one
-// primitive under Wrap, Do, the Echo middleware and the gRPC interceptors, and the one to
-// build another adapter on (a queue consumer, a scheduled job runner) when the key is
-// known only at each call. It is safe for concurrent use.
-type Guard struct {
-	d *decorator
-}
-
-// NewGuard checks opts as WrapE does and returns a Guard that acquires with them. The key
-// is Run's argument, so Key, RawKey, KeyFunc and SkipIf are refused with a *ConfigError;
-// every other option applies, Use and MinHold included.
-func NewGuard(opts ...Option) (*Guard, error) {
-	d, err := newDecorator(opts, "NewGuard", true)
-	if err != nil {
-		return nil, err
-	}
-	if k := d.wrap.key.kind; k != keyNone {
-		return nil, &ConfigError{Field: [...]string{keyTemplate: "Key", keyRaw: "RawKey", keyFunc: "KeyFunc"}[k],
-			Reason: "NewGuard takes the key at each Run: leave the key options out"}
-	}
-	if d.wrap.skip != nil {
-		return nil, &ConfigError{Field: "SkipIf", Reason: "NewGuard has no request: test the condition before calling Run"}
-	}
-	return &Guard{d: d}, nil
-}
-
-// Run calls fn under the lock named key, exactly as a call of a function decorated by
-// Wrap does (see Wrap): it acquires the lock for the owner in ctx, calls fn with the
-// lease's context, releases the lock when fn returns or panics, and returns fn's error,
-// a *LeaseLostError (ErrLeaseLost, with fn's error in its chain) when the lease was lost
-// while fn ran, or the acquisition's error — a *LockedError, ErrInvalidKey for an empty
-// or too long key, ErrUnavailable, ErrClosed — when fn did not run. A caller that must
-// tell the two apart records in fn that it ran.
-func (g *Guard) Run(ctx context.Context, key string, fn func(context.Context) error) error {
-	if fn == nil {
-		return &ConfigError{Field: "fn", Reason: "must not be nil"}
-	}
-	b, err := g.d.binding()
-	if err != nil {
-		return err
-	}
-	return g.d.run(ctx, b, key, fn)
-}
+var errNilFn = &ConfigError{Field: "fn", Reason: "must not be nil"}
 
 var errNoKey = &ConfigError{Field: "Key", Reason: "required: set Key, RawKey or KeyFunc"}
 
-// decorator is the configuration of one Wrap or Guard, or of one Do call.
+// decorator is the configuration of one Wrap, or of one Do call.
 type decorator struct {
 	opts  []Option     // re-applied over the settings of a Locker from Default
 	wrap  wrapSettings // the decorator-only options
@@ -275,48 +291,49 @@ func (d *decorator) binding() (*binding, error) {
 	return b, b.err
 }
 
-// run calls call under the lock on key: the core of every guarded call.
-func (d *decorator) run(ctx context.Context, b *binding, key string, call func(context.Context) error) error {
-	le, err := b.l.acquire(ctx, key, b.s, b.s.retry)
+// run calls fn under the lock on key, acquired with s: the core of every guarded call.
+// ran reports whether fn was called.
+func (l *Locker) run(ctx context.Context, s *settings, key string, fn func(context.Context) error) (ran bool, err error) {
+	le, err := l.acquire(ctx, key, s, s.retry)
 	if err != nil {
-		return err
+		return false, err
 	}
 	acquired := time.Now()
 	fctx, cancel := le.Bind(ctx)
 	returned := false
 	defer func() {
-		if !returned { // call panicked or ran runtime.Goexit, which goes on after this
+		if !returned { // fn panicked or ran runtime.Goexit, which goes on after this
 			cancel()
-			_ = d.release(ctx, b.l, le, acquired)
+			_ = l.release(ctx, le, s.wrap.minHold, acquired)
 		}
 	}()
-	err = call(fctx)
+	err = fn(fctx)
 	returned = true
 	cancel()
 
 	lost := le.Err() // reads the deadline: nil unless lost while fn ran
-	rerr := d.release(ctx, b.l, le, acquired)
+	rerr := l.release(ctx, le, s.wrap.minHold, acquired)
 	if lost == nil && rerr != nil {
 		lost, rerr = lostAtRelease(key, rerr, le.ValidUntil(), time.Now())
 	}
 	switch {
 	case lost != nil && err == nil:
-		return lost
+		return true, lost
 	case lost != nil:
-		return fmt.Errorf("%w; the function returned: %w", lost, err)
+		return true, fmt.Errorf("%w; the function returned: %w", lost, err)
 	case rerr != nil && err == nil:
-		return rerr
+		return true, rerr
 	case rerr != nil:
-		return fmt.Errorf("%w; then %w", err, rerr)
+		return true, fmt.Errorf("%w; then %w", err, rerr)
 	}
-	return err
+	return true, err
 }
 
-// release releases le now, or in the background at acquired+MinHold. It returns the
+// release releases le now, or in the background at acquired+minHold. It returns the
 // result of a release made now.
-func (d *decorator) release(ctx context.Context, l *Locker, le *Lease, acquired time.Time) error {
-	if d.wrap.minHold > 0 && le.Err() == nil {
-		if wait := time.Until(acquired.Add(d.wrap.minHold)); wait > 0 {
+func (l *Locker) release(ctx context.Context, le *Lease, minHold time.Duration, acquired time.Time) error {
+	if minHold > 0 && le.Err() == nil {
+		if wait := time.Until(acquired.Add(minHold)); wait > 0 {
 			l.releaseAfter(ctx, le, wait)
 			return nil
 		}

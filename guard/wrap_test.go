@@ -53,7 +53,7 @@ func (lg *intervalLog) transfer(hold time.Duration) func(context.Context, transf
 		time.Sleep(hold)
 		exit := time.Now()
 		lg.inside.Add(-1)
-		tok, _ := guard.TokenFromContext(ctx)
+		tok, _ := tokenIn(ctx)
 		lg.mu.Lock()
 		lg.spans = append(lg.spans, interval{enter, exit, tok})
 		lg.mu.Unlock()
@@ -165,7 +165,7 @@ func TestWrapNestedReentry(t *testing.T) {
 
 	var innerTok int64
 	debit := guard.Wrap(func(ctx context.Context, req transferReq) (receipt, error) {
-		innerTok, _ = guard.TokenFromContext(ctx)
+		innerTok, _ = tokenIn(ctx)
 		le, _ := guard.LeaseFromContext(ctx)
 		if !le.Reentrant() {
 			return receipt{}, errors.New("inner lease not reentrant")
@@ -182,7 +182,7 @@ func TestWrapNestedReentry(t *testing.T) {
 	var outerTok int64
 	var nestedTrips int64
 	transfer := guard.Wrap(func(ctx context.Context, req transferReq) (receipt, error) {
-		outerTok, _ = guard.TokenFromContext(ctx)
+		outerTok, _ = tokenIn(ctx)
 		counter.Reset()
 		if _, err := debit(ctx, req); err != nil {
 			return receipt{}, err
@@ -230,7 +230,7 @@ func TestWrapFencingToken(t *testing.T) {
 	l, _ := newLocker(t, srv)
 	ctx := ctxTimeout(t, 5*time.Second)
 	transfer := guard.Wrap(func(ctx context.Context, req transferReq) (receipt, error) {
-		tok, ok := guard.TokenFromContext(ctx)
+		tok, ok := tokenIn(ctx)
 		le, _ := guard.LeaseFromContext(ctx)
 		if !ok || le.Token() != tok || le.Key() != "account:"+req.From {
 			return receipt{}, fmt.Errorf("token %d/%v, lease %v", tok, ok, le)
@@ -581,7 +581,7 @@ func TestWrapDefaultLocker(t *testing.T) {
 	guard.SetDefault(nil)
 	ctx := ctxTimeout(t, 5*time.Second)
 	transfer := guard.Wrap(func(ctx context.Context, req transferReq) (receipt, error) {
-		tok, _ := guard.TokenFromContext(ctx)
+		tok, _ := tokenIn(ctx)
 		return receipt{Token: tok}, nil
 	}, guard.Key("account:{req.From}"), guard.RenewEvery(time.Second))
 
@@ -620,7 +620,7 @@ func TestDo(t *testing.T) {
 		}
 		// Nested Do on the same key reenters.
 		return guard.Do(ctx, func(inner context.Context) error {
-			if tok, _ := guard.TokenFromContext(inner); tok != le.Token() {
+			if tok, _ := tokenIn(inner); tok != le.Token() {
 				return fmt.Errorf("nested token %d, want %d", tok, le.Token())
 			}
 			return nil

@@ -26,10 +26,10 @@
 // that no rule matches and that declares no lock runs without one.
 //
 // A busy lock is waited for as the rule's guard.Retry option says, else the one given
-// to guard.New, else at most guard.DefaultMaxWait (5s); waiting never outlasts the RPC's
-// deadline. A call without a deadline therefore gets codes.Aborted after
-// guard.DefaultMaxWait rather than waiting for as long as the holder keeps the lock;
-// give the rule guard.Retry(guard.UntilCanceled(nil)) to wait until the RPC ends.
+// to guard.New, else at most 5s; waiting never outlasts the RPC's deadline. A call
+// without a deadline therefore gets codes.Aborted after 5s rather than waiting for as
+// long as the holder keeps the lock; give the rule guard.Retry(guard.UntilCanceled(nil))
+// to wait until the RPC ends.
 //
 // Key templates use the syntax of package keyfunc with three sources: {req.field} reads
 // a field of the request message by its proto name (from_account, not FromAccount),
@@ -173,8 +173,8 @@
 //
 // The lock covers the whole stream: it is acquired before the handler starts, renewed
 // for as long as the stream lasts, and released when the handler returns. The handler's
-// ServerStream has a Context that carries the owner, the lease (guard.LeaseFromContext)
-// and its fencing token (guard.TokenFromContext), and that is cancelled when the client
+// ServerStream has a Context that carries the owner and the lease (guard.LeaseFromContext,
+// whose Token is the fencing token), and that is cancelled when the client
 // cancels or the lease is lost. Streams have no request message when the lock is taken,
 // so their rules key on {md...} and {method}.
 //

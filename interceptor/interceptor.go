@@ -22,13 +22,13 @@ import (
 //   - the key is rendered from the rule's template; a value that is missing, empty or
 //     ambiguous fails the RPC with codes.InvalidArgument;
 //   - a busy lock is waited for as the rule's Retry option says, else as the one given
-//     to guard.New says, else for at most guard.DefaultMaxWait, and never past the
+//     to guard.New says, else for at most 5s, and never past the
 //     RPC's deadline; a lock still busy then fails the RPC with codes.Aborted and an
 //     errdetails.RetryInfo carrying guard's retry hint (see "Retry hints" in package
 //     guard: the observed hold time, bounded by the holder's TTL left), an unreachable Redis
 //     with codes.Unavailable (or, with WithFailOpen, runs the handler unlocked);
 //   - the handler runs with a context that carries the owner and the lease
-//     (guard.LeaseFromContext, guard.TokenFromContext) and is cancelled, with a
+//     (guard.LeaseFromContext; its Token is the fencing token) and is cancelled, with a
 //     *guard.LeaseLostError as its cause, when the lease is lost;
 //   - the lock is released when the handler returns or panics. When the lease was lost
 //     while the handler ran, the RPC fails with codes.Aborted even if the handler
@@ -159,26 +159,17 @@ func newServer(locker *guard.Locker, opts []Option) (*server, error) {
 	return s, nil
 }
 
-// invocation is one guarded RPC as it passes through its rule's guard.
+// invocation is one guarded RPC as it passes through its rule's lock.
 type invocation struct {
-	run     func(context.Context) error
-	signer  *ctxid.Signer
-	token   string        // the inbound token the owner was accepted from, if any
-	entered bool          // the handler was called: the lock was acquired
-	herr    *handlerError // the handler's error, as returned to the guard
+	run    func(context.Context) error
+	signer *ctxid.Signer
+	token  string // the inbound token the owner was accepted from, if any
+	herr   error  // the handler's own error, kept aside so that Run's error is guard's
 }
 
-// handlerError marks the handler's own error, so that an error the guard returns can be
-// told apart from it by identity (a lost lease joins the two).
-type handlerError struct{ err error }
-
-func (e *handlerError) Error() string { return e.err.Error() }
-func (e *handlerError) Unwrap() error { return e.err }
-
-// handle is the function every rule's guard runs: it hands the handler the lease's
-// context and marks the handler's error.
+// handle is the function every rule's lock runs: it hands the handler the lease's
+// context and keeps the handler's error.
 func (inv *invocation) handle(ctx context.Context) error {
-	inv.entered = true
 	if inv.token != "" && ctxid.HopsFromContext(ctx) == 0 {
 		// The lease's context re-attaches the owner with a hop count of zero; put back
 		// the count the token carried, so that MaxHops bounds chains of guarded hops.
@@ -186,10 +177,7 @@ func (inv *invocation) handle(ctx context.Context) error {
 			ctx = owned
 		}
 	}
-	if err := inv.run(ctx); err != nil {
-		inv.herr = &handlerError{err: err}
-		return inv.herr
-	}
+	inv.herr = inv.run(ctx)
 	return nil
 }
 
@@ -206,30 +194,22 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 		m.key = key
 	}
 	inv := &invocation{run: run, signer: s.o.signer, token: token}
-	err = r.guard.Run(ctx, key, inv.handle)
+	ran, err := r.run(ctx, key, inv.handle)
 	switch {
-	case !inv.entered:
+	case !ran:
 		if r.failOpen && errors.Is(err, guard.ErrUnavailable) {
 			return run(ctx)
 		}
 		return recorded(ctx, m.acquireStatus(err, rej))
-	case err == nil:
-		return nil
-	case inv.herr != nil && err == error(inv.herr):
-		return inv.herr.err
-	case !errors.Is(err, guard.ErrLeaseLost):
-		// The handler ran under a valid lease and only the release failed (a
-		// *guard.ReleaseError): its result stands.
-		if inv.herr != nil {
-			return inv.herr.err
-		}
-		return nil
+	case err == nil, !errors.Is(err, guard.ErrLeaseLost):
+		// Either all went well, or the handler ran under a valid lease and only the
+		// release failed (a *guard.ReleaseError): its result stands.
+		return inv.herr
 	}
-	var herr error
-	if inv.herr != nil {
-		herr = inv.herr.err
+	if inv.herr != nil { // the lease was lost while the handler ran: keep both
+		err = fmt.Errorf("%w; the handler returned: %w", err, inv.herr)
 	}
-	return recorded(ctx, m.lostStatus(err, herr))
+	return recorded(ctx, m.lostStatus(err, inv.herr))
 }
 
 // recorded records the cause of a status error on the RPC's span, where the key and the

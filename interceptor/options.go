@@ -86,7 +86,7 @@ type Rule struct {
 	// interceptor is built. Key, RawKey, KeyFunc and Use are overridden: the lock is
 	// named by Key and taken from the interceptor's Locker; SkipIf is refused.
 	// Default: the Locker's settings. A busy lock is waited for as the Retry given here
-	// says, else the one given to guard.New, else at most guard.DefaultMaxWait (5s), and
+	// says, else the one given to guard.New, else at most 5s, and
 	// never past the RPC's deadline; then the RPC fails with codes.Aborted.
 	Options []guard.Option
 

@@ -106,8 +106,8 @@ func startChain(t *testing.T, lockerA, lockerB *guard.Locker, signer *ctxid.Sign
 	)
 	addrA := serve(t, service(map[string]unaryFunc{"Hold": hold, "Audit": audit}, nil),
 		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(lockerA, append(serverOpts, unregistered, rulesA)...)))
-	// B waits for a busy lock as long as the default allows (guard.DefaultMaxWait); A's
-	// call to it has a shorter deadline.
+	// B waits for a busy lock as long as the default allows (5s); A's call to it has a
+	// shorter deadline.
 	rulesB := interceptor.WithRules(interceptor.Rule{Method: mDebit, Key: key})
 	addrB := serve(t, service(map[string]unaryFunc{"Debit": debit}, nil),
 		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(lockerB, append(serverOpts, unregistered, rulesB)...)))

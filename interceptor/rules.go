@@ -1,6 +1,8 @@
 package interceptor
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,20 +21,32 @@ type rule struct {
 	key      *keyfunc.Template[*call]
 	paths    []*protoPath // the {req...} placeholders of key
 	failOpen bool         // the rule's, or the interceptor's (WithFailOpen)
-	guard    *guard.Guard
+	locker   *guard.Locker
+	opts     []guard.Option // the guard options of the rule's calls but their key
 }
 
-// build makes r's guard on locker with opts, which name the lock and set its kind, TTL
-// and waiting; the Locker is set last, so that opts cannot override it. A fail-open
-// rule does not wait out a Redis outage: it runs the handler unlocked at once.
+// build sets r's lock on locker with opts, which name the lock and set its kind, TTL and
+// waiting, and checks them against locker; the Locker is set last, so that opts cannot
+// override it. A fail-open rule does not wait out a Redis outage: it runs the handler
+// unlocked at once.
 func (r *rule) build(locker *guard.Locker, opts []guard.Option) error {
 	if r.failOpen {
 		opts = append(opts, guard.WaitOutages(false))
 	}
-	opts = append(opts, guard.Use(locker))
-	var err error
-	r.guard, err = guard.NewGuard(opts...)
-	return err
+	r.locker, r.opts = locker, append(opts, guard.Use(locker))
+	// Locker.Run checks its options before it looks at its context, which here is done
+	// already: no Redis call.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.run(ctx, "check", func(context.Context) error { return nil }); !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// run calls fn under r's lock on key and reports whether fn ran.
+func (r *rule) run(ctx context.Context, key string, fn func(context.Context) error) (ran bool, err error) {
+	return r.locker.Run(ctx, fn, append(r.opts[:len(r.opts):len(r.opts)], guard.RawKey(key))...)
 }
 
 // ruleSet finds the rule of a method: a full method name first, then the longest pattern.
@@ -53,9 +67,8 @@ func (rs *ruleSet) match(method string) *rule {
 	return nil
 }
 
-// compileRules checks rules and builds their guarded runners on locker. The {req...}
-// paths of rules for methods that files describes are checked against their request
-// types.
+// compileRules checks rules and sets their locks on locker. The {req...} paths of rules
+// for methods that files describes are checked against their request types.
 func compileRules(locker *guard.Locker, rules []Rule, files *protoregistry.Files, failOpen bool) (*ruleSet, error) {
 	rs := &ruleSet{exact: make(map[string]*rule)}
 	seen := make(map[string]bool)

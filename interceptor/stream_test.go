@@ -42,7 +42,7 @@ func TestStreamHoldsLockForItsLife(t *testing.T) {
 			return status.Error(codes.Internal, "stream context carries no lease")
 		}
 		owner, _ := ctxid.FromContext(ctx)
-		tok, _ := guard.TokenFromContext(ctx)
+		tok := le.Token()
 		visits <- streamVisit{key: le.Key(), owner: owner, token: tok, lease: le}
 		if err := ss.SendMsg(wrapperspb.Int64(tok)); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/guard/semconv"
 	"github.com/guardkit/guardkit/interceptor"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
@@ -38,7 +39,7 @@ func TestLockNamedAfterMethod(t *testing.T) {
 			continue
 		}
 		for _, kv := range s.Attributes() {
-			if kv.Key == guard.AttrLockName {
+			if kv.Key == semconv.AttrLockName {
 				names = append(names, kv.Value.AsString())
 			}
 		}

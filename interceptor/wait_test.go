@@ -16,8 +16,12 @@ import (
 	"github.com/guardkit/guardkit/internal/redistest"
 )
 
+// defaultMaxWait is how long guard's entry points wait for a busy lock when no Retry is
+// given, on the rule or on guard.New.
+const defaultMaxWait = 5 * time.Second
+
 // TestDefaultWaitWithoutDeadline: a rule without a Retry option, on a Locker without
-// one, waits for a busy lock at most guard.DefaultMaxWait, so that an RPC without a
+// one, waits for a busy lock at most defaultMaxWait, so that an RPC without a
 // deadline is answered busy (Aborted, RetryInfo) instead of waiting for as long as the
 // holder keeps the lock.
 func TestDefaultWaitWithoutDeadline(t *testing.T) {
@@ -73,7 +77,7 @@ func TestDefaultWaitWithoutDeadline(t *testing.T) {
 	}()
 
 	// Generous: the default wait, with room for a loaded machine.
-	bound := time.After(3 * guard.DefaultMaxWait)
+	bound := time.After(3 * defaultMaxWait)
 	for _, c := range []struct {
 		method string
 		errc   chan error
@@ -82,8 +86,8 @@ func TestDefaultWaitWithoutDeadline(t *testing.T) {
 		case err := <-c.errc:
 			wantBusy(t, err, c.method, ttl)
 		case <-bound:
-			t.Fatalf("%s without a deadline still waits after %s; want busy after at most guard.DefaultMaxWait (%s)",
-				c.method, 3*guard.DefaultMaxWait, guard.DefaultMaxWait)
+			t.Fatalf("%s without a deadline still waits after %s; want busy after at most %s",
+				c.method, 3*defaultMaxWait, defaultMaxWait)
 		}
 	}
 	for range 2 {

@@ -1,9 +1,11 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,7 +68,7 @@ type LockConfig struct {
 	// once, set Options: []guard.Option{guard.Retry(guard.NoRetry())}; a guard.Retry
 	// in Options overrides MaxWait.
 	// Optional. Default value 0: the Retry given to the Locker's guard.New, else at
-	// most guard.DefaultMaxWait (5s).
+	// most 5s.
 	MaxWait time.Duration
 
 	// Options are further guard options for each acquisition, such as guard.RenewEvery
@@ -162,7 +164,7 @@ func Lock(locker *guard.Locker, key string) echo.MiddlewareFunc {
 //     by an earlier middleware) is kept, otherwise the Signer decides between the
 //     caller's signed owner and a fresh one;
 //   - renders the key and acquires the lock for that owner, waiting as MaxWait says
-//     (by default up to the Locker's Retry, else guard.DefaultMaxWait);
+//     (by default up to the Locker's Retry, else 5s);
 //   - runs the rest of the chain with c.Request()'s context replaced by one that carries
 //     the owner and the lease and is cancelled, with a guard.ErrLeaseLost cause, if the
 //     lease is lost; guarded calls made with it (guard.Wrap, guard.Do, Locker.Acquire)
@@ -202,17 +204,15 @@ func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	if err != nil {
 		return nil, &ConfigError{Field: "Key", Reason: strings.TrimPrefix(err.Error(), "keyfunc: "), Err: err}
 	}
-	run, err := config.decorate()
+	opts, err := config.guardOptions()
 	if err != nil {
 		return nil, err
 	}
 	m := &lock{
-		skip: config.Skipper,
-		key:  tpl,
-		run:  run,
-		named: func(route string) (*guard.Guard, error) {
-			return config.decorate(guard.Name(route))
-		},
+		skip:     config.Skipper,
+		key:      tpl,
+		locker:   config.Locker,
+		opts:     opts,
 		signer:   config.Signer,
 		failOpen: config.FailOpen,
 		deny:     config.DenyHandler,
@@ -229,15 +229,16 @@ func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	}, nil
 }
 
-// decorate builds the guard that every request goes through: guard.Guard owns
-// acquisition, renewal, release (on panic too) and the detection of lost leases.
-func (config LockConfig) decorate(name ...guard.Option) (*guard.Guard, error) {
+// guardOptions returns the guard options of every request but its key, checked against
+// the Locker: guard's Locker.Run owns acquisition, renewal, release (on panic too) and the
+// detection of lost leases.
+func (config LockConfig) guardOptions() ([]guard.Option, error) {
 	var own []guard.Option
 	if config.TTL > 0 {
 		own = append(own, guard.TTL(config.TTL))
 	}
 	// MaxWait 0 adds no Retry, so that guard's rule applies: the Locker's Retry from
-	// New, else at most guard.DefaultMaxWait.
+	// New, else at most 5s.
 	switch {
 	case config.MaxWait > 0:
 		own = append(own, guard.Retry(guard.MaxWait(config.MaxWait, nil)))
@@ -248,23 +249,17 @@ func (config LockConfig) decorate(name ...guard.Option) (*guard.Guard, error) {
 	if config.FailOpen { // run the handler unlocked at once rather than wait out an outage
 		fixed = append(fixed, guard.WaitOutages(false))
 	}
-	build := func(opts ...[]guard.Option) (*guard.Guard, error) {
-		var all []guard.Option
-		for _, o := range opts {
-			all = append(all, o...)
-		}
-		return guard.NewGuard(all...)
-	}
-	run, err := build(name, own, config.Options, fixed)
+	opts := slices.Concat(own, config.Options, fixed)
+	err := check(config.Locker, opts)
 	if err == nil {
-		return run, nil
+		return opts, nil
 	}
 	// Name the field that made guard refuse: TTL (against the Locker's renewal
 	// settings) when it fails on its own, Options otherwise.
 	field := "Options"
 	if len(config.Options) == 0 {
 		field = "TTL"
-	} else if _, ownErr := build(own, fixed); ownErr != nil {
+	} else if ownErr := check(config.Locker, slices.Concat(own, fixed)); ownErr != nil {
 		field, err = "TTL", ownErr
 	}
 	reason := strings.TrimPrefix(err.Error(), "guard: ")
@@ -273,6 +268,24 @@ func (config LockConfig) decorate(name ...guard.Option) (*guard.Guard, error) {
 		reason = "guard refused " + gce.Field + ": " + gce.Reason
 	}
 	return nil, &ConfigError{Field: field, Reason: reason, Err: err}
+}
+
+// check returns what guard finds wrong with opts on l, without a Redis call: Locker.Run
+// checks its options before it looks at its context, which here is done already.
+func check(l *guard.Locker, opts []guard.Option) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := l.Run(ctx, func(context.Context) error { return nil }, withKey(opts, "check")...)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// withKey returns opts with the lock's key added, leaving opts, which requests share,
+// as it is.
+func withKey(opts []guard.Option, key string) []guard.Option {
+	return append(opts[:len(opts):len(opts)], guard.RawKey(key))
 }
 
 // HeaderOwnerRejected is the response header in which the default DenyHandler says

@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -56,6 +57,8 @@ func TestConfigErrors(t *testing.T) {
 			Options: []guard.Option{guard.Prefix("app:")}}, "Options", guard.ErrInvalidConfig},
 		{"bad option value", middleware.LockConfig{Locker: locker, Key: "k",
 			Options: []guard.Option{guard.MaxHold(-time.Second)}}, "Options", guard.ErrInvalidConfig},
+		{"SkipIf option", middleware.LockConfig{Locker: locker, Key: "k",
+			Options: []guard.Option{guard.SkipIf(func(context.Context, string) bool { return true })}}, "Options", guard.ErrInvalidConfig},
 		{"extractor name syntax", middleware.LockConfig{Locker: locker, Key: "k",
 			Extractors: map[string]middleware.Extractor{"User": ok}}, "Extractors", nil},
 		{"extractor shadows a source", middleware.LockConfig{Locker: locker, Key: "k",
@@ -100,6 +103,10 @@ func TestConfigValid(t *testing.T) {
 		{Locker: locker, Key: "{method}:{route}:{user}", MaxWait: time.Second,
 			Extractors: map[string]middleware.Extractor{"user": func(echo.Context) (string, error) { return "u", nil }},
 			Options:    []guard.Option{guard.RenewEvery(100 * time.Millisecond), guard.MaxHold(time.Minute)}},
+		// Key and Locker override the options that name a key or a Locker.
+		{Locker: locker, Key: "order:{param.id}", Options: []guard.Option{guard.Key("other:{req.ID}"),
+			guard.RawKey(""), guard.KeyFunc(func(context.Context, string) (string, error) { return "", nil }),
+			guard.Use(offlineLocker(t))}},
 	} {
 		if _, err := c.ToMiddleware(); err != nil {
 			t.Errorf("%+v: %v", c, err)

@@ -18,7 +18,7 @@
 //	e.POST("/accounts/:id/transfer", transfer, middleware.LockWithConfig(middleware.LockConfig{
 //		Locker:  locker,
 //		Key:     "account:{param.id}",
-//		MaxWait: 2 * time.Second,  // wait up to 2s instead of guard.DefaultMaxWait (5s)
+//		MaxWait: 2 * time.Second,  // wait up to 2s instead of the default 5s
 //		Signer:  signer,           // honour signed owners of calling services
 //	}))
 //
@@ -48,10 +48,9 @@
 // than by polling, and DenyHandler answers it when it gives up. How long it waits
 // follows the one rule of every guardkit entry point: the Retry you configure wins — a
 // guard.Retry in LockConfig.Options, else LockConfig.MaxWait, else the Retry given to
-// the Locker's guard.New — and without any, the request waits at most
-// guard.DefaultMaxWait (5s). MaxWait > 0 waits that long, MaxWait < 0 until the
-// request's context ends; the request's context ends every wait. To answer a busy lock
-// at once:
+// the Locker's guard.New — and without any, the request waits at most 5s. MaxWait > 0
+// waits that long, MaxWait < 0 until the request's context ends; the request's context
+// ends every wait. To answer a busy lock at once:
 //
 //	middleware.LockWithConfig(middleware.LockConfig{
 //		Locker:  locker,
@@ -107,8 +106,8 @@
 // The handler runs with c.Request().Context() carrying the owner and the lease, so a
 // guarded call made with it — a function decorated with guard.Wrap, guard.Do,
 // Locker.Acquire — on the same key reenters the request's lock instead of waiting for
-// it, and guard.TokenFromContext gives the fencing token. Goroutines the handler
-// starts with that context share the owner.
+// it, and guard.LeaseFromContext gives the lease and its fencing token. Goroutines the
+// handler starts with that context share the owner.
 //
 // A service calling another can make the callee reenter its locks: it sends
 // signer.Outbound(ctx) in the ctxid.Header ("Guardkit-Owner") header, and the callee's

@@ -33,8 +33,7 @@ func ExampleLock() {
 	e.POST("/orders/:id/pay", pay, lockOrder)
 	e.POST("/orders/:id/cancel", cancel, lockOrder)
 	// Concurrent POSTs for one order now run one at a time. A request that finds
-	// its order busy waits for it, up to guard.DefaultMaxWait (5s), then gets
-	// 409 Conflict with Retry-After.
+	// its order busy waits for it, up to 5s, then gets 409 Conflict with Retry-After.
 }
 
 // Lock every route of a group.

@@ -219,3 +219,11 @@ func waitFor(t testing.TB, ch <-chan struct{}, d time.Duration, what string) {
 		t.Fatalf("timed out after %s waiting for %s", d, what)
 	}
 }
+
+// tokenIn returns the fencing token of the innermost Lease carried by ctx.
+func tokenIn(ctx context.Context) (int64, bool) {
+	if le, ok := guard.LeaseFromContext(ctx); ok {
+		return le.Token(), true
+	}
+	return 0, false
+}

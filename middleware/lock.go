@@ -19,9 +19,9 @@ import (
 type lock struct {
 	skip     Skipper
 	key      *keyfunc.Template[echo.Context]
-	run      *guard.Guard                             // unnamed: for requests that matched no route
-	named    func(route string) (*guard.Guard, error) // the same, naming the lock after route
-	routes   sync.Map                                 // route → runner
+	locker   *guard.Locker
+	opts     []guard.Option // every request's guard options but its key
+	routes   sync.Map       // route → opts naming the lock after route
 	signer   *ctxid.Signer
 	failOpen bool
 	deny     func(echo.Context, *guard.LockedError) error
@@ -29,21 +29,17 @@ type lock struct {
 	logged   sync.Map // noParamError → true: route mistakes already logged
 }
 
-// runner returns the guard for route, whose lock telemetry names after route
-// (guard.Name), unless the configuration's Options name it otherwise.
-func (m *lock) runner(route string) *guard.Guard {
+// options returns the guard options of a request to route, whose lock telemetry names
+// after route (guard.Name), unless the configuration's Options name it otherwise.
+func (m *lock) options(route string) []guard.Option {
 	if route == "" {
-		return m.run
+		return m.opts
 	}
-	if r, ok := m.routes.Load(route); ok {
-		return r.(*guard.Guard)
+	if o, ok := m.routes.Load(route); ok {
+		return o.([]guard.Option)
 	}
-	r, err := m.named(route)
-	if err != nil {
-		return m.run // the same options passed the checks at construction: not expected
-	}
-	actual, _ := m.routes.LoadOrStore(route, r)
-	return actual.(*guard.Guard)
+	o, _ := m.routes.LoadOrStore(route, append([]guard.Option{guard.Name(route)}, m.opts...))
+	return o.([]guard.Option)
 }
 
 func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
@@ -60,16 +56,12 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 		return m.onError(c, fmt.Errorf("%w: template %q: %w", guard.ErrInvalidKey, m.key.String(), err))
 	}
 	// The handler's own error is kept aside, so that an error Run returns is guard's.
-	var (
-		ran  bool
-		herr error
-	)
-	err = m.runner(c.Path()).Run(ctx, key, func(ctx context.Context) error {
-		ran = true
+	var herr error
+	ran, err := m.locker.Run(ctx, func(ctx context.Context) error {
 		c.SetRequest(c.Request().WithContext(ctx))
 		herr = next(c)
 		return nil
-	})
+	}, withKey(m.options(c.Path()), key)...)
 	if err == nil {
 		return herr
 	}

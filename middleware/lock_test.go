@@ -181,12 +181,12 @@ func TestHandlerReentersThroughWrap(t *testing.T) {
 	e := newEcho(nil)
 	e.POST("/orders/:id/pay", func(c echo.Context) error {
 		ctx := c.Request().Context()
-		outer, _ := guard.TokenFromContext(ctx)
+		outer, _ := tokenIn(ctx)
 		msg, err := pay(ctx, payRequest{OrderID: c.Param("id")})
 		if err != nil {
 			return err
 		}
-		inner, _ := guard.TokenFromContext(ctx)
+		inner, _ := tokenIn(ctx)
 		sameToken.Store(outer != 0 && outer == inner)
 		return c.String(http.StatusOK, msg)
 	}, middleware.Lock(locker, "order:{param.id}"))
@@ -327,9 +327,13 @@ func TestCustomDenyHandler(t *testing.T) {
 	}
 }
 
+// defaultMaxWait is how long guard's entry points wait for a busy lock when no Retry is
+// given, on the route or on guard.New.
+const defaultMaxWait = 5 * time.Second
+
 // The Retry you configure wins — LockConfig.Options, else MaxWait, else the one given
-// to guard.New — and without any a request waits at most guard.DefaultMaxWait, then
-// gets 409 with Retry-After.
+// to guard.New — and without any a request waits at most defaultMaxWait, then gets 409
+// with Retry-After.
 func TestWaitDefaults(t *testing.T) {
 	srv := redistest.Start(t)
 	plain, _ := newLocker(t, srv)
@@ -358,7 +362,7 @@ func TestWaitDefaults(t *testing.T) {
 		attempts func(int) bool
 		ctxErr   error // ended the wait
 	}{
-		{"none: DefaultMaxWait", route("/default", plain, 0), 0, func(n int) bool { return n > 1 }, nil},
+		{"none: 5s", route("/default", plain, 0), 0, func(n int) bool { return n > 1 }, nil},
 		{"New's NoRetry", route("/new-noretry", noRetry, 0), 0, func(n int) bool { return n == 1 }, nil},
 		{"New's MaxWait", route("/new-maxwait", brief, 0), 0, func(n int) bool { return n > 1 }, nil},
 		{"MaxWait over New's", route("/maxwait", noRetry, 200*time.Millisecond), 0, func(n int) bool { return n > 1 }, nil},
@@ -377,7 +381,7 @@ func TestWaitDefaults(t *testing.T) {
 			}
 			// Generous: a request that ignored every bound would hang until the test
 			// binary's timeout instead.
-			bound := 3 * guard.DefaultMaxWait
+			bound := 3 * defaultMaxWait
 			done := make(chan reply, 1)
 			go func() { done <- serve(e, req) }()
 			var r reply

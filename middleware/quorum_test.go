@@ -30,7 +30,7 @@ func TestQuorumLocker(t *testing.T) {
 	inside, leave := make(chan int64, 1), make(chan struct{})
 	e := newEcho(nil)
 	e.POST("/accounts/:id/withdraw", func(c echo.Context) error {
-		token, _ := guard.TokenFromContext(c.Request().Context())
+		token, _ := tokenIn(c.Request().Context())
 		inside <- token
 		<-leave
 		return c.String(http.StatusOK, "ok")

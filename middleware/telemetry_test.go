@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/guard/semconv"
 	"github.com/guardkit/guardkit/internal/redistest"
 	"github.com/guardkit/guardkit/middleware"
 )
@@ -45,7 +46,7 @@ func TestLockNamedAfterRoute(t *testing.T) {
 			continue
 		}
 		for _, kv := range s.Attributes() {
-			if kv.Key == guard.AttrLockName {
+			if kv.Key == semconv.AttrLockName {
 				names = append(names, kv.Value.AsString())
 			}
 		}

@@ -32,7 +32,7 @@ func main() {
 	flag.Int64Var(&c.amount, "amount", 10, "amount of each withdrawal")
 	flag.Int64Var(&c.balance, "balance", 1000, "opening balance of each account")
 	flag.DurationVar(&c.work, "work", 5*time.Millisecond, "time a withdrawal spends between reading and writing the balance")
-	flag.DurationVar(&c.maxWait, "maxwait", 5*time.Second, "how long a guarded request waits for its account's lock before 409 (0: guard.DefaultMaxWait)")
+	flag.DurationVar(&c.maxWait, "maxwait", 5*time.Second, "how long a guarded request waits for its account's lock before 409 (0: guard's default, 5s)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetOutput(os.Stdout) // one stream, so that the report reads in order

@@ -68,9 +68,9 @@ func run(redisAddr string, retries int) error {
 		go func() {
 			defer wg.Done()
 			err := guard.Do(ctx, func(ctx context.Context) error {
-				token, _ := guard.TokenFromContext(ctx)
+				lease, _ := guard.LeaseFromContext(ctx)
 				mu.Lock()
-				served, tokens = append(served, i), append(tokens, token)
+				served, tokens = append(served, i), append(tokens, lease.Token())
 				mu.Unlock()
 				time.Sleep(2 * time.Millisecond) // the retry's work
 				return nil

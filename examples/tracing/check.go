@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/guard/semconv"
 )
 
 // spanCheck keeps the spans it is given, for the span tree and the program's check, and
@@ -53,9 +53,9 @@ func (c *spanCheck) counts() (acquired, reentrant int) {
 		}
 		for _, kv := range s.Attributes() {
 			switch {
-			case kv.Key == guard.AttrOutcome && kv.Value.AsString() == guard.OutcomeAcquired:
+			case kv.Key == semconv.AttrOutcome && kv.Value.AsString() == semconv.OutcomeAcquired:
 				acquired++
-			case kv.Key == guard.AttrReentrant && kv.Value.AsBool():
+			case kv.Key == semconv.AttrReentrant && kv.Value.AsBool():
 				reentrant++
 			}
 		}
@@ -75,7 +75,7 @@ type metricCheck struct {
 func (c *metricCheck) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
 	c.mu.Lock()
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name == guard.ScopeName {
+		if sm.Scope.Name == semconv.ScopeName {
 			c.last = append([]metricdata.Metrics(nil), sm.Metrics...)
 		}
 	}

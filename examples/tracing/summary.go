@@ -9,7 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/guard/semconv"
 )
 
 // printMetrics writes one line per metric of guard's: a counter's total and its split by
@@ -34,7 +34,7 @@ func sumLine(points []metricdata.DataPoint[int64]) string {
 	byOutcome := map[string]int64{}
 	for _, p := range points {
 		total += p.Value
-		if o, ok := p.Attributes.Value(guard.AttrOutcome); ok {
+		if o, ok := p.Attributes.Value(semconv.AttrOutcome); ok {
 			byOutcome[o.AsString()] += p.Value
 		}
 	}
@@ -59,7 +59,7 @@ func histogramLine(points []metricdata.HistogramDataPoint[float64]) string {
 		if v, ok := p.Max.Value(); ok && v > maxV {
 			maxV = v
 		}
-		if n, ok := p.Attributes.Value(guard.AttrLockName); ok {
+		if n, ok := p.Attributes.Value(semconv.AttrLockName); ok {
 			names[n.AsString()] = true
 		}
 	}

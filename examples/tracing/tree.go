@@ -12,7 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/guard/semconv"
 )
 
 // A node is one line of the span tree: a request (a span of the program's own), the wait
@@ -106,10 +106,10 @@ func holdEnds(s sdktrace.ReadOnlySpan) map[string][]holdEnd {
 	ends := map[string][]holdEnd{}
 	for _, e := range s.Events() {
 		set := attribute.NewSet(e.Attributes...)
-		name, _ := set.Value(guard.AttrLockName)
+		name, _ := set.Value(semconv.AttrLockName)
 		switch e.Name {
 		case "guard.released":
-			token, _ := set.Value(guard.AttrToken)
+			token, _ := set.Value(semconv.AttrToken)
 			k := holdID(name.AsString(), token.AsInt64())
 			ends[k] = append(ends[k], holdEnd{at: e.Time, detail: "released"})
 		case "guard.lease_lost":
@@ -126,22 +126,22 @@ func holdID(name string, token int64) string { return fmt.Sprintf("%s#%d", name,
 // acquireNodes is the wait and hold of a guard.acquire span, or its reentry.
 func acquireNodes(s sdktrace.ReadOnlySpan, ends map[string][]holdEnd) []*node {
 	set := attribute.NewSet(s.Attributes()...)
-	name, _ := set.Value(guard.AttrLockName)
+	name, _ := set.Value(semconv.AttrLockName)
 	key := name.AsString()
-	if v, ok := set.Value(guard.AttrLockKey); ok {
+	if v, ok := set.Value(semconv.AttrLockKey); ok {
 		key = v.AsString()
 	}
-	outcome, _ := set.Value(guard.AttrOutcome)
-	attempts, _ := set.Value(guard.AttrAttempts)
-	reentrant, _ := set.Value(guard.AttrReentrant)
-	token, hasToken := set.Value(guard.AttrToken)
+	outcome, _ := set.Value(semconv.AttrOutcome)
+	attempts, _ := set.Value(semconv.AttrAttempts)
+	reentrant, _ := set.Value(semconv.AttrReentrant)
+	token, hasToken := set.Value(semconv.AttrToken)
 	if reentrant.AsBool() {
 		return []*node{{kind: nodeReentry, key: key, start: s.StartTime(), end: s.EndTime(),
 			detail: fmt.Sprintf("token %d, no Redis call", token.AsInt64())}}
 	}
 	wait := &node{kind: nodeWait, key: key, start: s.StartTime(), end: s.EndTime(),
 		detail: fmt.Sprintf("%s after %d %s", outcome.AsString(), attempts.AsInt64(), plural(attempts.AsInt64(), "attempt"))}
-	if outcome.AsString() != guard.OutcomeAcquired || !hasToken {
+	if outcome.AsString() != semconv.OutcomeAcquired || !hasToken {
 		return []*node{wait}
 	}
 	hold := &node{kind: nodeHold, key: key, start: s.EndTime(), detail: fmt.Sprintf("token %d", token.AsInt64())}

@@ -120,7 +120,7 @@ type Lock struct {
 	// otherwise).
 	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// How a busy lock is waited for. Default: as guard.New's Retry says, else at most
-	// guard.DefaultMaxWait (5s); never past the RPC's deadline. A lock still busy then
+	// 5s; never past the RPC's deadline. A lock still busy then
 	// fails the RPC with ABORTED and a RetryInfo.
 	//
 	// Types that are valid to be assigned to Wait:

@@ -129,8 +129,8 @@ func TestTenantCollisions(t *testing.T) {
 	run := guard.Wrap(func(ctx context.Context, r transfer) (int64, error) {
 		entered <- struct{}{}
 		<-release
-		tok, _ := guard.TokenFromContext(ctx)
-		return tok, nil
+		le, _ := guard.LeaseFromContext(ctx)
+		return le.Token(), nil
 	}, guard.Use(l), guard.Key("t:{req.Tenant}:{req.ID}"), guard.Retry(guard.NoRetry()))
 
 	big := strings.Repeat("{%}\r\n\x00", (1<<20)/6)

@@ -294,13 +294,13 @@ func TestEngineNestedDecoratedCalls(t *testing.T) {
 	ctx := ctxTimeout(t, 5*time.Second)
 	var tokens []int64
 	inner := guard.Wrap(func(ctx context.Context, id string) (int64, error) {
-		tok, _ := guard.TokenFromContext(ctx)
-		return tok, nil
+		le, _ := guard.LeaseFromContext(ctx)
+		return le.Token(), nil
 	}, guard.Use(l), guard.Key("order:{req}"))
 	err := guard.Do(ctx, func(ctx context.Context) error {
-		outer, _ := guard.TokenFromContext(ctx)
+		outer, _ := guard.LeaseFromContext(ctx)
 		tok, err := inner(ctx, "9") // same key, same owner: reenters
-		tokens = append(tokens, outer, tok)
+		tokens = append(tokens, outer.Token(), tok)
 		return err
 	}, guard.Use(l), guard.RawKey("order:9"), guard.Retry(guard.NoRetry()))
 	if err != nil {
