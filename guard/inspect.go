@@ -384,7 +384,7 @@ func (l *Locker) markLocal(st *LockState, r inspectReq) {
 	for i := range st.Holders {
 		h := &st.Holders[i]
 		local := l.held[holdKey{key: r.key, owner: h.Owner, kind: h.Kind}]
-		if local != nil && local.state == stateHeld || h.Locker == l.id {
+		if local != nil && local.isHeld() || h.Locker == l.id {
 			h.Local = true
 			h.Locker = l.id
 		}

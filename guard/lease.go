@@ -25,15 +25,20 @@ const (
 // Lease handles for the key (local reentrancy).
 //
 // Locking: every mutable field is guarded by exactly one mutex, named at the field —
-// l.mu for the lease's life (state, cause, handles, validity), the watchdog's for its place
-// in the watchdog — and is read and written only with that mutex held, even where no
-// other goroutine could reach h any more. The fields above the first group are fixed at
-// creation, but for hk.owner and args.owner, which an acquisition that reentered a
-// section's hold through Redis sets once, under l.mu, before the hold is published
-// (Locker.rekey); the second group is written once, under l.mu, before ready is closed, and is
-// read-only after.
+// h.mu for the lease's life (state, cause, handles, validity), the watchdog's for its
+// place in the watchdog's queue — and is read and written only with that mutex held,
+// even where no other goroutine could reach h any more. The Locker's l.mu guards its
+// table of holds, not the holds: when both are taken, l.mu is taken first. The fields
+// above the first group are fixed at creation, but for hk.owner and args.owner, which an
+// acquisition that reentered a section's hold through Redis sets once, under l.mu,
+// before the hold is published (Locker.rekey); the second group is written once, under
+// h.mu, before ready is closed, and is read-only after.
+//
+// A hold reaches its Locker only through env: the arguments its scripts share with the
+// Locker's other holds, and the two calls that end it (lose, release).
 type held struct {
-	l    *Locker
+	env  *holdEnv
+	mu   sync.Mutex
 	hk   holdKey
 	rk   redisKeys
 	s    *settings
@@ -51,13 +56,13 @@ type held struct {
 	unsure    string
 	unsureErr error
 
-	// Written under l.mu before ready is closed, read-only after.
+	// Written under h.mu before ready is closed, read-only after.
 	token    int64
 	qh       *quorumHold // a quorum Locker's hold: set by the attempt that won it
 	acquired time.Time   // when the winning attempt was sent
 	tel      heldTelemetry
 
-	// Guarded by l.mu.
+	// Guarded by h.mu.
 	ready      chan struct{} // closed when the acquisition ended, either way; made by the first goroutine to wait on it
 	state      heldState
 	cause      error       // why the lease ended, once lost or released
@@ -66,7 +71,7 @@ type held struct {
 	validUntil time.Time   // local validity deadline
 	timer      *time.Timer // fires at validUntil
 	// due is validUntil as a monoNow reading while the hold is held, 0 after: read
-	// without l.mu by every check of the lease (overdue), so that a check made after the
+	// without h.mu by every check of the lease (overdue), so that a check made after the
 	// deadline sees the loss whether or not the timer has run.
 	due      atomic.Int64
 	renewErr error // last renewal error, cleared by a successful renewal
@@ -75,15 +80,28 @@ type held struct {
 	renewal watchdog.Entry[*held]
 }
 
-// hold records a successful acquisition and starts the lease's clocks. l.mu is held.
-func (h *held) hold(g granted) {
+// holdEnv is what the holds of one Locker share (see held).
+type holdEnv struct {
+	id     any   // the Locker's ID, boxed once for the scripts
+	conn   *conn // the Locker's deployment, whose sharded flag the scripts take
+	quorum bool  // a quorum Locker: every acquire script has a label slot
+	nonce  func() string
+	// lose ends a held lease (Locker.lose); release drops one of its handles and gives
+	// the hold back to Redis with the last (Locker.releaseHold).
+	lose    func(h *held, reason string, err error)
+	release func(ctx context.Context, h *held, le *Lease) error
+}
+
+// hold records a successful acquisition, starts the lease's clocks and hands it to the
+// watchdog. h.mu is held.
+func (h *held) hold(g granted, dog *watchdog.Dog[*held]) {
 	h.token = g.token
 	h.acquired = g.sent
 	h.state = stateHeld
 	h.validUntil = h.validity(g.sent, h.s.ttl)
 	h.due.Store(monoAt(h.validUntil))
 	h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)
-	h.l.dog.Add(&h.renewal, h, g.sent)
+	dog.Add(&h.renewal, h, g.sent)
 }
 
 // holdLimit is when MaxHold ends the lease, zero when there is no limit.
@@ -106,8 +124,8 @@ func (h *held) validity(sent time.Time, ttl time.Duration) time.Time {
 
 // renewed moves the validity deadline after a successful renewal.
 func (h *held) renewed(sent time.Time, ttl time.Duration) {
-	h.l.mu.Lock()
-	defer h.l.mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.state != stateHeld {
 		return
 	}
@@ -121,9 +139,9 @@ func (h *held) renewed(sent time.Time, ttl time.Duration) {
 
 // renewFailed records a transient renewal error, reported if validity runs out.
 func (h *held) renewFailed(err error) {
-	h.l.mu.Lock()
+	h.mu.Lock()
 	h.renewErr = err
-	h.l.mu.Unlock()
+	h.mu.Unlock()
 }
 
 // monoBase is the origin of monoNow's readings.
@@ -147,38 +165,35 @@ func (h *held) overdue() {
 
 // expire runs when the validity timer fires, or when a check finds the deadline passed.
 func (h *held) expire() {
-	h.l.mu.Lock()
+	h.mu.Lock()
 	if h.state != stateHeld || time.Now().Before(h.validUntil) {
-		h.l.mu.Unlock() // renewed meanwhile, or already over
+		h.mu.Unlock() // renewed meanwhile, or already over
 		return
 	}
 	reason, err := "validity expired without renewal", h.renewErr
 	if lim := h.holdLimit(); !lim.IsZero() && !time.Now().Before(lim) {
 		reason, err = "hold time limit reached", nil
 	}
-	h.l.mu.Unlock()
-	h.lose(reason, err)
+	h.mu.Unlock()
+	h.env.lose(h, reason, err)
 }
 
 // lose ends a held lease: its contexts are cancelled with a *LeaseLostError, renewal
 // stops and the owner's next acquisition of the key starts afresh in Redis.
-func (h *held) lose(reason string, err error) {
-	l := h.l
-	l.mu.Lock()
+func (l *Locker) lose(h *held, reason string, err error) {
+	h.mu.Lock()
 	if h.state != stateHeld {
-		l.mu.Unlock()
+		h.mu.Unlock()
 		return
 	}
 	h.state = stateLost
 	h.due.Store(0)
 	lost := &LeaseLostError{Key: h.hk.key, Reason: reason, Err: err}
 	h.cause = lost
-	if l.held[h.hk] == h {
-		delete(l.held, h.hk)
-	}
 	h.timer.Stop()
 	handles := append([]*Lease(nil), h.handles...)
-	l.mu.Unlock()
+	h.mu.Unlock()
+	l.forget(h)
 	l.dog.Remove(context.Background(), &h.renewal, false)
 	// Telemetry first: once the work's context is done, the loss is on its span and in
 	// the counters for whoever looks (the work may end the span at once).
@@ -188,20 +203,37 @@ func (h *held) lose(reason string, err error) {
 	}
 }
 
+// forget removes h, lost or released, from the table of holds, unless another hold of
+// the owner has taken its place meanwhile. Until then an acquisition that finds h there
+// passes it over (see heldIn).
+func (l *Locker) forget(h *held) {
+	l.mu.Lock()
+	if l.held[h.hk] == h {
+		delete(l.held, h.hk)
+	}
+	l.mu.Unlock()
+}
+
+// isHeld reports whether h is held.
+func (h *held) isHeld() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state == stateHeld
+}
+
 // lostCause returns why the lease was lost, or nil when it was not.
 func (h *held) lostCause() error {
-	h.l.mu.Lock()
-	defer h.l.mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.state == stateLost || h.state == stateReleased && h.cause != ErrReleased {
 		return h.cause
 	}
 	return nil
 }
 
-// releaseOne drops the hold of handle le; the last one releases the lock in Redis.
-func (h *held) releaseOne(ctx context.Context, le *Lease) error {
-	l := h.l
-	l.mu.Lock()
+// releaseHold drops the hold of handle le; the last one releases the lock in Redis.
+func (l *Locker) releaseHold(ctx context.Context, h *held, le *Lease) error {
+	h.mu.Lock()
 	for i, x := range h.handles {
 		if x == le {
 			h.handles = append(h.handles[:i], h.handles[i+1:]...)
@@ -210,7 +242,7 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	}
 	if len(h.handles) > 0 {
 		cause := h.cause
-		l.mu.Unlock()
+		h.mu.Unlock()
 		le.end(ErrReleased)
 		return cause
 	}
@@ -221,11 +253,9 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	if lost == nil {
 		h.cause = ErrReleased
 	}
-	if l.held[h.hk] == h {
-		delete(l.held, h.hk)
-	}
 	h.timer.Stop()
-	l.mu.Unlock()
+	h.mu.Unlock()
+	l.forget(h)
 
 	// The work is over: end its context before the Redis call, which may stall, so that
 	// nothing started under it runs past the validity deadline.
@@ -254,7 +284,7 @@ func (h *held) releaseOne(ctx context.Context, le *Lease) error {
 	return nil
 }
 
-// newLease makes a Lease handle on h. l.mu is held and h is held.
+// newLease makes a Lease handle on h. h.mu is held and h is held.
 func (h *held) newLease(parent context.Context, reentrant bool) *Lease {
 	le := &Lease{h: h, parent: parent, reentrant: reentrant}
 	if h.handles == nil {
@@ -267,7 +297,7 @@ func (h *held) newLease(parent context.Context, reentrant bool) *Lease {
 // finalNonce is the nonce of the release that gives h back to Redis.
 func (h *held) finalNonce() string {
 	if h.releaseNonce == "" {
-		return h.l.newNonce()
+		return h.env.nonce()
 	}
 	return h.releaseNonce
 }
@@ -408,8 +438,8 @@ func (le *Lease) ended() error {
 // ValidUntil returns the local validity deadline: the time, on this process's monotonic
 // clock, until which the lock is known to be held. It moves forward with each renewal.
 func (le *Lease) ValidUntil() time.Time {
-	le.h.l.mu.Lock()
-	defer le.h.l.mu.Unlock()
+	le.h.mu.Lock()
+	defer le.h.mu.Unlock()
 	return le.h.validUntil
 }
 
@@ -440,7 +470,7 @@ func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc)
 // Redis, ErrNotHeld when another owner holds it now, ErrUnavailable when Redis could not
 // be reached (the lock then expires after its TTL).
 func (le *Lease) Release(ctx context.Context) error {
-	le.once.Do(func() { le.err = le.h.releaseOne(ctx, le) })
+	le.once.Do(func() { le.err = le.h.env.release(ctx, le.h, le) })
 	return le.err
 }
 

@@ -50,6 +50,7 @@ type Locker struct {
 	waits   *feed.Hub
 	feedSrc *feedSource // the Hub's view of the deployment
 	dog     *watchdog.Dog[*held]
+	env     *holdEnv // what its holds share (lease.go)
 	tel     *telemetry
 	hints   holdTimes      // hold times seen, for LockedError.RetryAfter (hint.go)
 	graph   *graph         // the wait-for graph its waits' deadlock detectors walk (deadlock.go)
@@ -133,6 +134,7 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	l.waits = newHub(l)
 	l.graph = newGraph(l)
 	l.dog = newWatchdog(l)
+	l.env = &holdEnv{id: l.idArg, conn: &l.conn, quorum: q != nil, nonce: l.newNonce, lose: l.lose, release: l.releaseHold}
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
 	if err := l.pingOnNew(); err != nil {
 		return nil, err
@@ -195,13 +197,15 @@ func (l *Locker) Close() error {
 	close(l.done)
 	var hs []*held
 	for _, h := range l.held {
+		h.mu.Lock()
 		if h.state == stateHeld {
 			hs = append(hs, h)
 		}
+		h.mu.Unlock()
 	}
 	l.mu.Unlock()
 	for _, h := range hs {
-		h.lose("locker closed", nil)
+		l.lose(h, "locker closed", nil)
 	}
 	l.dog.Close()
 	l.waits.Close()
@@ -273,14 +277,16 @@ func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string
 				l.mu.Unlock()
 				return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
 			}
-			h = &held{l: l, hk: holdKey{key: key, owner: section, kind: s.kind}, rk: rk, s: s, section: section}
-			h.boxArgs(ctx)
+			h = &held{env: l.env, hk: holdKey{key: key, owner: section, kind: s.kind}, rk: rk, s: s, section: section}
+			h.boxArgs(ctx, l.labelArg(ctx, s))
 			l.held[h.hk] = h
 			l.mu.Unlock()
 			return l.acquireRemote(ctx, rctx, a, h, p, deadline)
 		}
+		h.mu.Lock()
 		if h.state == stateHeld {
 			le := h.newLease(ctx, true)
+			h.mu.Unlock()
 			l.mu.Unlock()
 			return le, nil
 		}
@@ -288,6 +294,7 @@ func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string
 			h.ready = make(chan struct{})
 		}
 		ready := h.ready
+		h.mu.Unlock()
 		l.mu.Unlock()
 		// Another goroutine of the same section is acquiring this key: its outcome decides.
 		if p.limit == limitAttempts && p.attempts == 1 {
@@ -303,14 +310,27 @@ func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string
 }
 
 // heldIn returns this process's hold of key by owner or by the nearest section owner is
-// in, or nil. l.mu is held.
+// in, held or being acquired, or nil. A hold lost or released that is still in the
+// table (its forget has yet to run) is removed and passed over. l.mu is held.
 func (l *Locker) heldIn(key string, owner ctxid.ID, kind Kind) *held {
 	for id, ok := owner, true; ok; id, ok = id.Parent() {
-		if h := l.held[holdKey{key: key, owner: id, kind: kind}]; h != nil {
+		hk := holdKey{key: key, owner: id, kind: kind}
+		if h := l.held[hk]; h != nil {
+			if h.ended() {
+				delete(l.held, hk)
+				continue
+			}
 			return h
 		}
 	}
 	return nil
+}
+
+// ended reports whether h was lost or released.
+func (h *held) ended() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state == stateLost || h.state == stateReleased
 }
 
 // rekey makes h, an acquisition that reentered through Redis the hold of holder (a
@@ -328,17 +348,22 @@ func (l *Locker) rekey(h *held, holder ctxid.ID) {
 }
 
 // adopt rekeys h to g.holder (see rekey). When another goroutine of this process had
-// the same hold first, adopt returns that hold, which the caller joins, giving h's count
-// in Redis back (after unlocking l.mu). l.mu is held; h is not held yet.
+// the same hold first, adopt returns that hold, locked (o.mu), which the caller joins,
+// giving h's count in Redis back (after unlocking l.mu). l.mu and h.mu are held; h is
+// not held yet.
 func (l *Locker) adopt(h *held, g granted) *held {
 	if h.hk.owner != g.holder {
 		l.rekey(h, g.holder)
 	}
 	if o := l.held[h.hk]; o != h {
-		if o != nil && o.state == stateHeld {
-			h.state = stateReleased
-			h.acquireEnded()
-			return o
+		if o != nil {
+			o.mu.Lock()
+			if o.state == stateHeld {
+				h.state = stateReleased
+				h.acquireEnded()
+				return o
+			}
+			o.mu.Unlock()
 		}
 		l.held[h.hk] = h
 	}
@@ -350,6 +375,7 @@ func (l *Locker) adopt(h *held, g granted) *held {
 func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *held, p RetryPolicy, deadline time.Time) (*Lease, error) {
 	g, err := l.wait(rctx, a, h, p, deadline)
 	l.mu.Lock()
+	h.mu.Lock()
 	if err == nil && l.closed {
 		err = ErrClosed
 	}
@@ -361,6 +387,7 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 			h.state = stateReleased
 		}
 		h.acquireEnded()
+		h.mu.Unlock()
 		l.mu.Unlock()
 		if g.acquired { // closed while acquiring: give it back, within ctx's deadline
 			l.compensate(ctx, h, g.nonce, nil)
@@ -370,6 +397,8 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 	if g.holder != "" {
 		if o := l.adopt(h, g); o != nil {
 			le := o.newLease(ctx, true)
+			o.mu.Unlock()
+			h.mu.Unlock()
 			l.mu.Unlock()
 			l.compensate(ctx, h, g.nonce, nil)
 			return le, nil
@@ -377,14 +406,15 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 	}
 	// The hold's telemetry first: hold hands h to the watchdog, whose goroutine reads it.
 	h.tel = l.tel.held(ctx, a.name, a.kind)
-	h.hold(g)
+	h.hold(g, l.dog)
 	le := h.newLease(ctx, g.holds > 1)
 	h.acquireEnded()
+	h.mu.Unlock()
 	l.mu.Unlock()
 	return le, nil
 }
 
-// acquireEnded wakes the goroutines of h's owner waiting for its acquisition. l.mu is held.
+// acquireEnded wakes the goroutines of h's owner waiting for its acquisition. h.mu is held.
 func (h *held) acquireEnded() {
 	if h.ready != nil {
 		close(h.ready)

@@ -758,7 +758,7 @@ func (q *quorum) current(confirmed, held int) bool {
 func (l *Locker) gone(h *held) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.held[h.hk] != h
+	return l.held[h.hk] != h || h.ended()
 }
 
 // onlyAt returns n flags, set at i only.

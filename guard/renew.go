@@ -34,7 +34,7 @@ func (l *Locker) reportRenewals(batch []*held, live []bool, sent time.Time, res 
 		switch r := res[i]; {
 		case r.Lost:
 			l.tel.renewed(h, renewLost, nil)
-			h.lose("lock deleted or taken by another owner", nil)
+			l.lose(h, "lock deleted or taken by another owner", nil)
 		case r.Err != nil:
 			l.tel.renewed(h, renewFailed, r.Err)
 			h.renewFailed(r.Err)

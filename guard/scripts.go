@@ -79,14 +79,14 @@ type scriptArgs struct {
 	label any
 }
 
-func (h *held) boxArgs(ctx context.Context) {
+func (h *held) boxArgs(ctx context.Context, label any) {
 	if h.s.ttlArg == nil { // settings that validate did not see
 		h.s.ttlArg, h.s.retentionArg = h.s.ttl.Milliseconds(), h.s.fenceRetention.Milliseconds()
 	}
 	h.args = scriptArgs{
 		lock: h.rk.lock, fence: h.rk.fence, queue: h.rk.queue,
 		owner: string(h.hk.owner), retention: h.s.retentionArg,
-		label: h.l.labelArg(ctx, h.s),
+		label: label,
 	}
 	if h.rk.aux != "" {
 		h.args.aux, h.args.limit = h.rk.aux, h.s.limitArg
@@ -126,11 +126,11 @@ func (h *held) acquireArgs(nonce, manner string) []any {
 	a := &h.args
 	if a.aux != nil {
 		args := h.keyArgs(make([]any, 2, 17))
-		args = append(args, a.owner, h.s.ttlArg, nonce, a.retention, argManner[manner], h.l.idArg, a.limit, h.l.shardedArg())
+		args = append(args, a.owner, h.s.ttlArg, nonce, a.retention, argManner[manner], h.env.id, a.limit, h.env.conn.shardedArg())
 		return h.withLabel(args)
 	}
 	return h.withLabel([]any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
-		a.owner, h.s.ttlArg, nonce, a.retention, argManner[manner], h.l.idArg})
+		a.owner, h.s.ttlArg, nonce, a.retention, argManner[manner], h.env.id})
 }
 
 // withLabel appends the label argument to args when it is sent (see acquireArgs).
@@ -138,7 +138,7 @@ func (h *held) withLabel(args []any) []any {
 	switch {
 	case h.args.label != nil:
 		return append(args, h.args.label)
-	case h.l.q != nil:
+	case h.env.quorum:
 		return append(args, argNoLabel)
 	}
 	return args
@@ -157,10 +157,10 @@ func (h *held) releaseArgsAs(owner any, nonce, undo string) []any {
 	a := &h.args
 	if a.aux != nil {
 		args := h.keyArgs(make([]any, 2, 16))
-		return append(args, owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg())
+		return append(args, owner, nonce, undo, a.retention, h.env.id, h.env.conn.shardedArg())
 	}
 	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
-		owner, nonce, undo, a.retention, h.l.idArg, h.l.shardedArg()}
+		owner, nonce, undo, a.retention, h.env.id, h.env.conn.shardedArg()}
 }
 
 // undoArgs returns the command lines that undo h's attempt with nonce: one, as the

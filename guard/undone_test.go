@@ -22,8 +22,8 @@ import (
 func TestUndoBeforeAttempt(t *testing.T) {
 	perKind(t, "undone", func(t *testing.T, ctx context.Context, l *Locker, c *redis.Client, name string, s *settings, rk redisKeys) {
 		key := "undone-" + name
-		h := &held{l: l, hk: holdKey{key: key, owner: ctxid.ID("owner-" + name), kind: s.kind}, rk: rk, s: s}
-		h.boxArgs(ctx)
+		h := &held{env: l.env, hk: holdKey{key: key, owner: ctxid.ID("owner-" + name), kind: s.kind}, rk: rk, s: s}
+		h.boxArgs(ctx, l.labelArg(ctx, s))
 		run := func(sc *script.Script, args []any) any {
 			t.Helper()
 			v, err := l.runScript(ctx, sc, args, true).Result()
@@ -89,8 +89,8 @@ func TestUndoOfSectionReentry(t *testing.T) {
 	perKind(t, "section-undo", func(t *testing.T, ctx context.Context, l *Locker, c *redis.Client, name string, s *settings, rk redisKeys) {
 		key := "section-undo-" + name
 		as := func(owner string) *held {
-			h := &held{l: l, hk: holdKey{key: key, owner: ctxid.ID(owner), kind: s.kind}, rk: rk, s: s}
-			h.boxArgs(ctx)
+			h := &held{env: l.env, hk: holdKey{key: key, owner: ctxid.ID(owner), kind: s.kind}, rk: rk, s: s}
+			h.boxArgs(ctx, l.labelArg(ctx, s))
 			return h
 		}
 		outer, inner := as("req-"+name+"/s1"), as("req-"+name+"/s1/s2")
