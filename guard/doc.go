@@ -243,7 +243,8 @@
 // before the lease is handed out). A server that restarted without its data stays out
 // for RestartDelay. It is used like a Locker made by New; the exclusive and read-write
 // kinds are served, the semaphore and the fair lock are not. Calls that a majority could
-// not confirm fail with a *QuorumError in the chain (ErrUnavailable). See NewQuorum, and
+// not confirm fail with a *RedisError (ErrUnavailable) whose Err says what each server
+// answered and unwraps to each server's error. See NewQuorum, and
 // docs/RELIABILITY.md for the argument.
 //
 // # Redis data
@@ -298,10 +299,9 @@
 //
 // Sentinels for errors.Is — ErrLocked, ErrDeadlock, ErrLeaseLost, ErrReleased, ErrNotHeld,
 // ErrExpired, ErrInvalidConfig, ErrInvalidKey, ErrUnavailable, ErrClosed — and typed errors
-// for errors.As: *LockedError, *DeadlockError, *LeaseLostError, *ConfigError, *KeyError,
-// *RedisError. Bad
-// options fail in New (or in the call that received them) with a *ConfigError naming the
-// field. A key is input, not configuration: one that is empty, too long or cannot be
+// for errors.As: *LockedError, *DeadlockError, *LeaseLostError, *ReleaseError,
+// *ConfigError, *RedisError. Bad options fail in New (or in the call that received them)
+// with a *ConfigError naming the field. A key is input, not configuration: one that is empty, too long or cannot be
 // rendered is ErrInvalidKey wherever it comes from (an argument, RawKey, a template,
 // KeyFunc, a route or an RPC), before any Redis call. A grant whose reply came back after
 // the lease's validity had run out is undone and counts as an attempt; when it was the

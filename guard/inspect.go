@@ -125,7 +125,7 @@ func (l *Locker) ID() string { return l.id }
 //
 // Errors: ErrInvalidKey, ErrInvalidConfig, ErrClosed, and a *RedisError
 // (ErrUnavailable) when the server could not be read — on a quorum Locker, when fewer
-// than a majority could, with a *QuorumError in its chain.
+// than a majority could, its Err saying what each server answered.
 func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (*LockState, error) {
 	r, _, err := l.inspectReq(key, opts, "Inspect")
 	if err != nil {
@@ -441,7 +441,7 @@ func (l *Locker) majority(r inspectReq, views []*LockState) (*LockState, error) 
 		}
 	}
 	if len(read) < q.need {
-		return nil, &RedisError{Op: "inspect", Key: r.key, Err: &QuorumError{Op: "inspect", Need: q.need, Addrs: q.addrs, Errs: errs}}
+		return nil, &RedisError{Op: "inspect", Key: r.key, Err: q.failure("inspect", errs)}
 	}
 	st := &LockState{Key: r.key, Kind: read[0].Kind, Time: read[0].Time, Servers: views}
 	type seen struct {

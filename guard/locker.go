@@ -533,7 +533,7 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	}
 	if r.synced && g.acquired && g.holds == 1 && (r.ackErr != nil || r.acked < int64(h.s.syncReplicas)) {
 		l.undoNow(ctx, h, nonce)
-		return granted{}, &ReplicaError{Key: h.hk.key, Want: h.s.syncReplicas, Acked: int(r.acked), Err: r.ackErr}
+		return granted{}, replicaShortfall(h.hk.key, h.s.syncReplicas, int(r.acked), r.ackErr, false)
 	}
 	g.sent, g.nonce = sent, nonce
 	return g, nil

@@ -353,12 +353,13 @@ func (s *settings) entryRetry() {
 // SyncReplicas makes a new grant count only once n replicas of the lock's primary have
 // acknowledged it (Redis WAIT, sent in the same round trip as the acquire script, on the
 // same connection), waiting at most timeout for them. A grant that fewer replicas
-// acknowledged in time is undone and the acquisition fails with a *ReplicaError
-// (ErrUnavailable). Renewals are acknowledged the same way (one WAIT per primary after the
+// acknowledged in time is undone and the acquisition fails with a *RedisError
+// (ErrUnavailable) saying how many replicas acknowledged it. Renewals are acknowledged the same way (one WAIT per primary after the
 // watchdog's pipeline): a lease's validity only ever extends from a renewal that n
 // replicas acknowledged, so a promoted replica never holds an expiry earlier than the one
 // the holder counts on. A renewal acknowledged too late is retried; when none is before
-// the validity runs out, the lease is lost with the *ReplicaError as its cause. It narrows, without closing, the window in which a primary that dies
+// the validity runs out, the lease is lost with that renewal's *RedisError (Op "renew")
+// as its cause. It narrows, without closing, the window in which a primary that dies
 // right after a grant lets its promoted replica grant the lock again: WAIT does not make
 // Redis strongly consistent. A reentry the owner's hold already covers waits for nothing.
 // Not for a *redis.Ring. timeout must be below TTL minus the drift margin, and below the

@@ -17,9 +17,9 @@ import (
 // down is reported as nil, since the Locker still serves.
 //
 // It returns nil when they answered, ErrClosed after Close, and otherwise a *RedisError
-// (ErrUnavailable) with Op "ping" wrapping the client's error — for a quorum, a
-// *QuorumError saying what each server answered. ctx bounds the call: give it a
-// deadline.
+// (ErrUnavailable) with Op "ping" wrapping the client's error — for a quorum, an error
+// saying what each server answered, which unwraps to each server's error. ctx bounds the
+// call: give it a deadline.
 func (l *Locker) Ping(ctx context.Context) error {
 	select {
 	case <-l.done:
@@ -80,7 +80,7 @@ func (q *quorum) ping(ctx context.Context) error {
 	if ok >= q.need {
 		return nil
 	}
-	return &QuorumError{Op: "ping", Need: q.need, Addrs: q.addrs, Errs: errs}
+	return q.failure("ping", errs)
 }
 
 // PingOnNew makes New and NewQuorum check, before they return, that the Locker can

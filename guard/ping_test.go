@@ -98,9 +98,8 @@ func TestPing(t *testing.T) {
 		r.servers[1].Kill(t)
 		err := l.Ping(pingCtx(t))
 		wantDown(t, err, "2 of 3 servers killed")
-		var qe *guard.QuorumError
-		if !errors.As(err, &qe) || qe.Op != "ping" || qe.Errs[0] == nil || qe.Errs[1] == nil || qe.Errs[2] != nil {
-			t.Fatalf("Ping error %v: want a *guard.QuorumError naming servers 0 and 1", err)
+		if op, errs, ok := guard.QuorumFailure(err); !ok || op != "ping" || errs[0] == nil || errs[1] == nil || errs[2] != nil {
+			t.Fatalf("Ping error %v: want a quorum failure naming servers 0 and 1", err)
 		}
 	})
 }

@@ -85,7 +85,7 @@ func Wrap[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Op
 
 // WrapE is Wrap for callers that prefer an error to a panic: it returns a *ConfigError
 // (ErrInvalidConfig) naming the bad option, with a key template's *keyfunc.SyntaxError
-// or *keyfunc.BindError in its chain, or a *KeyError (ErrInvalidKey) for an empty RawKey:
+// or *keyfunc.BindError in its chain, or an error matching ErrInvalidKey for an empty RawKey:
 // a key is input, whichever way it is given.
 func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Option) (func(context.Context, Req) (Resp, error), error) {
 	if fn == nil {
@@ -401,7 +401,7 @@ func keyOf[Req any](k keySpec) (func(context.Context, Req) (string, error), erro
 		}, nil
 	case keyRaw:
 		if k.text == "" {
-			return nil, keyError(k.text, "empty (RawKey)")
+			return nil, invalidKey(k.text, "empty (RawKey)")
 		}
 		return constKey[Req](k.text), nil
 	case keyFunc:
