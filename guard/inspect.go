@@ -30,7 +30,7 @@ type LockState struct {
 	// otherwise (each Holder says its own mode).
 	Kind Kind
 	// Holders are the owners holding the lock: one for an exclusive or fair lock or a
-	// writer, any number of readers or permit holders.
+	// writer, any number of readers or permit holders; none when the lock is free.
 	Holders []Holder
 	// Waiters are the waiting, in the order they are served: for a fair lock its queued
 	// owners; for the other kinds the Lockers (processes) queued in Redis, one entry per
@@ -61,9 +61,6 @@ type LockState struct {
 	// nil otherwise.
 	Err error
 }
-
-// Held reports whether any owner holds the lock.
-func (s *LockState) Held() bool { return len(s.Holders) > 0 }
 
 // Holder is one owner's hold on a lock.
 type Holder struct {
