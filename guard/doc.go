@@ -8,8 +8,8 @@
 //
 //	locker, err := guard.New(redisClient, guard.TTL(10*time.Second))
 //
-// New makes no Redis call unless given PingOnNew, which fails it when Redis cannot be
-// reached; Locker.Ping answers a readiness check at any time.
+// New makes no Redis call: call Locker.Ping after it to fail at start-up when Redis cannot
+// be reached; Ping answers a readiness check at any time.
 //
 // Take a lease, run the work under its context, release it:
 //

@@ -72,6 +72,18 @@ type holdKey struct {
 // *redis.ClusterClient, a failover client or a *redis.Ring (all keys of one lock share a
 // hash tag). It fails with a *ConfigError when an option is invalid.
 //
+// New makes no Redis call, so a Redis that cannot be reached is first noticed by the
+// calls that need it. To fail at start-up instead, call Ping after New, with a deadline:
+//
+//	l, err := guard.New(client)
+//	...
+//	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+//	defer cancel()
+//	if err := l.Ping(ctx); err != nil {
+//		l.Close()
+//		return err
+//	}
+//
 // Redis 6.2 or newer is required. A client with ContextTimeoutEnabled lets context
 // deadlines cut Redis calls short; without it a call on a stalled server lasts up to the
 // client's read timeout. client may also be go-redis's auto-pipelining client (a
@@ -134,9 +146,6 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	l.graph = newGraph(l)
 	l.dog = newWatchdog(l)
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
-	if err := l.pingOnNew(); err != nil {
-		return nil, err
-	}
 	return l, nil
 }
 

@@ -59,7 +59,6 @@ type settings struct {
 	replyBudget     time.Duration // ReplyBudget, when replyBudgetSet; else derived (quorum.budget)
 	replyBudgetSet  bool
 	outageFails     bool          // WaitOutages(false)
-	pingOnNew       time.Duration // PingOnNew; 0: no check
 	label           string        // Label's text; "" for none
 	deadlockDelay   time.Duration // DeadlockDetection, when deadlockSet; else 1s (0 for a quorum)
 	deadlockSet     bool
@@ -190,8 +189,6 @@ func (s *settings) checkBounds() *ConfigError {
 		return &ConfigError{Field: "ReplyBudget", Reason: fmt.Sprintf("must be > 0, got %s", s.replyBudget)}
 	case s.restartDelay < 0:
 		return &ConfigError{Field: "RestartDelay", Reason: fmt.Sprintf("must be ≥ 0 (0 turns the check off), got %s", s.restartDelay)}
-	case s.pingOnNew < 0:
-		return &ConfigError{Field: "PingOnNew", Reason: fmt.Sprintf("must be ≥ 0 (0 means no check), got %s", s.pingOnNew)}
 	}
 	return nil
 }

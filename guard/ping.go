@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -81,28 +80,4 @@ func (q *quorum) ping(ctx context.Context) error {
 		return nil
 	}
 	return q.failure("ping", errs)
-}
-
-// PingOnNew makes New and NewQuorum check, before they return, that the Locker can
-// reach its servers, as Ping does, waiting at most d: a Redis that cannot be reached
-// then fails the constructor with Ping's error (ErrUnavailable) instead of failing the
-// first requests. d must be ≥ 0; 0 does not check.
-// Applies to New and NewQuorum. Default 0: New makes no Redis call, and a server that is
-// down is first noticed by the calls that need it.
-func PingOnNew(d time.Duration) Option {
-	return Option{name: "PingOnNew", scope: scopeLocker, apply: func(s *settings) { s.pingOnNew = d }}
-}
-
-// pingOnNew is PingOnNew's check; it closes l when it fails.
-func (l *Locker) pingOnNew() error {
-	if l.cfg.pingOnNew <= 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.pingOnNew)
-	defer cancel()
-	if err := l.Ping(ctx); err != nil {
-		_ = l.Close()
-		return fmt.Errorf("guard: PingOnNew(%s): %w", l.cfg.pingOnNew, err)
-	}
-	return nil
 }
