@@ -73,7 +73,7 @@ type settings struct {
 
 // wrapSettings are the options that only the decorators read.
 type wrapSettings struct {
-	locker  *Locker // nil: Default() at call time
+	locker  *Locker // nil: the default Locker (SetDefault) at call time
 	key     keySpec
 	skip    any // func(context.Context, Req) bool, checked against Req by Wrap
 	minHold time.Duration
