@@ -75,11 +75,12 @@
 // # Leases
 //
 // Every lock has a TTL (default 30s). While a lease is held, a watchdog resets the TTL
-// every RenewEvery (default TTL/3); all leases due together are renewed in one pipelined
-// round trip. A lease is lost when a renewal finds the lock deleted or owned by another
-// owner, or when its local validity — TTL minus DriftMargin from the moment the last
-// successful acquire or renewal was sent, on the monotonic clock — runs out. A renewal
-// that fails for a transient reason is retried until then. A lost lease's context is
+// every period of the Renewal option (default TTL/3); all leases due together are renewed
+// in one pipelined round trip. A lease is lost when a renewal finds the lock deleted or
+// owned by another owner, or when its local validity — TTL minus Renewal's drift margin
+// (default TTL/100 + 2ms) from the moment the last successful acquire or renewal was
+// sent, on the monotonic clock — runs out. A renewal that fails for a transient reason is
+// retried until then. A lost lease's context is
 // cancelled with a *LeaseLostError (ErrLeaseLost) as its cause. The lease also reads its
 // deadline whenever it is asked — Lease.Err, and Err and Done of the lease's contexts
 // (Context, Bind, the context Run, Wrap and Do give the function) — so that a process

@@ -49,7 +49,7 @@ var (
 	// have changed in between). The opposite, a writer taking the read lock, is allowed.
 	ErrUpgrade = errors.New("guard: the owner holds this lock for reading and cannot upgrade to writing; release the read lock first")
 
-	// ErrInvalidConfig reports a bad option: a TTL, Retry, RenewEvery or other setting out
+	// ErrInvalidConfig reports a bad option: a TTL, Retry, Renewal or other setting out
 	// of range, a key template that does not parse or names a field the request does not
 	// have, an option used where it does not apply, a missing Locker or key option. It is
 	// returned by New, by WrapE (Wrap panics with it), by the Echo and gRPC constructors,
@@ -212,7 +212,7 @@ func (e *ReleaseError) Unwrap() error { return e.Err }
 
 // ConfigError reports an invalid option, naming the field.
 type ConfigError struct {
-	// Field is the option's name, such as "TTL" or "RenewEvery".
+	// Field is the option's name, such as "TTL" or "Renewal".
 	Field string
 	// Reason says what is wrong with it.
 	Reason string

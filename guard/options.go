@@ -36,9 +36,9 @@ const (
 type settings struct {
 	prefix          string
 	ttl             time.Duration
-	renewEvery      time.Duration // when renewSet; else ttl/3
+	renewEvery      time.Duration // Renewal's every, when renewSet; else ttl/3
 	renewSet        bool
-	drift           time.Duration // when driftSet; else ttl/100 + 2ms
+	drift           time.Duration // Renewal's margin, when driftSet; else ttl/100 + 2ms
 	driftSet        bool
 	maxKeyLen       int
 	retry           RetryPolicy
@@ -160,13 +160,13 @@ func (s *settings) checkLease() *ConfigError {
 	case s.ttl < time.Millisecond:
 		return &ConfigError{Field: "TTL", Reason: fmt.Sprintf("must be ≥ 1ms, got %s", s.ttl)}
 	case s.renewSet && s.renewEvery <= 0:
-		return &ConfigError{Field: "RenewEvery", Reason: fmt.Sprintf("must be > 0, got %s", s.renewEvery)}
+		return &ConfigError{Field: "Renewal", Reason: fmt.Sprintf("every must be > 0 (or 0 for the default, TTL/3), got %s", s.renewEvery)}
 	case s.driftSet && (s.drift < 0 || s.drift >= s.ttl):
-		return &ConfigError{Field: "DriftMargin", Reason: fmt.Sprintf("must be ≥ 0 and < TTL (%s), got %s", s.ttl, s.drift)}
+		return &ConfigError{Field: "Renewal", Reason: fmt.Sprintf("margin must be ≥ 0 (0 for the default, TTL/100 + 2ms) and < TTL (%s), got %s", s.ttl, s.drift)}
 	case !s.renewSet && !s.driftSet && s.ttl-s.driftMargin() <= s.ttl/3:
 		return &ConfigError{Field: "TTL", Reason: fmt.Sprintf("must be > 4ms with the default renewal period and drift margin, got %s", s.ttl)}
 	case s.renewInterval() <= 0 || s.renewInterval() >= s.ttl-s.driftMargin():
-		return &ConfigError{Field: "RenewEvery", Reason: fmt.Sprintf("must be > 0 and < TTL − drift margin (%s − %s), got %s",
+		return &ConfigError{Field: "Renewal", Reason: fmt.Sprintf("every must be > 0 and < TTL − margin (%s − %s), got %s",
 			s.ttl, s.driftMargin(), s.renewInterval())}
 	}
 	return nil
@@ -287,20 +287,25 @@ func TTL(d time.Duration) Option {
 	return Option{name: "TTL", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.ttl = d }}
 }
 
-// RenewEvery is the watchdog period: while a lease is held, its TTL is reset this often.
-// It must be shorter than the TTL minus the drift margin.
-// Applies to New and to each call. Default TTL/3.
-func RenewEvery(d time.Duration) Option {
-	return Option{name: "RenewEvery", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.renewEvery, s.renewSet = d, true }}
-}
-
-// DriftMargin is subtracted from the TTL to get a lease's local validity: a lease not
-// renewed within TTL − DriftMargin of the last successful renewal (measured from before
-// the request was sent) is treated as lost. It covers clock-rate drift between this
-// process and Redis.
-// Applies to New and to each call. Default TTL/100 + 2ms.
-func DriftMargin(d time.Duration) Option {
-	return Option{name: "DriftMargin", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.drift, s.driftSet = d, true }}
+// Renewal sets a lease's clocks. every is the watchdog period: while a lease is held, its
+// TTL is reset this often. margin, the drift margin, is subtracted from the TTL to get a
+// lease's local validity: a lease not renewed within TTL − margin of the last successful
+// renewal (measured from before the request was sent) is treated as lost. It covers
+// clock-rate drift between this process and Redis. margin must be shorter than the TTL,
+// and every shorter than TTL − margin.
+//
+// 0 for either leaves it as it was: given to New, its default; given to a call, the
+// Locker's. So Renewal(0, 50*time.Millisecond) changes the margin only.
+// Applies to New and to each call. Default every TTL/3, margin TTL/100 + 2ms.
+func Renewal(every, margin time.Duration) Option {
+	return Option{name: "Renewal", scope: scopeLocker | scopeCall, apply: func(s *settings) {
+		if every != 0 {
+			s.renewEvery, s.renewSet = every, true
+		}
+		if margin != 0 {
+			s.drift, s.driftSet = margin, true
+		}
+	}}
 }
 
 // MaxKeyLen caps the length of a lock key in bytes; longer keys fail with ErrInvalidKey
@@ -390,7 +395,7 @@ func RestartDelay(d time.Duration) Option {
 // while one server is paused then undo and try again at once instead of waiting for it
 // until their lease's validity runs out, and TryAcquire answers within the budget. A
 // round that nothing contests waits longer for a silent server, its patience: 8 budgets
-// and at least 1s, within the lease's validity (TTL minus DriftMargin). Past it a
+// and at least 1s, within the lease's validity (TTL minus Renewal's margin). Past it a
 // majority silent fails the attempt with ErrUnavailable (which a waiter with budget left
 // waits out: see WaitOutages), and a release stops waiting for the servers that carry
 // the hold beyond a majority. A reply that comes later is still used: a grant is undone,

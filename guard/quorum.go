@@ -62,7 +62,7 @@ func (q *quorum) budget(ttl time.Duration) time.Duration {
 
 // patience returns how long a round waits for silent servers when the replies in hand
 // do not contest it (see ReplyBudget): 8 budgets and at least a second, within the
-// lease's validity budget (TTL minus DriftMargin) — a loaded machine whose replies all
+// lease's validity budget (TTL minus the drift margin) — a loaded machine whose replies all
 // come late is slow, not down.
 func (q *quorum) patience(s *settings) time.Duration {
 	b := q.budget(s.ttl)
@@ -109,7 +109,7 @@ func (q *quorum) observe(d time.Duration) {
 //
 //   - An attempt runs on every server at once, with one nonce; it succeeds when a majority
 //     granted it within the lease's validity budget (TTL minus the time spent minus
-//     DriftMargin). A server silent past the reply budget counts as failed once another
+//     Renewal's margin). A server silent past the reply budget counts as failed once another
 //     owner's hold contests the attempt, and past the round's patience in any case (see
 //     ReplyBudget): a paused minority does not hold contenders for their validity. Otherwise it is undone on every server that granted it or left its
 //     outcome unknown, and counts as a busy attempt — or fails with a *RedisError

@@ -583,7 +583,7 @@ func TestWrapDefaultLocker(t *testing.T) {
 	transfer := guard.Wrap(func(ctx context.Context, req transferReq) (receipt, error) {
 		tok, _ := tokenIn(ctx)
 		return receipt{Token: tok}, nil
-	}, guard.Key("account:{req.From}"), guard.RenewEvery(time.Second))
+	}, guard.Key("account:{req.From}"), guard.Renewal(time.Second, 0))
 
 	var ce *guard.ConfigError
 	if _, err := transfer(ctx, transferReq{From: "acct-1"}); !errors.As(err, &ce) || ce.Field != "Locker" {
@@ -593,10 +593,10 @@ func TestWrapDefaultLocker(t *testing.T) {
 	if r, err := transfer(ctx, transferReq{From: "acct-1"}); err != nil || r.Token <= 0 {
 		t.Fatalf("call with the default Locker: %+v, %v", r, err)
 	}
-	// RenewEvery 1s does not fit the new default's TTL of 300ms.
+	// A renewal period of 1s does not fit the new default's TTL of 300ms.
 	guard.SetDefault(short)
-	if _, err := transfer(ctx, transferReq{From: "acct-1"}); !errors.As(err, &ce) || ce.Field != "RenewEvery" {
-		t.Fatalf("call with an incompatible default: %v, want a *ConfigError naming RenewEvery", err)
+	if _, err := transfer(ctx, transferReq{From: "acct-1"}); !errors.As(err, &ce) || ce.Field != "Renewal" {
+		t.Fatalf("call with an incompatible default: %v, want a *ConfigError naming Renewal", err)
 	}
 }
 
