@@ -113,8 +113,8 @@
 // from taking the lock back for a moment (they queue instead), so turns go round; a
 // newcomer of a third process that finds the lock free may still take it, and the woken
 // Locker then queues again: wake-ups are ordered, grants nearly so. Retry policies are
-// immutable values: NoRetry, Attempts, MaxWait, UntilCanceled, with Fixed or Exponential
-// backoff.
+// immutable values: NoRetry, MaxWait, UntilCanceled, with Fixed backoff or a Backoff of
+// your own.
 //
 // How long a call waits, by default, follows one rule. The Retry option given to the call
 // (or to the decorator, the Echo route, the gRPC rule) wins; else the one given to New.
@@ -298,8 +298,8 @@
 //
 // # Errors
 //
-// Sentinels for errors.Is — ErrLocked, ErrDeadlock, ErrLeaseLost, ErrReleased, ErrNotHeld,
-// ErrExpired, ErrInvalidConfig, ErrInvalidKey, ErrUnavailable, ErrClosed — and typed errors
+// Sentinels for errors.Is — ErrLocked, ErrDeadlock, ErrLeaseLost, ErrNotHeld, ErrExpired,
+// ErrUpgrade, ErrInvalidConfig, ErrInvalidKey, ErrUnavailable, ErrClosed — and typed errors
 // for errors.As: *LockedError, *DeadlockError, *LeaseLostError, *ReleaseError,
 // *ConfigError, *RedisError. Bad options fail in New (or in the call that received them)
 // with a *ConfigError naming the field. A key is input, not configuration: one that is empty, too long or cannot be

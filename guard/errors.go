@@ -34,9 +34,6 @@ var (
 	// context.Cause of a lost lease's context. The error is a *LeaseLostError.
 	ErrLeaseLost = errors.New("guard: lease lost")
 
-	// ErrReleased is the context.Cause of a lease's context after a normal release.
-	ErrReleased = errors.New("guard: lease released")
-
 	// ErrNotHeld reports a release of a lock that another owner holds now.
 	ErrNotHeld = errors.New("guard: lock is held by another owner, not released")
 
@@ -304,6 +301,10 @@ func (e *replicaError) Error() string {
 
 // Unwrap returns the WAIT command's error, if any.
 func (e *replicaError) Unwrap() error { return e.err }
+
+// errReleased is the context.Cause of a lease's context after a normal release: it
+// matches none of the sentinels, ErrLeaseLost in particular.
+var errReleased = errors.New("guard: lease released")
 
 // chain is what a typed error unwraps to: the sentinel it matches, then its cause when
 // it has one.

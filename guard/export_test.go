@@ -99,3 +99,12 @@ func QuorumFailure(err error) (op string, errs []error, ok bool) {
 func NewQuorumError(op string, need int, addrs []string, errs []error) error {
 	return &quorumError{op: op, need: need, addrs: addrs, errs: errs}
 }
+
+// ErrReleased is the context.Cause of a lease's context after a normal release.
+var ErrReleased = errReleased
+
+// Attempts makes at most n attempts in all, sleeping per b between them: a policy that
+// counts attempts, for tests that check the count.
+func Attempts(n int, b Backoff) RetryPolicy {
+	return RetryPolicy{limit: limitAttempts, attempts: n, backoff: b}
+}

@@ -126,10 +126,9 @@ func TestConfigErrors(t *testing.T) {
 		{"ReleaseTimeout", []guard.Option{guard.ReleaseTimeout(0)}},
 		{"MaxHold", []guard.Option{guard.MaxHold(-1)}},
 		{"FenceRetention", []guard.Option{guard.FenceRetention(time.Millisecond)}},
-		{"Retry", []guard.Option{guard.Retry(guard.Attempts(0, nil))}},
 		{"Retry", []guard.Option{guard.Retry(guard.MaxWait(0, nil))}},
 		{"Retry", []guard.Option{guard.Retry(guard.UntilCanceled(guard.Fixed(0, 0)))}},
-		{"Retry", []guard.Option{guard.Retry(guard.UntilCanceled(guard.Exponential(time.Second, time.Millisecond)))}},
+		{"Retry", []guard.Option{guard.Retry(guard.MaxWait(-time.Second, nil))}},
 	}
 	for _, tc := range cases {
 		_, err := guard.New(c, tc.opts...)

@@ -527,7 +527,7 @@ func TestWrapConfigErrors(t *testing.T) {
 		{"unknown field", []guard.Option{guard.Key("account:{req.Nope}")}, "Key", nil},
 		{"unknown source", []guard.Option{guard.Key("account:{header.X}")}, "Key", keyfunc.ErrUnknownSource},
 		{"bad TTL", []guard.Option{key, guard.TTL(0)}, "TTL", nil},
-		{"bad retry", []guard.Option{key, guard.Retry(guard.Attempts(0, nil))}, "Retry", nil},
+		{"bad retry", []guard.Option{key, guard.Retry(guard.MaxWait(0, nil))}, "Retry", nil},
 		{"locker-only option", []guard.Option{key, guard.Prefix("app:")}, "Prefix", nil},
 		{"negative MinHold", []guard.Option{key, guard.MinHold(-time.Second)}, "MinHold", nil},
 		{"MinHold above MaxHold", []guard.Option{key, guard.MaxHold(time.Second), guard.MinHold(2 * time.Second)}, "MinHold", nil},
