@@ -237,18 +237,19 @@ type RedisError struct {
 	Key string
 	// Err is the client's error. On a quorum Locker (NewQuorum) whose call too few
 	// servers confirmed, it says what each server answered and unwraps to each server's
-	// error, prefixed with its address. When too few replicas acknowledged a grant or a
-	// renewal (Op "acquire" or "renew"), its message, "guard: acquire "k": 0 of 1 replicas
-	// acknowledged the grant in time; it was undone" (or "... the renewal in time; the
-	// lease keeps its earlier validity") followed by the WAIT command's error if it
-	// failed, is the RedisError's own, and it unwraps to that WAIT error. A grant is then
-	// undone: the lock is not held. A renewal took effect on the primary, but the lease
-	// keeps the validity of its last acknowledged renewal, and the error is the cause of
-	// its loss when no later renewal is acknowledged before that runs out.
+	// error, prefixed with the server's address. When too few replicas acknowledged a
+	// grant or a renewal in time (SyncReplicas; Op "acquire" or "renew"), it names the
+	// replicas wanted and reached and unwraps to the WAIT command's error, if that
+	// failed. The grant was undone: the lock is not held. The renewal took effect on the
+	// primary, but the lease keeps the validity of its last acknowledged renewal, and is
+	// lost with this error as the cause if no later renewal is acknowledged before that
+	// runs out.
 	Err error
 }
 
-// Error names the operation, the key and the client's error.
+// Error names the operation, the key and the client's error. For too few replica
+// acknowledgements it is Err's message, which names them: guard: acquire "k": 0 of 1
+// replicas acknowledged the grant in time; it was undone.
 func (e *RedisError) Error() string {
 	if _, ok := e.Err.(*replicaError); ok {
 		return e.Err.Error()
