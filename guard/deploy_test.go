@@ -257,7 +257,8 @@ func TestSentinelFailover(t *testing.T) {
 }
 
 // TestSyncReplicas: with SyncReplicas a grant counts once a replica acknowledged it; with
-// the replica paused the grant is undone and the call fails with a *ReplicaError, leaving
+// the replica paused the grant is undone and the call fails with a *RedisError saying that
+// too few replicas acknowledged it, leaving
 // the lock free. On Cluster the WAIT goes to the lock's own primary.
 func TestSyncReplicas(t *testing.T) {
 	t.Run("Sentinel", func(t *testing.T) {
@@ -286,9 +287,10 @@ func checkSyncReplicas(t *testing.T, l, plain *guard.Locker, replica *redistest.
 	_, tryErr := l.TryAcquire(ctx, key)
 	replica.Resume(t)
 	for _, err := range []error{err, tryErr} {
-		var re *guard.ReplicaError
-		if !errors.As(err, &re) || !errors.Is(err, guard.ErrUnavailable) || re.Want != 1 || re.Acked != 0 {
-			t.Fatalf("acquire with the replica paused = %v, want a *ReplicaError (0 of 1)", err)
+		var re *guard.RedisError
+		want, acked, renewal, ok := guard.ReplicaShortfall(err)
+		if !errors.As(err, &re) || re.Op != "acquire" || !errors.Is(err, guard.ErrUnavailable) || !ok || want != 1 || acked != 0 || renewal {
+			t.Fatalf("acquire with the replica paused = %v, want a *RedisError for a replica shortfall (0 of 1)", err)
 		}
 	}
 	le, err := plain.TryAcquire(ctx, key)
@@ -300,8 +302,8 @@ func checkSyncReplicas(t *testing.T, l, plain *guard.Locker, replica *redistest.
 
 // TestSyncReplicasRenewal: with SyncReplicas, a lease's validity only extends from
 // renewals the replicas acknowledged. While the replica stalls the lease keeps renewing on
-// the primary but is lost at the end of its acknowledged validity, with a *ReplicaError as
-// the cause; a lease without SyncReplicas on the same primary is untouched.
+// the primary but is lost at the end of its acknowledged validity, with a renewal's replica
+// shortfall (a *RedisError) as the cause; a lease without SyncReplicas on the same primary is untouched.
 func TestSyncReplicasRenewal(t *testing.T) {
 	t.Run("Sentinel", func(t *testing.T) {
 		g := sentinel.Get(t)
@@ -339,9 +341,10 @@ func checkSyncedRenewal(t *testing.T, client redis.UniversalClient, replica *red
 	lost := time.Since(paused)
 	replica.Resume(t)
 	err := le.Err()
-	var re *guard.ReplicaError
-	if !errors.Is(err, guard.ErrLeaseLost) || !errors.As(err, &re) || !re.Renewal || re.Want != 1 {
-		t.Fatalf("lease ended with %v, want ErrLeaseLost caused by a renewal's *ReplicaError", err)
+	var re *guard.RedisError
+	want, _, renewal, ok := guard.ReplicaShortfall(err)
+	if !errors.Is(err, guard.ErrLeaseLost) || !errors.As(err, &re) || re.Op != "renew" || !ok || !renewal || want != 1 {
+		t.Fatalf("lease ended with %v, want ErrLeaseLost caused by a renewal's replica shortfall", err)
 	}
 	if err := pl.Err(); err != nil {
 		t.Fatalf("the lease without SyncReplicas was lost too: %v", err)

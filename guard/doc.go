@@ -8,8 +8,8 @@
 //
 //	locker, err := guard.New(redisClient, guard.TTL(10*time.Second))
 //
-// New makes no Redis call unless given PingOnNew, which fails it when Redis cannot be
-// reached; Locker.Ping answers a readiness check at any time.
+// New makes no Redis call: call Locker.Ping after it to fail at start-up when Redis cannot
+// be reached; Ping answers a readiness check at any time.
 //
 // Take a lease, run the work under its context, release it:
 //
@@ -75,11 +75,12 @@
 // # Leases
 //
 // Every lock has a TTL (default 30s). While a lease is held, a watchdog resets the TTL
-// every RenewEvery (default TTL/3); all leases due together are renewed in one pipelined
-// round trip. A lease is lost when a renewal finds the lock deleted or owned by another
-// owner, or when its local validity — TTL minus DriftMargin from the moment the last
-// successful acquire or renewal was sent, on the monotonic clock — runs out. A renewal
-// that fails for a transient reason is retried until then. A lost lease's context is
+// every period of the Renewal option (default TTL/3); all leases due together are renewed
+// in one pipelined round trip. A lease is lost when a renewal finds the lock deleted or
+// owned by another owner, or when its local validity — TTL minus Renewal's drift margin
+// (default TTL/100 + 2ms) from the moment the last successful acquire or renewal was
+// sent, on the monotonic clock — runs out. A renewal that fails for a transient reason is
+// retried until then. A lost lease's context is
 // cancelled with a *LeaseLostError (ErrLeaseLost) as its cause. The lease also reads its
 // deadline whenever it is asked — Lease.Err, and Err and Done of the lease's contexts
 // (Context, Bind, the context Run, Wrap and Do give the function) — so that a process
@@ -112,8 +113,8 @@
 // from taking the lock back for a moment (they queue instead), so turns go round; a
 // newcomer of a third process that finds the lock free may still take it, and the woken
 // Locker then queues again: wake-ups are ordered, grants nearly so. Retry policies are
-// immutable values: NoRetry, Attempts, MaxWait, UntilCanceled, with Fixed or Exponential
-// backoff.
+// immutable values: NoRetry, MaxWait, UntilCanceled, with Fixed backoff or a Backoff of
+// your own.
 //
 // How long a call waits, by default, follows one rule. The Retry option given to the call
 // (or to the decorator, the Echo route, the gRPC rule) wins; else the one given to New.
@@ -243,7 +244,8 @@
 // before the lease is handed out). A server that restarted without its data stays out
 // for RestartDelay. It is used like a Locker made by New; the exclusive and read-write
 // kinds are served, the semaphore and the fair lock are not. Calls that a majority could
-// not confirm fail with a *QuorumError in the chain (ErrUnavailable). See NewQuorum, and
+// not confirm fail with a *RedisError (ErrUnavailable) whose Err says what each server
+// answered and unwraps to each server's error. See NewQuorum, and
 // docs/RELIABILITY.md for the argument.
 //
 // # Redis data
@@ -296,12 +298,11 @@
 //
 // # Errors
 //
-// Sentinels for errors.Is — ErrLocked, ErrDeadlock, ErrLeaseLost, ErrReleased, ErrNotHeld,
-// ErrExpired, ErrInvalidConfig, ErrInvalidKey, ErrUnavailable, ErrClosed — and typed errors
-// for errors.As: *LockedError, *DeadlockError, *LeaseLostError, *ConfigError, *KeyError,
-// *RedisError. Bad
-// options fail in New (or in the call that received them) with a *ConfigError naming the
-// field. A key is input, not configuration: one that is empty, too long or cannot be
+// Sentinels for errors.Is — ErrLocked, ErrDeadlock, ErrLeaseLost, ErrNotHeld, ErrExpired,
+// ErrUpgrade, ErrInvalidConfig, ErrInvalidKey, ErrUnavailable, ErrClosed — and typed errors
+// for errors.As: *LockedError, *DeadlockError, *LeaseLostError, *ReleaseError,
+// *ConfigError, *RedisError. Bad options fail in New (or in the call that received them)
+// with a *ConfigError naming the field. A key is input, not configuration: one that is empty, too long or cannot be
 // rendered is ErrInvalidKey wherever it comes from (an argument, RawKey, a template,
 // KeyFunc, a route or an RPC), before any Redis call. A grant whose reply came back after
 // the lease's validity had run out is undone and counts as an attempt; when it was the

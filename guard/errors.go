@@ -34,9 +34,6 @@ var (
 	// context.Cause of a lost lease's context. The error is a *LeaseLostError.
 	ErrLeaseLost = errors.New("guard: lease lost")
 
-	// ErrReleased is the context.Cause of a lease's context after a normal release.
-	ErrReleased = errors.New("guard: lease released")
-
 	// ErrNotHeld reports a release of a lock that another owner holds now.
 	ErrNotHeld = errors.New("guard: lock is held by another owner, not released")
 
@@ -49,7 +46,7 @@ var (
 	// have changed in between). The opposite, a writer taking the read lock, is allowed.
 	ErrUpgrade = errors.New("guard: the owner holds this lock for reading and cannot upgrade to writing; release the read lock first")
 
-	// ErrInvalidConfig reports a bad option: a TTL, Retry, RenewEvery or other setting out
+	// ErrInvalidConfig reports a bad option: a TTL, Retry, Renewal or other setting out
 	// of range, a key template that does not parse or names a field the request does not
 	// have, an option used where it does not apply, a missing Locker or key option. It is
 	// returned by New, by WrapE (Wrap panics with it), by the Echo and gRPC constructors,
@@ -62,13 +59,13 @@ var (
 	// or empty, a KeyFunc that failed). It is the same error wherever the key came from —
 	// Acquire's or TryAcquire's argument, a RawKey (WrapE and Do report an empty one at
 	// once), a rendered Key template, a KeyFunc, an Echo route or a gRPC rule — and is
-	// returned before any Redis call. The error is a *KeyError, or wraps the template's or
-	// the KeyFunc's error.
+	// returned before any Redis call. Its message names the key (its first 64 bytes), the
+	// key's length and what is wrong with it, or it wraps the template's or the KeyFunc's
+	// error.
 	ErrInvalidKey = errors.New("guard: invalid lock key")
 
-	// ErrUnavailable reports that Redis could not be reached or refused the command. The
-	// error is a *RedisError wrapping the client's error, or a *ReplicaError when too few
-	// replicas acknowledged a grant (SyncReplicas).
+	// ErrUnavailable reports that Redis could not be reached or refused the command, or that
+	// too few replicas acknowledged a grant (SyncReplicas). The error is a *RedisError.
 	ErrUnavailable = errors.New("guard: redis unavailable")
 
 	// ErrClosed reports a call on a closed Locker.
@@ -212,7 +209,7 @@ func (e *ReleaseError) Unwrap() error { return e.Err }
 
 // ConfigError reports an invalid option, naming the field.
 type ConfigError struct {
-	// Field is the option's name, such as "TTL" or "RenewEvery".
+	// Field is the option's name, such as "TTL" or "Renewal".
 	Field string
 	// Reason says what is wrong with it.
 	Reason string
@@ -230,37 +227,33 @@ func (e *ConfigError) Error() string {
 // errors.As.
 func (e *ConfigError) Unwrap() []error { return chain(ErrInvalidConfig, e.Err) }
 
-// KeyError reports a key that cannot name a lock.
-type KeyError struct {
-	// Key is the key, cut to its first 64 bytes when longer.
-	Key string
-	// Len is the key's full length in bytes.
-	Len int
-	// Reason says what is wrong with it.
-	Reason string
-}
-
-// Error names the key, its length and what is wrong with it.
-func (e *KeyError) Error() string {
-	return fmt.Sprintf("guard: invalid lock key %s (%d bytes): %s", quoteKey(e.Key), e.Len, e.Reason)
-}
-
-// Unwrap returns ErrInvalidKey, for errors.Is.
-func (e *KeyError) Unwrap() []error { return chain(ErrInvalidKey, nil) }
-
-// RedisError reports a failed Redis call.
+// RedisError reports a failed Redis call, or a write that too few replicas acknowledged
+// in time (SyncReplicas).
 type RedisError struct {
-	// Op is the operation: "acquire", "release", "renew", or "ping" (Locker.Ping,
-	// PingOnNew).
+	// Op is the operation: "acquire", "release", "renew", "inspect", "force release",
+	// "list" or "ping" (Locker.Ping).
 	Op string
-	// Key is the lock key; empty for "ping".
+	// Key is the lock key; empty for "ping" and for the scan of a "list".
 	Key string
-	// Err is the client's error.
+	// Err is the client's error. On a quorum Locker (NewQuorum) whose call too few
+	// servers confirmed, it says what each server answered and unwraps to each server's
+	// error, prefixed with the server's address. When too few replicas acknowledged a
+	// grant or a renewal in time (SyncReplicas; Op "acquire" or "renew"), it names the
+	// replicas wanted and reached and unwraps to the WAIT command's error, if that
+	// failed. The grant was undone: the lock is not held. The renewal took effect on the
+	// primary, but the lease keeps the validity of its last acknowledged renewal, and is
+	// lost with this error as the cause if no later renewal is acknowledged before that
+	// runs out.
 	Err error
 }
 
-// Error names the operation, the key and the client's error.
+// Error names the operation, the key and the client's error. For too few replica
+// acknowledgements it is Err's message, which names them: guard: acquire "k": 0 of 1
+// replicas acknowledged the grant in time; it was undone.
 func (e *RedisError) Error() string {
+	if _, ok := e.Err.(*replicaError); ok {
+		return e.Err.Error()
+	}
 	if e.Key == "" && e.Op == "ping" {
 		return "guard: ping: redis: " + e.Err.Error()
 	}
@@ -270,40 +263,49 @@ func (e *RedisError) Error() string {
 // Unwrap returns ErrUnavailable and the client's error, for errors.Is and errors.As.
 func (e *RedisError) Unwrap() []error { return chain(ErrUnavailable, e.Err) }
 
-// ReplicaError reports a grant or a renewal that too few replicas acknowledged in time
-// (SyncReplicas). A grant is undone: the lock is not held. A renewal took effect on the
+// replicaError reports a grant or a renewal that too few replicas acknowledged in time
+// (SyncReplicas). It is the Err of a *RedisError (Op "acquire" or "renew"), whose message
+// is its own. A grant is undone: the lock is not held. A renewal took effect on the
 // primary, but the lease keeps the validity of its last acknowledged renewal; the error is
 // the cause of its loss when no later renewal is acknowledged before that runs out.
-type ReplicaError struct {
-	// Key is the lock key.
-	Key string
-	// Want is the number of replicas SyncReplicas asked for.
-	Want int
-	// Acked is the number that acknowledged the grant within the timeout.
-	Acked int
-	// Err is the WAIT command's error, when it failed.
-	Err error
-	// Renewal is set when the write was a renewal of a held lease, not a grant.
-	Renewal bool
+type replicaError struct {
+	key     string // the lock key
+	want    int    // the replicas SyncReplicas asked for
+	acked   int    // the replicas that acknowledged the write within the timeout
+	err     error  // the WAIT command's error, when it failed
+	renewal bool   // the write was a renewal of a held lease, not a grant
+}
+
+// replicaShortfall returns the *RedisError of a write of key that acked of want replicas
+// acknowledged in time, waitErr being the WAIT command's error.
+func replicaShortfall(key string, want, acked int, waitErr error, renewal bool) *RedisError {
+	op := "acquire"
+	if renewal {
+		op = "renew"
+	}
+	return &RedisError{Op: op, Key: key, Err: &replicaError{key: key, want: want, acked: acked, err: waitErr, renewal: renewal}}
 }
 
 // Error names the key and the replicas wanted and reached.
-func (e *ReplicaError) Error() string {
+func (e *replicaError) Error() string {
 	msg := fmt.Sprintf("guard: acquire %s: %d of %d replicas acknowledged the grant in time; it was undone",
-		quoteKey(e.Key), e.Acked, e.Want)
-	if e.Renewal {
+		quoteKey(e.key), e.acked, e.want)
+	if e.renewal {
 		msg = fmt.Sprintf("guard: renew %s: %d of %d replicas acknowledged the renewal in time; the lease keeps its earlier validity",
-			quoteKey(e.Key), e.Acked, e.Want)
+			quoteKey(e.key), e.acked, e.want)
 	}
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+	if e.err != nil {
+		msg += ": " + e.err.Error()
 	}
 	return msg
 }
 
-// Unwrap returns ErrUnavailable and the WAIT command's error, if any, for errors.Is and
-// errors.As.
-func (e *ReplicaError) Unwrap() []error { return chain(ErrUnavailable, e.Err) }
+// Unwrap returns the WAIT command's error, if any.
+func (e *replicaError) Unwrap() error { return e.err }
+
+// errReleased is the context.Cause of a lease's context after a normal release: it
+// matches none of the sentinels, ErrLeaseLost in particular.
+var errReleased = errors.New("guard: lease released")
 
 // chain is what a typed error unwraps to: the sentinel it matches, then its cause when
 // it has one.
@@ -323,11 +325,26 @@ func quoteKey(k string) string {
 	return fmt.Sprintf("%q", k)
 }
 
-// keyError builds a *KeyError without keeping a huge key alive.
-func keyError(k, reason string) error {
-	e := &KeyError{Key: k, Len: len(k), Reason: reason}
+// keyError reports a key that cannot name a lock (ErrInvalidKey).
+type keyError struct {
+	key    string // the key, cut to its first 64 bytes when longer
+	len    int    // the key's full length in bytes
+	reason string // what is wrong with it
+}
+
+// invalidKey builds a *keyError without keeping a huge key alive.
+func invalidKey(k, reason string) error {
+	e := &keyError{key: k, len: len(k), reason: reason}
 	if len(k) > 64 {
-		e.Key = strings.Clone(k[:64])
+		e.key = strings.Clone(k[:64])
 	}
 	return e
 }
+
+// Error names the key, its length and what is wrong with it.
+func (e *keyError) Error() string {
+	return fmt.Sprintf("guard: invalid lock key %s (%d bytes): %s", quoteKey(e.key), e.len, e.reason)
+}
+
+// Unwrap returns ErrInvalidKey, for errors.Is.
+func (e *keyError) Unwrap() error { return ErrInvalidKey }

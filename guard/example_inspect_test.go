@@ -37,7 +37,7 @@ func ExampleLocker_Inspect() {
 		return
 	}
 	h := st.Holders[0]
-	fmt.Println("held:", st.Held(), "by this process:", h.Local, "waiters:", len(st.Waiters))
+	fmt.Println("held:", len(st.Holders) > 0, "by this process:", h.Local, "waiters:", len(st.Waiters))
 	fmt.Println("label:", h.Label)
 	fmt.Println("token:", h.Token == lease.Token(), "fence:", st.Fence == lease.Token())
 	fmt.Println("time left within the TTL:", h.TTL > 0 && h.TTL <= 30*time.Second)

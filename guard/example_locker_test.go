@@ -90,7 +90,7 @@ func ExampleMaxWait() {
 		return
 	}
 	defer locker.Close()
-	patient := guard.Retry(guard.MaxWait(100*time.Millisecond, guard.Exponential(10*time.Millisecond, 50*time.Millisecond)))
+	patient := guard.Retry(guard.MaxWait(100*time.Millisecond, guard.Fixed(10*time.Millisecond, 10*time.Millisecond)))
 
 	held, _ := locker.Acquire(context.Background(), "batch")
 	defer held.Release(context.Background())
@@ -98,4 +98,24 @@ func ExampleMaxWait() {
 	fmt.Println(err != nil, errors.Is(err, guard.ErrLocked))
 	// Output:
 	// true true
+}
+
+// expBackoff sleeps base·2^(attempt−1), at most max: a Backoff of one's own.
+type expBackoff struct{ base, max time.Duration }
+
+func (b expBackoff) Delay(attempt int) time.Duration {
+	if d := b.base << min(attempt-1, 30); d > 0 && d < b.max {
+		return d
+	}
+	return b.max
+}
+
+// A Backoff other than Fixed is a type with a Delay method. It only bounds the sleep of
+// a waiter that hears no release: waiters are woken by releases.
+func ExampleBackoff() {
+	b := expBackoff{base: 10 * time.Millisecond, max: 50 * time.Millisecond}
+	fmt.Println(b.Delay(1), b.Delay(3), b.Delay(10))
+	patient := guard.Retry(guard.MaxWait(time.Second, b))
+	_ = patient // given to Acquire, Wrap, Do or New
+	// Output: 10ms 40ms 50ms
 }

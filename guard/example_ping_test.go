@@ -10,17 +10,23 @@ import (
 	"github.com/guardkit/guardkit/guard"
 )
 
-// PingOnNew makes a Redis that cannot be reached fail New, at start-up; Ping answers a
-// readiness probe afterwards.
+// Ping after New makes a Redis that cannot be reached fail the program at start-up; Ping
+// answers a readiness probe afterwards.
 func ExampleLocker_Ping() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locker, err := guard.New(rdb, guard.PingOnNew(2*time.Second))
+	locker, err := guard.New(rdb)
 	if err != nil {
-		fmt.Println("redis unreachable:", err)
+		fmt.Println(err)
 		return
 	}
 	defer locker.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := locker.Ping(ctx); err != nil {
+		fmt.Println("redis unreachable:", err)
+		return
+	}
 
 	ready := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)

@@ -273,7 +273,7 @@ func ExampleRetry() {
 	failFast := guard.Wrap(work, guard.Use(locker), guard.Key("account:{req.From}"),
 		guard.Retry(guard.NoRetry()))
 	waitABit := guard.Wrap(work, guard.Use(locker), guard.Key("account:{req.From}"),
-		guard.Retry(guard.MaxWait(100*time.Millisecond, guard.Exponential(10*time.Millisecond, 40*time.Millisecond))))
+		guard.Retry(guard.MaxWait(100*time.Millisecond, guard.Fixed(10*time.Millisecond, 10*time.Millisecond))))
 
 	req := TransferRequest{From: "acct-1", To: "acct-2"}
 	var locked *guard.LockedError

@@ -2,8 +2,10 @@ package guard
 
 import (
 	"context"
-	"github.com/guardkit/guardkit/guard/internal/feed"
+	"errors"
 	"time"
+
+	"github.com/guardkit/guardkit/guard/internal/feed"
 )
 
 // KeyFor returns the key function that Wrap builds from opts, so that benchmarks can
@@ -51,3 +53,58 @@ const (
 	ListScanCount  = listScanCount
 	MaxLabelLen    = maxLabelLen
 )
+
+// InvalidKey reports whether err holds the error of a key that cannot name a lock, and
+// returns the key as the error keeps it and the key's length.
+func InvalidKey(err error) (key string, n int, ok bool) {
+	var e *keyError
+	if !errors.As(err, &e) {
+		return "", 0, false
+	}
+	return e.key, e.len, true
+}
+
+// NewKeyError returns the error of key, which cannot name a lock for reason.
+func NewKeyError(key, reason string) error { return invalidKey(key, reason) }
+
+// ReplicaShortfall reports whether err holds a write that too few replicas acknowledged
+// (SyncReplicas), and returns the replicas wanted and reached and whether the write was
+// a renewal.
+func ReplicaShortfall(err error) (want, acked int, renewal, ok bool) {
+	var e *replicaError
+	if !errors.As(err, &e) {
+		return 0, 0, false, false
+	}
+	return e.want, e.acked, e.renewal, true
+}
+
+// NewReplicaError returns the error of a write of key that acked of want replicas
+// acknowledged, waitErr being the WAIT command's error.
+func NewReplicaError(key string, want, acked int, waitErr error, renewal bool) *RedisError {
+	return replicaShortfall(key, want, acked, waitErr, renewal)
+}
+
+// QuorumFailure reports whether err holds a quorum call that too few servers confirmed,
+// and returns its operation and each server's error (nil for one that confirmed).
+func QuorumFailure(err error) (op string, errs []error, ok bool) {
+	var e *quorumError
+	if !errors.As(err, &e) {
+		return "", nil, false
+	}
+	return e.op, e.errs, true
+}
+
+// NewQuorumError returns the error of a call op of a quorum of servers at addrs, of
+// which need must agree, errs being each server's error.
+func NewQuorumError(op string, need int, addrs []string, errs []error) error {
+	return &quorumError{op: op, need: need, addrs: addrs, errs: errs}
+}
+
+// ErrReleased is the context.Cause of a lease's context after a normal release.
+var ErrReleased = errReleased
+
+// Attempts makes at most n attempts in all, sleeping per b between them: a policy that
+// counts attempts, for tests that check the count.
+func Attempts(n int, b Backoff) RetryPolicy {
+	return RetryPolicy{limit: limitAttempts, attempts: n, backoff: b}
+}

@@ -37,7 +37,8 @@ var forceScript = script.Force
 // free, its fence raised all the same (the returned state has no holders).
 //
 // Errors: ErrInvalidKey, ErrInvalidConfig, ErrClosed, and a *RedisError (ErrUnavailable)
-// when Redis could not be reached, with a *QuorumError in its chain on a quorum Locker.
+// when Redis could not be reached — on a quorum Locker, when fewer than a majority
+// confirmed, its Err saying what each server answered.
 func (l *Locker) ForceRelease(ctx context.Context, key string, opts ...Option) (*LockState, error) {
 	r, s, err := l.inspectReq(key, opts, "ForceRelease")
 	if err != nil {
@@ -65,8 +66,8 @@ func (l *Locker) ForceRelease(ctx context.Context, key string, opts ...Option) (
 			var re *RedisError
 			if errors.As(err, &re) {
 				re.Op = "force release"
-				if qe, ok := re.Err.(*QuorumError); ok {
-					qe.Op = "force release"
+				if qe, ok := re.Err.(*quorumError); ok {
+					qe.op = "force release"
 				}
 			}
 			return nil, err

@@ -20,7 +20,7 @@ import (
 // (-race checks the rest).
 func TestHoldLifeRaces(t *testing.T) {
 	srv := redistest.Start(t)
-	l, c := newLocker(t, srv, guard.TTL(300*time.Millisecond), guard.RenewEvery(10*time.Millisecond))
+	l, c := newLocker(t, srv, guard.TTL(300*time.Millisecond), guard.Renewal(10*time.Millisecond, 0))
 	ctx := ctxTimeout(t, 60*time.Second)
 	root := ctxid.NewContext(ctx, ctxid.New())
 	var losses, grants atomic.Int64

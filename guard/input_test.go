@@ -78,9 +78,9 @@ func TestInvalidKeys(t *testing.T) {
 	c.AddHook(counter)
 	for _, k := range []string{"", strings.Repeat("x", 1025), strings.Repeat("x", 1<<20)} {
 		_, err := l.Acquire(context.Background(), k)
-		var ke *guard.KeyError
-		if !errors.Is(err, guard.ErrInvalidKey) || !errors.As(err, &ke) || ke.Len != len(k) || len(ke.Key) > 64 {
-			t.Fatalf("Acquire(len %d) = %v, want a *KeyError", len(k), err)
+		key, n, ok := guard.InvalidKey(err)
+		if !errors.Is(err, guard.ErrInvalidKey) || !ok || n != len(k) || len(key) > 64 {
+			t.Fatalf("Acquire(len %d) = %v, want a key error", len(k), err)
 		}
 	}
 	if n := counter.RoundTrips(); n != 0 {
@@ -114,20 +114,21 @@ func TestConfigErrors(t *testing.T) {
 		{"TTL", []guard.Option{guard.TTL(0)}},
 		{"TTL", []guard.Option{guard.TTL(-time.Second)}},
 		{"TTL", []guard.Option{guard.TTL(3 * time.Millisecond)}},
-		{"RenewEvery", []guard.Option{guard.TTL(time.Second), guard.RenewEvery(time.Second)}},
-		{"RenewEvery", []guard.Option{guard.RenewEvery(0)}},
-		{"RenewEvery", []guard.Option{guard.TTL(time.Second), guard.RenewEvery(2 * time.Second)}},
-		{"DriftMargin", []guard.Option{guard.DriftMargin(-time.Millisecond)}},
-		{"DriftMargin", []guard.Option{guard.TTL(time.Second), guard.DriftMargin(time.Second)}},
+		{"TTL", []guard.Option{guard.TTL(3 * time.Millisecond), guard.Renewal(0, 0)}},
+		{"Renewal", []guard.Option{guard.TTL(time.Second), guard.Renewal(time.Second, 0)}},
+		{"Renewal", []guard.Option{guard.Renewal(-time.Millisecond, 0)}},
+		{"Renewal", []guard.Option{guard.TTL(time.Second), guard.Renewal(2*time.Second, 0)}},
+		{"Renewal", []guard.Option{guard.Renewal(0, -time.Millisecond)}},
+		{"Renewal", []guard.Option{guard.TTL(time.Second), guard.Renewal(0, time.Second)}},
+		{"Renewal", []guard.Option{guard.TTL(time.Second), guard.Renewal(500*time.Millisecond, 600*time.Millisecond)}},
 		{"MaxKeyLen", []guard.Option{guard.MaxKeyLen(0)}},
 		{"Prefix", []guard.Option{guard.Prefix("app{")}},
 		{"ReleaseTimeout", []guard.Option{guard.ReleaseTimeout(0)}},
 		{"MaxHold", []guard.Option{guard.MaxHold(-1)}},
 		{"FenceRetention", []guard.Option{guard.FenceRetention(time.Millisecond)}},
-		{"Retry", []guard.Option{guard.Retry(guard.Attempts(0, nil))}},
 		{"Retry", []guard.Option{guard.Retry(guard.MaxWait(0, nil))}},
 		{"Retry", []guard.Option{guard.Retry(guard.UntilCanceled(guard.Fixed(0, 0)))}},
-		{"Retry", []guard.Option{guard.Retry(guard.UntilCanceled(guard.Exponential(time.Second, time.Millisecond)))}},
+		{"Retry", []guard.Option{guard.Retry(guard.MaxWait(-time.Second, nil))}},
 	}
 	for _, tc := range cases {
 		_, err := guard.New(c, tc.opts...)
@@ -149,6 +150,51 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := l.Acquire(context.Background(), "k", guard.TTL(0)); !errors.As(err, &ce) || ce.Field != "TTL" {
 		t.Errorf("Acquire with TTL(0) = %v", err)
 	}
+}
+
+// TestRenewalZeros: 0 for Renewal's every or margin leaves it as it was, the default on
+// New and the Locker's on a call; each refusal names Renewal and the value at fault.
+func TestRenewalZeros(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	for _, opts := range [][]guard.Option{
+		{guard.Renewal(0, 0)},
+		{guard.TTL(time.Second), guard.Renewal(0, 0)},
+		{guard.TTL(time.Second), guard.Renewal(0, 600*time.Millisecond)}, // every TTL/3 < 400ms
+		{guard.TTL(time.Second), guard.Renewal(900*time.Millisecond, 0)}, // margin 12ms
+	} {
+		l, err := guard.New(c, opts...)
+		if err != nil {
+			t.Fatalf("New(%d options) = %v, want a Locker", len(opts), err)
+		}
+		_ = l.Close()
+	}
+	for _, tc := range []struct {
+		opts []guard.Option
+		want string
+	}{
+		{[]guard.Option{guard.Renewal(-time.Second, 0)}, "every must be > 0"},
+		{[]guard.Option{guard.Renewal(0, -time.Second)}, "margin must be ≥ 0"},
+		{[]guard.Option{guard.TTL(time.Second), guard.Renewal(0, time.Second)}, "margin must be ≥ 0 (0 for the default, TTL/100 + 2ms) and < TTL (1s), got 1s"},
+		{[]guard.Option{guard.TTL(time.Second), guard.Renewal(time.Second, 0)}, "every must be > 0 and < TTL − margin (1s − 12ms), got 1s"},
+	} {
+		_, err := guard.New(c, tc.opts...)
+		var ce *guard.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "Renewal" || !strings.Contains(ce.Reason, tc.want) {
+			t.Errorf("New = %v, want a *ConfigError naming Renewal: %s", err, tc.want)
+		}
+	}
+	// On a call, 0 keeps the Locker's setting: its every of 500ms no longer fits the
+	// margin of 600ms the call sets (TTL/3 would).
+	l := lockerOn(t, c, guard.TTL(time.Second), guard.Renewal(500*time.Millisecond, 0))
+	var ce *guard.ConfigError
+	if _, err := l.Acquire(context.Background(), "k", guard.Renewal(0, 600*time.Millisecond)); !errors.As(err, &ce) || ce.Field != "Renewal" {
+		t.Errorf("Acquire with Renewal(0, 600ms) on a Locker renewing every 500ms = %v, want a *ConfigError naming Renewal", err)
+	}
+	le, err := l.Acquire(context.Background(), "k", guard.Renewal(0, 100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("Acquire with Renewal(0, 100ms) = %v", err)
+	}
+	mustRelease(t, le)
 }
 
 func TestPerCallTTL(t *testing.T) {

@@ -30,7 +30,7 @@ type LockState struct {
 	// otherwise (each Holder says its own mode).
 	Kind Kind
 	// Holders are the owners holding the lock: one for an exclusive or fair lock or a
-	// writer, any number of readers or permit holders.
+	// writer, any number of readers or permit holders; none when the lock is free.
 	Holders []Holder
 	// Waiters are the waiting, in the order they are served: for a fair lock its queued
 	// owners; for the other kinds the Lockers (processes) queued in Redis, one entry per
@@ -61,9 +61,6 @@ type LockState struct {
 	// nil otherwise.
 	Err error
 }
-
-// Held reports whether any owner holds the lock.
-func (s *LockState) Held() bool { return len(s.Holders) > 0 }
 
 // Holder is one owner's hold on a lock.
 type Holder struct {
@@ -125,7 +122,7 @@ func (l *Locker) ID() string { return l.id }
 //
 // Errors: ErrInvalidKey, ErrInvalidConfig, ErrClosed, and a *RedisError
 // (ErrUnavailable) when the server could not be read — on a quorum Locker, when fewer
-// than a majority could, with a *QuorumError in its chain.
+// than a majority could, its Err saying what each server answered.
 func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (*LockState, error) {
 	r, _, err := l.inspectReq(key, opts, "Inspect")
 	if err != nil {
@@ -441,7 +438,7 @@ func (l *Locker) majority(r inspectReq, views []*LockState) (*LockState, error) 
 		}
 	}
 	if len(read) < q.need {
-		return nil, &RedisError{Op: "inspect", Key: r.key, Err: &QuorumError{Op: "inspect", Need: q.need, Addrs: q.addrs, Errs: errs}}
+		return nil, &RedisError{Op: "inspect", Key: r.key, Err: q.failure("inspect", errs)}
 	}
 	st := &LockState{Key: r.key, Kind: read[0].Kind, Time: read[0].Time, Servers: views}
 	type seen struct {

@@ -34,10 +34,10 @@ func (l *Locker) redisKeys(key string, k *kindSpec) (redisKeys, error) {
 // Prefix, of its lock of kind k.
 func (s *settings) redisKeys(key string, k *kindSpec) (redisKeys, error) {
 	if key == "" {
-		return redisKeys{}, keyError(key, "empty")
+		return redisKeys{}, invalidKey(key, "empty")
 	}
 	if len(key) > s.maxKeyLen {
-		return redisKeys{}, keyError(key, "longer than MaxKeyLen ("+strconv.Itoa(s.maxKeyLen)+" bytes)")
+		return redisKeys{}, invalidKey(key, "longer than MaxKeyLen ("+strconv.Itoa(s.maxKeyLen)+" bytes)")
 	}
 	// One allocation for the three names: "<lock>:fence<lock>:queue".
 	var b strings.Builder

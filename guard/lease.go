@@ -225,7 +225,7 @@ func (h *held) isHeld() bool {
 func (h *held) lostCause() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.state == stateLost || h.state == stateReleased && h.cause != ErrReleased {
+	if h.state == stateLost || h.state == stateReleased && h.cause != errReleased {
 		return h.cause
 	}
 	return nil
@@ -243,7 +243,7 @@ func (l *Locker) releaseHold(ctx context.Context, h *held, le *Lease) error {
 	if len(h.handles) > 0 {
 		cause := h.cause
 		h.mu.Unlock()
-		le.end(ErrReleased)
+		le.end(errReleased)
 		return cause
 	}
 	prev := h.state
@@ -251,7 +251,7 @@ func (l *Locker) releaseHold(ctx context.Context, h *held, le *Lease) error {
 	h.state = stateReleased
 	h.due.Store(0)
 	if lost == nil {
-		h.cause = ErrReleased
+		h.cause = errReleased
 	}
 	h.timer.Stop()
 	h.mu.Unlock()
@@ -259,7 +259,7 @@ func (l *Locker) releaseHold(ctx context.Context, h *held, le *Lease) error {
 
 	// The work is over: end its context before the Redis call, which may stall, so that
 	// nothing started under it runs past the validity deadline.
-	le.end(ErrReleased)
+	le.end(errReleased)
 	rctx, cancel := l.releaseCtx(ctx)
 	defer cancel()
 	l.dog.Remove(rctx, &h.renewal, true)
@@ -361,8 +361,9 @@ func (le *Lease) Reentrant() bool { return le.reentrant }
 
 // Context returns a context that carries the owner and the Lease (see LeaseFromContext)
 // and ends when the lease is lost (cause: a *LeaseLostError matching ErrLeaseLost) or
-// released (cause: ErrReleased). It carries the values of the context the lease was
-// acquired with, but not its cancellation.
+// released (cause: an error reading "guard: lease released", which matches no sentinel;
+// a cause that is not ErrLeaseLost means the lease was released). It carries the values
+// of the context the lease was acquired with, but not its cancellation.
 //
 // Its Err and Done read the validity deadline when they are called: once ValidUntil has
 // passed without a renewal, they report the loss at that call, even when the process was

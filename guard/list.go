@@ -206,7 +206,7 @@ func parseCursor(cursor string, nodes []scanNode) (int, uint64, error) {
 	j := strings.LastIndexByte(cursor, '/')
 	from, err := strconv.ParseUint(cursor[j+1:], 10, 64)
 	if j < 0 || err != nil {
-		return 0, 0, keyError(cursor, "not a cursor returned by List")
+		return 0, 0, invalidKey(cursor, "not a cursor returned by List")
 	}
 	addr := cursor[:j]
 	for i, n := range nodes {
@@ -218,7 +218,7 @@ func parseCursor(cursor string, nodes []scanNode) (int, uint64, error) {
 		}
 	}
 	if isIndex(addr) {
-		return 0, 0, keyError(cursor, "not a cursor returned by List")
+		return 0, 0, invalidKey(cursor, "not a cursor returned by List")
 	}
 	return len(nodes) - 1, 0, nil
 }

@@ -73,6 +73,18 @@ type holdKey struct {
 // *redis.ClusterClient, a failover client or a *redis.Ring (all keys of one lock share a
 // hash tag). It fails with a *ConfigError when an option is invalid.
 //
+// New makes no Redis call, so a Redis that cannot be reached is first noticed by the
+// calls that need it. To fail at start-up instead, call Ping after New, with a deadline:
+//
+//	l, err := guard.New(client)
+//	...
+//	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+//	defer cancel()
+//	if err := l.Ping(ctx); err != nil {
+//		l.Close()
+//		return err
+//	}
+//
 // Redis 6.2 or newer is required. A client with ContextTimeoutEnabled lets context
 // deadlines cut Redis calls short; without it a call on a stalled server lasts up to the
 // client's read timeout. client may also be go-redis's auto-pipelining client (a
@@ -136,9 +148,6 @@ func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker,
 	l.dog = newWatchdog(l)
 	l.env = &holdEnv{id: l.idArg, conn: &l.conn, quorum: q != nil, nonce: l.newNonce, lose: l.lose, release: l.releaseHold}
 	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
-	if err := l.pingOnNew(); err != nil {
-		return nil, err
-	}
 	return l, nil
 }
 
@@ -563,7 +572,7 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	}
 	if r.synced && g.acquired && g.holds == 1 && (r.ackErr != nil || r.acked < int64(h.s.syncReplicas)) {
 		l.undoNow(ctx, h, nonce)
-		return granted{}, &ReplicaError{Key: h.hk.key, Want: h.s.syncReplicas, Acked: int(r.acked), Err: r.ackErr}
+		return granted{}, replicaShortfall(h.hk.key, h.s.syncReplicas, int(r.acked), r.ackErr, false)
 	}
 	g.sent, g.nonce = sent, nonce
 	return g, nil

@@ -36,9 +36,9 @@ const (
 type settings struct {
 	prefix          string
 	ttl             time.Duration
-	renewEvery      time.Duration // when renewSet; else ttl/3
+	renewEvery      time.Duration // Renewal's every, when renewSet; else ttl/3
 	renewSet        bool
-	drift           time.Duration // when driftSet; else ttl/100 + 2ms
+	drift           time.Duration // Renewal's margin, when driftSet; else ttl/100 + 2ms
 	driftSet        bool
 	maxKeyLen       int
 	retry           RetryPolicy
@@ -59,7 +59,6 @@ type settings struct {
 	replyBudget     time.Duration // ReplyBudget, when replyBudgetSet; else derived (quorum.budget)
 	replyBudgetSet  bool
 	outageFails     bool          // WaitOutages(false)
-	pingOnNew       time.Duration // PingOnNew; 0: no check
 	label           string        // Label's text; "" for none
 	deadlockDelay   time.Duration // DeadlockDetection, when deadlockSet; else 1s (0 for a quorum)
 	deadlockSet     bool
@@ -74,7 +73,7 @@ type settings struct {
 
 // wrapSettings are the options that only the decorators read.
 type wrapSettings struct {
-	locker  *Locker // nil: Default() at call time
+	locker  *Locker // nil: the default Locker (SetDefault) at call time
 	key     keySpec
 	skip    any // func(context.Context, Req) bool, checked against Req by Wrap
 	minHold time.Duration
@@ -161,13 +160,13 @@ func (s *settings) checkLease() *ConfigError {
 	case s.ttl < time.Millisecond:
 		return &ConfigError{Field: "TTL", Reason: fmt.Sprintf("must be ≥ 1ms, got %s", s.ttl)}
 	case s.renewSet && s.renewEvery <= 0:
-		return &ConfigError{Field: "RenewEvery", Reason: fmt.Sprintf("must be > 0, got %s", s.renewEvery)}
+		return &ConfigError{Field: "Renewal", Reason: fmt.Sprintf("every must be > 0 (or 0 for the default, TTL/3), got %s", s.renewEvery)}
 	case s.driftSet && (s.drift < 0 || s.drift >= s.ttl):
-		return &ConfigError{Field: "DriftMargin", Reason: fmt.Sprintf("must be ≥ 0 and < TTL (%s), got %s", s.ttl, s.drift)}
+		return &ConfigError{Field: "Renewal", Reason: fmt.Sprintf("margin must be ≥ 0 (0 for the default, TTL/100 + 2ms) and < TTL (%s), got %s", s.ttl, s.drift)}
 	case !s.renewSet && !s.driftSet && s.ttl-s.driftMargin() <= s.ttl/3:
 		return &ConfigError{Field: "TTL", Reason: fmt.Sprintf("must be > 4ms with the default renewal period and drift margin, got %s", s.ttl)}
 	case s.renewInterval() <= 0 || s.renewInterval() >= s.ttl-s.driftMargin():
-		return &ConfigError{Field: "RenewEvery", Reason: fmt.Sprintf("must be > 0 and < TTL − drift margin (%s − %s), got %s",
+		return &ConfigError{Field: "Renewal", Reason: fmt.Sprintf("every must be > 0 and < TTL − margin (%s − %s), got %s",
 			s.ttl, s.driftMargin(), s.renewInterval())}
 	}
 	return nil
@@ -190,8 +189,6 @@ func (s *settings) checkBounds() *ConfigError {
 		return &ConfigError{Field: "ReplyBudget", Reason: fmt.Sprintf("must be > 0, got %s", s.replyBudget)}
 	case s.restartDelay < 0:
 		return &ConfigError{Field: "RestartDelay", Reason: fmt.Sprintf("must be ≥ 0 (0 turns the check off), got %s", s.restartDelay)}
-	case s.pingOnNew < 0:
-		return &ConfigError{Field: "PingOnNew", Reason: fmt.Sprintf("must be ≥ 0 (0 means no check), got %s", s.pingOnNew)}
 	}
 	return nil
 }
@@ -290,20 +287,25 @@ func TTL(d time.Duration) Option {
 	return Option{name: "TTL", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.ttl = d }}
 }
 
-// RenewEvery is the watchdog period: while a lease is held, its TTL is reset this often.
-// It must be shorter than the TTL minus the drift margin.
-// Applies to New and to each call. Default TTL/3.
-func RenewEvery(d time.Duration) Option {
-	return Option{name: "RenewEvery", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.renewEvery, s.renewSet = d, true }}
-}
-
-// DriftMargin is subtracted from the TTL to get a lease's local validity: a lease not
-// renewed within TTL − DriftMargin of the last successful renewal (measured from before
-// the request was sent) is treated as lost. It covers clock-rate drift between this
-// process and Redis.
-// Applies to New and to each call. Default TTL/100 + 2ms.
-func DriftMargin(d time.Duration) Option {
-	return Option{name: "DriftMargin", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.drift, s.driftSet = d, true }}
+// Renewal sets a lease's clocks. every is the watchdog period: while a lease is held, its
+// TTL is reset this often. margin, the drift margin, is subtracted from the TTL to get a
+// lease's local validity: a lease not renewed within TTL − margin of the last successful
+// renewal (measured from before the request was sent) is treated as lost. It covers
+// clock-rate drift between this process and Redis. margin must be shorter than the TTL,
+// and every shorter than TTL − margin.
+//
+// 0 for either leaves it as it was: given to New, its default; given to a call, the
+// Locker's. So Renewal(0, 50*time.Millisecond) changes the margin only.
+// Applies to New and to each call. Default every TTL/3, margin TTL/100 + 2ms.
+func Renewal(every, margin time.Duration) Option {
+	return Option{name: "Renewal", scope: scopeLocker | scopeCall, apply: func(s *settings) {
+		if every != 0 {
+			s.renewEvery, s.renewSet = every, true
+		}
+		if margin != 0 {
+			s.drift, s.driftSet = margin, true
+		}
+	}}
 }
 
 // MaxKeyLen caps the length of a lock key in bytes; longer keys fail with ErrInvalidKey
@@ -353,12 +355,13 @@ func (s *settings) entryRetry() {
 // SyncReplicas makes a new grant count only once n replicas of the lock's primary have
 // acknowledged it (Redis WAIT, sent in the same round trip as the acquire script, on the
 // same connection), waiting at most timeout for them. A grant that fewer replicas
-// acknowledged in time is undone and the acquisition fails with a *ReplicaError
-// (ErrUnavailable). Renewals are acknowledged the same way (one WAIT per primary after the
+// acknowledged in time is undone and the acquisition fails with a *RedisError
+// (ErrUnavailable) saying how many replicas acknowledged it. Renewals are acknowledged the same way (one WAIT per primary after the
 // watchdog's pipeline): a lease's validity only ever extends from a renewal that n
 // replicas acknowledged, so a promoted replica never holds an expiry earlier than the one
 // the holder counts on. A renewal acknowledged too late is retried; when none is before
-// the validity runs out, the lease is lost with the *ReplicaError as its cause. It narrows, without closing, the window in which a primary that dies
+// the validity runs out, the lease is lost with that renewal's *RedisError (Op "renew")
+// as its cause. It narrows, without closing, the window in which a primary that dies
 // right after a grant lets its promoted replica grant the lock again: WAIT does not make
 // Redis strongly consistent. A reentry the owner's hold already covers waits for nothing.
 // Not for a *redis.Ring. timeout must be below TTL minus the drift margin, and below the
@@ -392,7 +395,7 @@ func RestartDelay(d time.Duration) Option {
 // while one server is paused then undo and try again at once instead of waiting for it
 // until their lease's validity runs out, and TryAcquire answers within the budget. A
 // round that nothing contests waits longer for a silent server, its patience: 8 budgets
-// and at least 1s, within the lease's validity (TTL minus DriftMargin). Past it a
+// and at least 1s, within the lease's validity (TTL minus Renewal's margin). Past it a
 // majority silent fails the attempt with ErrUnavailable (which a waiter with budget left
 // waits out: see WaitOutages), and a release stops waiting for the servers that carry
 // the hold beyond a majority. A reply that comes later is still used: a grant is undone,

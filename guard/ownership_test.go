@@ -53,7 +53,7 @@ func TestReleaseAfterTakeoverKeepsNewHolder(t *testing.T) {
 // was: its TTL is not reset to the old lease's.
 func TestRenewalAfterTakeoverLeavesNewHolder(t *testing.T) {
 	srv := redistest.Start(t)
-	l, c := newLocker(t, srv, guard.TTL(3*time.Second), guard.RenewEvery(100*time.Millisecond))
+	l, c := newLocker(t, srv, guard.TTL(3*time.Second), guard.Renewal(100*time.Millisecond, 0))
 	other, _ := newLocker(t, srv, guard.TTL(time.Hour))
 	ctx := ctxTimeout(t, 60*time.Second)
 	old := mustAcquire(t, l, ctx, "renewed")
@@ -84,7 +84,7 @@ func TestRenewalAfterTakeoverLeavesNewHolder(t *testing.T) {
 func TestValidityWithinRedisExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	ttl := 3 * time.Second
-	l, c := newLocker(t, srv, guard.TTL(ttl), guard.RenewEvery(200*time.Millisecond))
+	l, c := newLocker(t, srv, guard.TTL(ttl), guard.Renewal(200*time.Millisecond, 0))
 	ctx := ctxTimeout(t, 60*time.Second)
 	le := mustAcquire(t, l, ctx, "valid")
 	defer mustRelease(t, le)

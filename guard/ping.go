@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,9 +16,9 @@ import (
 // down is reported as nil, since the Locker still serves.
 //
 // It returns nil when they answered, ErrClosed after Close, and otherwise a *RedisError
-// (ErrUnavailable) with Op "ping" wrapping the client's error — for a quorum, a
-// *QuorumError saying what each server answered. ctx bounds the call: give it a
-// deadline.
+// (ErrUnavailable) with Op "ping" wrapping the client's error — for a quorum, an error
+// saying what each server answered, which unwraps to each server's error. ctx bounds the
+// call: give it a deadline.
 func (l *Locker) Ping(ctx context.Context) error {
 	select {
 	case <-l.done:
@@ -80,29 +79,5 @@ func (q *quorum) ping(ctx context.Context) error {
 	if ok >= q.need {
 		return nil
 	}
-	return &QuorumError{Op: "ping", Need: q.need, Addrs: q.addrs, Errs: errs}
-}
-
-// PingOnNew makes New and NewQuorum check, before they return, that the Locker can
-// reach its servers, as Ping does, waiting at most d: a Redis that cannot be reached
-// then fails the constructor with Ping's error (ErrUnavailable) instead of failing the
-// first requests. d must be ≥ 0; 0 does not check.
-// Applies to New and NewQuorum. Default 0: New makes no Redis call, and a server that is
-// down is first noticed by the calls that need it.
-func PingOnNew(d time.Duration) Option {
-	return Option{name: "PingOnNew", scope: scopeLocker, apply: func(s *settings) { s.pingOnNew = d }}
-}
-
-// pingOnNew is PingOnNew's check; it closes l when it fails.
-func (l *Locker) pingOnNew() error {
-	if l.cfg.pingOnNew <= 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.pingOnNew)
-	defer cancel()
-	if err := l.Ping(ctx); err != nil {
-		_ = l.Close()
-		return fmt.Errorf("guard: PingOnNew(%s): %w", l.cfg.pingOnNew, err)
-	}
-	return nil
+	return q.failure("ping", errs)
 }

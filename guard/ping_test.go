@@ -98,9 +98,8 @@ func TestPing(t *testing.T) {
 		r.servers[1].Kill(t)
 		err := l.Ping(pingCtx(t))
 		wantDown(t, err, "2 of 3 servers killed")
-		var qe *guard.QuorumError
-		if !errors.As(err, &qe) || qe.Op != "ping" || qe.Errs[0] == nil || qe.Errs[1] == nil || qe.Errs[2] != nil {
-			t.Fatalf("Ping error %v: want a *guard.QuorumError naming servers 0 and 1", err)
+		if op, errs, ok := guard.QuorumFailure(err); !ok || op != "ping" || errs[0] == nil || errs[1] == nil || errs[2] != nil {
+			t.Fatalf("Ping error %v: want a quorum failure naming servers 0 and 1", err)
 		}
 	})
 }
@@ -113,33 +112,31 @@ func closedAddr(t *testing.T) string {
 	return srv.Addr()
 }
 
-// TestPingOnNew: with PingOnNew, New fails at once with ErrUnavailable when Redis cannot
-// be reached, instead of handing out a Locker whose first call fails; without it, New
-// makes no Redis call. A negative duration is a configuration error naming the option.
-func TestPingOnNew(t *testing.T) {
+// TestNewMakesNoCall: New hands out a Locker without a Redis call, even when Redis cannot
+// be reached; Ping after it is what fails at start-up, with ErrUnavailable, and passes
+// on a live server.
+func TestNewMakesNoCall(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t)})
 	t.Cleanup(func() { _ = c.Close() })
-	start := time.Now()
-	l, err := guard.New(c, guard.PingOnNew(2*time.Second))
-	t.Logf("New with PingOnNew on a closed port failed after %s: %v", time.Since(start).Round(time.Millisecond), err)
-	if l != nil || !errors.Is(err, guard.ErrUnavailable) {
-		t.Fatalf("New with PingOnNew on a closed port: %v, %v; want ErrUnavailable", l, err)
-	}
-	l, err = guard.New(c)
+	l, err := guard.New(c)
 	if err != nil {
-		t.Fatalf("New without PingOnNew: %v", err)
+		t.Fatalf("New on a closed port: %v", err)
+	}
+	start := time.Now()
+	err = l.Ping(pingCtx(t))
+	t.Logf("Ping after New on a closed port failed after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	if !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("Ping after New on a closed port: %v; want ErrUnavailable", err)
 	}
 	_ = l.Close()
 
 	live := redistest.Start(t).Client(t)
-	l, err = guard.New(live, guard.PingOnNew(2*time.Second))
+	l, err = guard.New(live)
 	if err != nil {
-		t.Fatalf("New with PingOnNew on a live server: %v", err)
+		t.Fatalf("New on a live server: %v", err)
+	}
+	if err := l.Ping(pingCtx(t)); err != nil {
+		t.Fatalf("Ping after New on a live server: %v", err)
 	}
 	_ = l.Close()
-
-	var ce *guard.ConfigError
-	if _, err := guard.New(live, guard.PingOnNew(-time.Second)); !errors.As(err, &ce) || ce.Field != "PingOnNew" {
-		t.Fatalf("PingOnNew(-1s): %v, want a *guard.ConfigError naming PingOnNew", err)
-	}
 }

@@ -62,7 +62,7 @@ func (q *quorum) budget(ttl time.Duration) time.Duration {
 
 // patience returns how long a round waits for silent servers when the replies in hand
 // do not contest it (see ReplyBudget): 8 budgets and at least a second, within the
-// lease's validity budget (TTL minus DriftMargin) — a loaded machine whose replies all
+// lease's validity budget (TTL minus the drift margin) — a loaded machine whose replies all
 // come late is slow, not down.
 func (q *quorum) patience(s *settings) time.Duration {
 	b := q.budget(s.ttl)
@@ -109,12 +109,12 @@ func (q *quorum) observe(d time.Duration) {
 //
 //   - An attempt runs on every server at once, with one nonce; it succeeds when a majority
 //     granted it within the lease's validity budget (TTL minus the time spent minus
-//     DriftMargin). A server silent past the reply budget counts as failed once another
+//     Renewal's margin). A server silent past the reply budget counts as failed once another
 //     owner's hold contests the attempt, and past the round's patience in any case (see
 //     ReplyBudget): a paused minority does not hold contenders for their validity. Otherwise it is undone on every server that granted it or left its
-//     outcome unknown, and counts as a busy attempt — or fails with ErrUnavailable, a
-//     *QuorumError in the chain, when so many servers failed that no majority could
-//     have answered.
+//     outcome unknown, and counts as a busy attempt — or fails with a *RedisError
+//     (ErrUnavailable) whose Err says what each server answered, when so many servers
+//     failed that no majority could have answered.
 //   - The fencing token is the highest of the granting servers' tokens, written back to
 //     them (one more round trip per fresh hold) before the lease is handed out: any two
 //     majorities share a server, so every later hold's token exceeds it. A reentry
@@ -123,7 +123,7 @@ func (q *quorum) observe(d time.Duration) {
 //     it in time, and is lost (its context cancelled with ErrLeaseLost) as soon as a
 //     majority reports it gone, or when its validity runs out without a majority.
 //   - A release runs on every server; it succeeds when a majority confirms it, else it
-//     fails with a *QuorumError saying what each server answered.
+//     fails with a *RedisError whose Err says what each server answered.
 //   - Waiters subscribe to every server: a release announced by any of them wakes them.
 //   - A server that restarted without its data grants nothing until it has been up for
 //     RestartDelay (default: the Locker's TTL), so that it cannot, with a minority of the
@@ -217,49 +217,62 @@ func (q *quorum) acquireCall(h *held, nonce, manner string) (*script.Script, []a
 	return q.gate(h.s.spec.acquire), out
 }
 
-// QuorumError reports a call of a quorum Locker (NewQuorum) that too few servers
+// quorumError reports a call of a quorum Locker (NewQuorum) that too few servers
 // confirmed: what each server answered. It is the Err of a *RedisError (ErrUnavailable).
-type QuorumError struct {
-	// Op is the operation: "acquire", "release" or "renew".
-	Op string
-	// Need is the number of servers that must agree: a majority.
-	Need int
-	// Addrs are the servers' addresses, in the order the Locker was given them.
-	Addrs []string
-	// Errs are each server's error, by the same index: nil for a server that answered
-	// as needed.
-	Errs []error
+type quorumError struct {
+	op    string   // the operation: "acquire", "release", "renew", "inspect", "ping"...
+	need  int      // the number of servers that must agree: a majority
+	addrs []string // the servers' addresses, in the order the Locker was given them
+	errs  []error  // each server's error, by the same index: nil for a server that answered as needed
+}
+
+// failure returns the error of a call op that too few of q's servers confirmed, errs
+// being each server's error.
+func (q *quorum) failure(op string, errs []error) *quorumError {
+	return &quorumError{op: op, need: q.need, addrs: q.addrs, errs: errs}
 }
 
 // Error says how many servers confirmed the call and why the others did not.
-func (e *QuorumError) Error() string {
+func (e *quorumError) Error() string {
 	var b strings.Builder
 	ok := 0
-	for _, err := range e.Errs {
+	for _, err := range e.errs {
 		if err == nil {
 			ok++
 		}
 	}
-	fmt.Fprintf(&b, "quorum: %d of %d servers confirmed the %s, %d needed", ok, len(e.Errs), e.Op, e.Need)
-	for i, err := range e.Errs {
+	fmt.Fprintf(&b, "quorum: %d of %d servers confirmed the %s, %d needed", ok, len(e.errs), e.op, e.need)
+	for i, err := range e.errs {
 		if err != nil {
-			fmt.Fprintf(&b, "; %s: %v", e.Addrs[i], err)
+			fmt.Fprintf(&b, "; %s: %v", e.addrs[i], err)
 		}
 	}
 	return b.String()
 }
 
-// Unwrap returns the servers' errors, so that errors.Is finds, for example, a
-// context.DeadlineExceeded among them.
-func (e *QuorumError) Unwrap() []error {
+// Unwrap returns the servers' errors, each prefixed with its server's address, so that
+// errors.Is finds, for example, a context.DeadlineExceeded among them.
+func (e *quorumError) Unwrap() []error {
 	var errs []error
-	for _, err := range e.Errs {
+	for i, err := range e.errs {
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, &serverError{addr: e.addrs[i], err: err})
 		}
 	}
 	return errs
 }
+
+// serverError is one server's error in a quorumError.
+type serverError struct {
+	addr string
+	err  error
+}
+
+// Error names the server and its error.
+func (e *serverError) Error() string { return e.addr + ": " + e.err.Error() }
+
+// Unwrap returns the server's error.
+func (e *serverError) Unwrap() error { return e.err }
 
 // Outcomes that a server gave for a quorum call, beside an error.
 var (
@@ -484,7 +497,7 @@ const (
 
 // acquireQuorum makes one attempt on every server and merges their replies into one
 // acquire reply, as parseGranted reads it: a grant by a majority (its token written back
-// to the granting servers), busy, refused, or a *QuorumError when too few answered.
+// to the granting servers), busy, refused, or a *quorumError when too few answered.
 func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner string) acquireReply {
 	q := l.q
 	n := len(q.nodes)
@@ -626,7 +639,7 @@ func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply)
 }
 
 // lost is the reply of an attempt that no majority granted: refused, busy, or a
-// *QuorumError when too few servers answered for a majority to be possible.
+// *quorumError when too few servers answered for a majority to be possible.
 func (a *quorumAttempt) lost() acquireReply {
 	q := a.q
 	switch {
@@ -646,7 +659,7 @@ func (a *quorumAttempt) lost() acquireReply {
 			a.errs[i] = errNoAnswer
 		}
 	}
-	return acquireReply{err: &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: a.errs}}
+	return acquireReply{err: q.failure("acquire", a.errs)}
 }
 
 // raiseQuorum settles the token of a hold that a majority granted and returns it with
@@ -709,7 +722,7 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants 
 				errs[i] = errNotGranted
 			}
 		}
-		return 0, nil, &QuorumError{Op: "acquire", Need: q.need, Addrs: q.addrs, Errs: errs}
+		return 0, nil, q.failure("acquire", errs)
 	}
 	return top, reply, nil
 }
@@ -864,7 +877,7 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
 	l.round(rctx, cancel, limits{patience: q.patience(h.s)}, call, take, resend)
 	if ok < q.need {
-		return 0, &QuorumError{Op: "release", Need: q.need, Addrs: q.addrs, Errs: errs}
+		return 0, q.failure("release", errs)
 	}
 	return q.mergeRelease(codes, errs), nil
 }
@@ -928,7 +941,7 @@ func (l *Locker) renewQuorum(timeout time.Duration, batch []*held, idx []int, tt
 	for _, i := range idx {
 		qr.pending[i] = true
 		qr.failed[i] = make([]error, n)
-		errs[i] = &RedisError{Op: "renew", Key: batch[i].hk.key, Err: &QuorumError{Op: "renew", Need: q.need, Addrs: q.addrs, Errs: qr.failed[i]}}
+		errs[i] = &RedisError{Op: "renew", Key: batch[i].hk.key, Err: q.failure("renew", qr.failed[i])}
 	}
 	call := func(ctx context.Context, c *conn) (any, error) {
 		g := &renewGroup{node: c.client, legacy: &c.legacy, idx: idx}
@@ -1013,7 +1026,7 @@ func (qr *quorumRenewal) decide(i int) bool {
 	case qr.gone[i] > n-q.need:
 		qr.errs[i] = errNotOwner
 	case n-countErrs(qr.failed[i]) < q.need:
-		qr.errs[i] = &RedisError{Op: "renew", Key: qr.batch[i].hk.key, Err: &QuorumError{Op: "renew", Need: q.need, Addrs: q.addrs, Errs: qr.failed[i]}}
+		qr.errs[i] = &RedisError{Op: "renew", Key: qr.batch[i].hk.key, Err: q.failure("renew", qr.failed[i])}
 	default:
 		return false
 	}

@@ -489,13 +489,12 @@ func TestQuorumLossAnnounced(t *testing.T) {
 		if !errors.As(context.Cause(le.Context()), &lle) || lle.Err == nil {
 			t.Fatalf("cause %v, want a *LeaseLostError with the renewals' error", context.Cause(le.Context()))
 		}
-		var qe *guard.QuorumError
-		if !errors.As(lle.Err, &qe) || qe.Op != "renew" {
-			t.Errorf("renewal error %v, want a *QuorumError", lle.Err)
+		if op, _, ok := guard.QuorumFailure(lle.Err); !ok || op != "renew" {
+			t.Errorf("renewal error %v, want a quorum failure of the renewal", lle.Err)
 		}
 		err := le.Release(context.Background())
-		if !errors.As(err, &qe) || !errors.Is(err, guard.ErrUnavailable) {
-			t.Errorf("Release with 2 of 3 servers gone: %v, want ErrUnavailable with a *QuorumError", err)
+		if _, _, ok := guard.QuorumFailure(err); !ok || !errors.Is(err, guard.ErrUnavailable) {
+			t.Errorf("Release with 2 of 3 servers gone: %v, want ErrUnavailable with a quorum failure", err)
 		}
 	})
 }

@@ -50,8 +50,8 @@ var errNotOwner = &LeaseLostError{Reason: "not the owner"}
 // sendRenewals renews batch in one pipeline, or, for leases with SyncReplicas, one
 // pipeline per primary that ends with a WAIT, the pipelines running at once. For each
 // lease it returns the TTL it asked for (0 when MaxHold allows no more renewal, in which
-// case nothing was sent for it) and its error: nil, errNotOwner (Lost), a *ReplicaError
-// (renewed, but too few replicas acknowledged it in time) or a *RedisError.
+// case nothing was sent for it) and its error: nil, errNotOwner (Lost), or a *RedisError
+// (failed, or renewed but too few replicas acknowledged it in time: a *replicaError).
 func (l *Locker) sendRenewals(batch []*held, sent time.Time) []watchdog.Result {
 	errs := make([]error, len(batch))
 	ttls, timeout := renewTTLs(batch, sent)
@@ -143,7 +143,7 @@ func (c *conn) groupRenewals(ctx context.Context, batch []*held, ttls []time.Dur
 }
 
 // renewOutcomes reads the replies of group g into errs: nil, errNotOwner, a
-// *ReplicaError or a *RedisError for each of its leases (see sendRenewals).
+// *RedisError for each of its leases (see sendRenewals).
 func (c *conn) renewOutcomes(g *renewGroup, batch []*held, errs []error) {
 	for k, i := range g.idx {
 		h := batch[i]
@@ -155,7 +155,7 @@ func (c *conn) renewOutcomes(g *renewGroup, batch []*held, errs []error) {
 		case n != 1:
 			errs[i] = errNotOwner
 		case g.want > 0 && (g.waitErr[k] != nil || g.acked[k] < int64(h.s.syncReplicas)):
-			errs[i] = &ReplicaError{Key: h.hk.key, Want: h.s.syncReplicas, Acked: int(g.acked[k]), Err: g.waitErr[k], Renewal: true}
+			errs[i] = replicaShortfall(h.hk.key, h.s.syncReplicas, int(g.acked[k]), g.waitErr[k], true)
 		}
 	}
 }

@@ -26,21 +26,16 @@ type limitKind uint8
 
 const (
 	limitNone     limitKind = iota // until the context ends; the zero value
-	limitAttempts                  // at most attempts attempts
+	limitAttempts                  // at most attempts attempts (NoRetry: 1)
 	limitMaxWait                   // at most maxWait after the first attempt
 )
 
 // NoRetry makes a single attempt: a busy lock fails at once with ErrLocked.
 func NoRetry() RetryPolicy { return RetryPolicy{limit: limitAttempts, attempts: 1} }
 
-// Attempts makes at most n attempts in all (n ≥ 1), sleeping per b between them.
-// A nil b means the default, Fixed(100*time.Millisecond, 100*time.Millisecond).
-func Attempts(n int, b Backoff) RetryPolicy {
-	return RetryPolicy{limit: limitAttempts, attempts: n, backoff: b}
-}
-
 // MaxWait keeps trying for at most d (d > 0) after the first attempt, sleeping per b
-// between attempts. A nil b means the default.
+// between attempts. A nil b means the default, Fixed(100*time.Millisecond,
+// 100*time.Millisecond).
 func MaxWait(d time.Duration, b Backoff) RetryPolicy {
 	return RetryPolicy{limit: limitMaxWait, maxWait: d, backoff: b}
 }
@@ -48,20 +43,6 @@ func MaxWait(d time.Duration, b Backoff) RetryPolicy {
 // UntilCanceled keeps trying until the context ends, sleeping per b between attempts.
 // A nil b means the default. It is the Locker's default policy.
 func UntilCanceled(b Backoff) RetryPolicy { return RetryPolicy{backoff: b} }
-
-// String describes the policy.
-func (p RetryPolicy) String() string {
-	switch {
-	case p.limit == limitAttempts && p.attempts == 1:
-		return "NoRetry"
-	case p.limit == limitAttempts:
-		return fmt.Sprintf("Attempts(%d, %v)", p.attempts, p.delay())
-	case p.limit == limitMaxWait:
-		return fmt.Sprintf("MaxWait(%s, %v)", p.maxWait, p.delay())
-	default:
-		return fmt.Sprintf("UntilCanceled(%v)", p.delay())
-	}
-}
 
 func (p RetryPolicy) delay() Backoff {
 	if p.backoff == nil {
@@ -85,7 +66,8 @@ func (p RetryPolicy) validate(field string) error {
 	return nil
 }
 
-// Backoff gives the sleep after a failed attempt. Implementations must be safe for
+// Backoff gives the sleep after a failed attempt. Fixed is the package's; another shape
+// (exponential, say) is a type with a Delay method. Implementations must be safe for
 // concurrent use and keep no per-call state: attempt carries it.
 type Backoff interface {
 	// Delay returns the sleep after the attempt-th failed attempt (attempt ≥ 1).
@@ -115,37 +97,3 @@ func (f fixed) validate() error {
 	}
 	return nil
 }
-
-func (f fixed) String() string { return fmt.Sprintf("Fixed(%s, %s)", f.delay, f.jitter) }
-
-// Exponential sleeps base·2^(attempt−1), capped at max, with "equal jitter": a uniformly
-// random value in the upper half of that delay.
-func Exponential(base, max time.Duration) Backoff { return exponential{base: base, max: max} }
-
-type exponential struct{ base, max time.Duration }
-
-func (e exponential) Delay(attempt int) time.Duration {
-	d := e.max
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt <= 62 {
-		if step := e.base << (attempt - 1); step > 0 && step < e.max && step>>(attempt-1) == e.base {
-			d = step
-		}
-	}
-	half := d / 2
-	if half <= 0 {
-		return d
-	}
-	return d - half + rand.N(half+1)
-}
-
-func (e exponential) validate() error {
-	if e.base <= 0 || e.max < e.base {
-		return fmt.Errorf("exponential backoff needs 0 < base ≤ max, got %s and %s", e.base, e.max)
-	}
-	return nil
-}
-
-func (e exponential) String() string { return fmt.Sprintf("Exponential(%s, %s)", e.base, e.max) }

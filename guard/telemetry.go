@@ -19,10 +19,6 @@ import (
 	"github.com/guardkit/guardkit/guard/semconv"
 )
 
-// Version is the instrumentation scope version of guard's spans and metrics, whose scope
-// is semconv.ScopeName.
-const Version = "0.1.0"
-
 var acquireSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 
 // unnamed is the lock name of acquisitions with neither a Name option nor a key template.
@@ -64,11 +60,11 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, redactKeys b
 		mp = otel.GetMeterProvider()
 	}
 	t := &telemetry{
-		tracer:     tp.Tracer(semconv.ScopeName, trace.WithInstrumentationVersion(Version)),
+		tracer:     tp.Tracer(semconv.ScopeName, trace.WithInstrumentationVersion(semconv.Version)),
 		redactKeys: redactKeys,
 		untraced:   untraced,
 	}
-	t.instruments(mp.Meter(semconv.ScopeName, metric.WithInstrumentationVersion(Version)))
+	t.instruments(mp.Meter(semconv.ScopeName, metric.WithInstrumentationVersion(semconv.Version)))
 	return t
 }
 

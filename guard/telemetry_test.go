@@ -67,8 +67,8 @@ func (r *otelRig) metrics(t *testing.T) map[string]metricdata.Aggregation {
 	}
 	out := map[string]metricdata.Aggregation{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != semconv.ScopeName {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, semconv.ScopeName)
+		if sm.Scope.Name != semconv.ScopeName || sm.Scope.Version != semconv.Version {
+			t.Errorf("scope %q version %q, want %q version %q", sm.Scope.Name, sm.Scope.Version, semconv.ScopeName, semconv.Version)
 		}
 		for _, m := range sm.Metrics {
 			out[m.Name] = m.Data

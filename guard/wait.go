@@ -172,7 +172,7 @@ func (w *waitRun) outage(err error) bool {
 // transient reports whether an attempt's error may clear by waiting: Redis could not be
 // reached or did not answer in time, its primary is moving (READONLY, LOADING,
 // CLUSTERDOWN, MASTERDOWN, TRYAGAIN: a failover), or too few servers of a quorum
-// answered. Too few replica acknowledgements (SyncReplicas, a *ReplicaError) are not
+// answered. Too few replica acknowledgements (SyncReplicas, a *replicaError) are not
 // waited out: each try would grant, WAIT and undo, and the undo of one begun near the
 // deadline would outlast it. A refusal that waiting does
 // not change (an error reply such as OOM, a closed client) is not. Whether the caller's
@@ -181,8 +181,8 @@ func transient(err error) bool {
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
-	var qe *QuorumError
-	var re *ReplicaError
+	var qe *quorumError
+	var re *replicaError
 	if errors.As(err, &re) {
 		return false
 	}

@@ -182,7 +182,7 @@ func TestRetryPolicies(t *testing.T) {
 		t.Fatalf("Attempts(3): %v", err)
 	}
 	start := time.Now()
-	_, err = waiter.Acquire(context.Background(), "busy", guard.Retry(guard.MaxWait(200*time.Millisecond, guard.Exponential(10*time.Millisecond, 50*time.Millisecond))))
+	_, err = waiter.Acquire(context.Background(), "busy", guard.Retry(guard.MaxWait(200*time.Millisecond, guard.Fixed(10*time.Millisecond, 10*time.Millisecond))))
 	if !errors.As(err, &le) || le.Err != nil || time.Since(start) < 200*time.Millisecond {
 		t.Fatalf("MaxWait(200ms): %v after %s", err, time.Since(start))
 	}

@@ -21,9 +21,6 @@ var defaultLocker atomic.Pointer[Locker]
 // for concurrent use.
 func SetDefault(l *Locker) { defaultLocker.Store(l) }
 
-// Default returns the Locker set by SetDefault, or nil when there is none.
-func Default() *Locker { return defaultLocker.Load() }
-
 // errNoLocker fails a decorated call that has no Locker to use.
 var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard.Use(locker) or call guard.SetDefault(locker) first"}
 
@@ -33,9 +30,9 @@ var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard
 //	svc.Transfer = guard.Wrap(svc.Transfer, guard.Key("account:{req.From}"))
 //
 // Wrap needs a key (Key, RawKey or KeyFunc) and takes the Locker from Use or, at each
-// call, from Default. It panics, like regexp.MustCompile, when the options are invalid:
-// a malformed key template, a placeholder that Req cannot fill, a bad TTL or Retry, a
-// typed option for another request type. WrapE returns the same error instead.
+// call, the one given to SetDefault. It panics, like regexp.MustCompile, when the options
+// are invalid: a malformed key template, a placeholder that Req cannot fill, a bad TTL or
+// Retry, a typed option for another request type. WrapE returns the same error instead.
 //
 // The returned function may be called concurrently. Each call:
 //
@@ -70,11 +67,11 @@ var errNoLocker = &ConfigError{Field: "Locker", Reason: "none to use: pass guard
 // is returned joined to fn's own error, if any, so that a caller can tell the two apart
 // (errors.As) — and must not redo fn's work for it.
 //
-// When the Locker comes from Default, a call made while none is set fails with a
-// *ConfigError naming "Locker". Options are checked against the settings of the Locker
-// from Use, or of the default Locker when one is set at Wrap time, and again against a
-// default Locker at its first call: a call with options that do not fit it (RenewEvery
-// longer than its TTL, say) fails with a *ConfigError.
+// When the Locker is the default one (SetDefault), a call made while none is set fails
+// with a *ConfigError naming "Locker". Options are checked against the settings of the
+// Locker from Use, or of the default Locker when one is set at Wrap time, and again
+// against a default Locker at its first call: a call with options that do not fit it (a
+// renewal period longer than its TTL, say) fails with a *ConfigError.
 func Wrap[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Option) func(context.Context, Req) (Resp, error) {
 	g, err := WrapE(fn, opts...)
 	if err != nil {
@@ -85,7 +82,7 @@ func Wrap[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Op
 
 // WrapE is Wrap for callers that prefer an error to a panic: it returns a *ConfigError
 // (ErrInvalidConfig) naming the bad option, with a key template's *keyfunc.SyntaxError
-// or *keyfunc.BindError in its chain, or a *KeyError (ErrInvalidKey) for an empty RawKey:
+// or *keyfunc.BindError in its chain, or an error matching ErrInvalidKey for an empty RawKey:
 // a key is input, whichever way it is given.
 func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...Option) (func(context.Context, Req) (Resp, error), error) {
 	if fn == nil {
@@ -229,7 +226,7 @@ var errNoKey = &ConfigError{Field: "Key", Reason: "required: set Key, RawKey or 
 
 // decorator is the configuration of one Wrap, or of one Do call.
 type decorator struct {
-	opts  []Option     // re-applied over the settings of a Locker from Default
+	opts  []Option     // re-applied over the settings of the default Locker (SetDefault)
 	wrap  wrapSettings // the decorator-only options
 	fixed *binding     // the Locker from Use; nil when Default is looked up per call
 	bound atomic.Pointer[binding]
@@ -247,7 +244,7 @@ type binding struct {
 // current default Locker when it is set. keep copies opts for later defaults.
 func newDecorator(opts []Option, where string, keep bool) (*decorator, error) {
 	base := defaultSettings()
-	if l := Default(); l != nil {
+	if l := defaultLocker.Load(); l != nil {
 		base = l.cfg
 	}
 	if err := base.apply(opts, scopeCall|scopeWrap, where); err != nil {
@@ -279,7 +276,7 @@ func (d *decorator) binding() (*binding, error) {
 	if d.fixed != nil {
 		return d.fixed, nil
 	}
-	l := Default()
+	l := defaultLocker.Load()
 	if l == nil {
 		return nil, errNoLocker
 	}
@@ -401,7 +398,7 @@ func keyOf[Req any](k keySpec) (func(context.Context, Req) (string, error), erro
 		}, nil
 	case keyRaw:
 		if k.text == "" {
-			return nil, keyError(k.text, "empty (RawKey)")
+			return nil, invalidKey(k.text, "empty (RawKey)")
 		}
 		return constKey[Req](k.text), nil
 	case keyFunc:

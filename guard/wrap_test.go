@@ -527,7 +527,7 @@ func TestWrapConfigErrors(t *testing.T) {
 		{"unknown field", []guard.Option{guard.Key("account:{req.Nope}")}, "Key", nil},
 		{"unknown source", []guard.Option{guard.Key("account:{header.X}")}, "Key", keyfunc.ErrUnknownSource},
 		{"bad TTL", []guard.Option{key, guard.TTL(0)}, "TTL", nil},
-		{"bad retry", []guard.Option{key, guard.Retry(guard.Attempts(0, nil))}, "Retry", nil},
+		{"bad retry", []guard.Option{key, guard.Retry(guard.MaxWait(0, nil))}, "Retry", nil},
 		{"locker-only option", []guard.Option{key, guard.Prefix("app:")}, "Prefix", nil},
 		{"negative MinHold", []guard.Option{key, guard.MinHold(-time.Second)}, "MinHold", nil},
 		{"MinHold above MaxHold", []guard.Option{key, guard.MaxHold(time.Second), guard.MinHold(2 * time.Second)}, "MinHold", nil},
@@ -583,23 +583,20 @@ func TestWrapDefaultLocker(t *testing.T) {
 	transfer := guard.Wrap(func(ctx context.Context, req transferReq) (receipt, error) {
 		tok, _ := tokenIn(ctx)
 		return receipt{Token: tok}, nil
-	}, guard.Key("account:{req.From}"), guard.RenewEvery(time.Second))
+	}, guard.Key("account:{req.From}"), guard.Renewal(time.Second, 0))
 
 	var ce *guard.ConfigError
 	if _, err := transfer(ctx, transferReq{From: "acct-1"}); !errors.As(err, &ce) || ce.Field != "Locker" {
 		t.Fatalf("call with no Locker: %v, want a *ConfigError naming Locker", err)
 	}
 	guard.SetDefault(l)
-	if guard.Default() != l {
-		t.Fatal("Default is not the Locker just set")
-	}
 	if r, err := transfer(ctx, transferReq{From: "acct-1"}); err != nil || r.Token <= 0 {
 		t.Fatalf("call with the default Locker: %+v, %v", r, err)
 	}
-	// RenewEvery 1s does not fit the new default's TTL of 300ms.
+	// A renewal period of 1s does not fit the new default's TTL of 300ms.
 	guard.SetDefault(short)
-	if _, err := transfer(ctx, transferReq{From: "acct-1"}); !errors.As(err, &ce) || ce.Field != "RenewEvery" {
-		t.Fatalf("call with an incompatible default: %v, want a *ConfigError naming RenewEvery", err)
+	if _, err := transfer(ctx, transferReq{From: "acct-1"}); !errors.As(err, &ce) || ce.Field != "Renewal" {
+		t.Fatalf("call with an incompatible default: %v, want a *ConfigError naming Renewal", err)
 	}
 }
 

@@ -177,7 +177,7 @@ func compileAnnotation(locker *guard.Locker, md protoreflect.MethodDescriptor, l
 		var ce *guard.ConfigError
 		if errors.As(err, &ce) {
 			switch ce.Field {
-			case "TTL", "RenewEvery", "DriftMargin", "SyncReplicas":
+			case "TTL", "Renewal", "SyncReplicas":
 				field = "ttl"
 			case "Retry":
 				field = "max_wait"

@@ -269,10 +269,21 @@ func TestAnnotationConfigErrors(t *testing.T) {
 		})
 	}
 
+	// A ttl too short for the Locker's renewal period (guard names Renewal) is the
+	// option's ttl.
+	slow, _ := newLocker(t, srv, guard.Renewal(10*time.Second, 0))
+	files := annotate(t, map[string]*lockpb.Lock{"Hold": {Key: "a", Ttl: durationpb.New(time.Second)}, "Debit": {Key: "fine:{from_account}"}})
+	err := mustPanicConfig(t, func() {
+		interceptor.UnaryServerInterceptor(slow, unregistered, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
+	})
+	if prefix := "interceptor: " + accounts + "Hold: option (guardkit.v1.lock).ttl: "; !strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), "Renewal: every must be") {
+		t.Fatalf("ttl below the Locker's renewal period: %v, want it to start with %q and name Renewal", err, prefix)
+	}
+
 	// The message names the method and the field as a reader of the .proto file
 	// would look for them.
-	files := annotate(t, map[string]*lockpb.Lock{"Debit": {Key: "order:{req.order}"}})
-	err := mustPanicConfig(t, func() {
+	files = annotate(t, map[string]*lockpb.Lock{"Debit": {Key: "order:{req.order}"}})
+	err = mustPanicConfig(t, func() {
 		interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithProtoOptions(), interceptor.WithProtoRegistry(files))
 	})
 	want := "interceptor: " + mDebit + `: option (guardkit.v1.lock).key: {req.order}: message ` + testPkg +

@@ -53,7 +53,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad md key", opts: []interceptor.Option{rule("/pkg.S/M", "a:{md.x@y}")}, field: "Rule.Key"},
 		{name: "method with path", opts: []interceptor.Option{rule("/pkg.S/M", "a:{method.x}")}, field: "Rule.Key"},
 		{name: "bad TTL", opts: []interceptor.Option{rule("/pkg.S/M", "a", guard.TTL(0))}, field: "TTL"},
-		{name: "bad retry", opts: []interceptor.Option{rule("/pkg.S/M", "a", guard.Retry(guard.Attempts(0, nil)))}, field: "Retry"},
+		{name: "bad retry", opts: []interceptor.Option{rule("/pkg.S/M", "a", guard.Retry(guard.MaxWait(0, nil)))}, field: "Retry"},
 		{name: "locker-only option", opts: []interceptor.Option{rule("/pkg.S/M", "a", guard.Prefix("x:"))}, field: "Prefix"},
 		{name: "binary metadata key", opts: []interceptor.Option{interceptor.WithMetadataKey("owner-bin")}, field: "MetadataKey"},
 		{name: "reserved metadata key", opts: []interceptor.Option{interceptor.WithMetadataKey("grpc-owner")}, field: "MetadataKey"},

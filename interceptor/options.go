@@ -81,8 +81,7 @@ type Rule struct {
 	// Required.
 	Key string
 
-	// Options are guard options for the lock: TTL, RenewEvery, DriftMargin, Retry,
-	// MaxHold, MinHold. They are checked, against the Locker's settings, when the
+	// Options are guard options for the lock: TTL, Renewal, Retry, MaxHold, MinHold. They are checked, against the Locker's settings, when the
 	// interceptor is built. Key, RawKey, KeyFunc and Use are overridden: the lock is
 	// named by Key and taken from the interceptor's Locker; SkipIf is refused.
 	// Default: the Locker's settings. A busy lock is waited for as the Retry given here

@@ -71,8 +71,8 @@ type LockConfig struct {
 	// most 5s.
 	MaxWait time.Duration
 
-	// Options are further guard options for each acquisition, such as guard.RenewEvery
-	// or guard.MaxHold. They apply after TTL and MaxWait, so a guard.TTL or guard.Retry
+	// Options are further guard options for each acquisition, such as guard.Renewal or
+	// guard.MaxHold. They apply after TTL and MaxWait, so a guard.TTL or guard.Retry
 	// here overrides those fields; options that name the key or the Locker (guard.Key,
 	// guard.RawKey, guard.KeyFunc, guard.Use) are overridden by Key and Locker.
 	// Optional. Default value nil.

@@ -31,7 +31,7 @@ func offlineLocker(t *testing.T, opts ...guard.Option) *guard.Locker {
 
 func TestConfigErrors(t *testing.T) {
 	locker := offlineLocker(t)
-	slowRenewal := offlineLocker(t, guard.RenewEvery(10*time.Second))
+	slowRenewal := offlineLocker(t, guard.Renewal(10*time.Second, 0))
 	ok := func(c echo.Context) (string, error) { return "x", nil }
 
 	for _, tc := range []struct {
@@ -102,7 +102,7 @@ func TestConfigValid(t *testing.T) {
 		{Locker: locker, Key: "order:{param.id}", TTL: time.Second, MaxWait: -1},
 		{Locker: locker, Key: "{method}:{route}:{user}", MaxWait: time.Second,
 			Extractors: map[string]middleware.Extractor{"user": func(echo.Context) (string, error) { return "u", nil }},
-			Options:    []guard.Option{guard.RenewEvery(100 * time.Millisecond), guard.MaxHold(time.Minute)}},
+			Options:    []guard.Option{guard.Renewal(100*time.Millisecond, 0), guard.MaxHold(time.Minute)}},
 		// Key and Locker override the options that name a key or a Locker.
 		{Locker: locker, Key: "order:{param.id}", Options: []guard.Option{guard.Key("other:{req.ID}"),
 			guard.RawKey(""), guard.KeyFunc(func(context.Context, string) (string, error) { return "", nil }),

@@ -54,7 +54,7 @@ type jsonWaiter struct {
 
 func jsonState(st *guard.LockState) jsonLock {
 	j := jsonLock{
-		Key: st.Key, Kind: st.Kind.String(), Held: st.Held(), Fence: st.Fence, Time: st.Time.UTC(),
+		Key: st.Key, Kind: st.Kind.String(), Held: len(st.Holders) > 0, Fence: st.Fence, Time: st.Time.UTC(),
 		Contended: st.Contended, WriterWaitingMs: st.WriterWaiting.Milliseconds(),
 		Holders: []jsonHolder{}, Waiters: []jsonWaiter{}, Server: st.Server,
 	}
@@ -142,12 +142,12 @@ func who(h guard.Holder) string {
 // Locker each server's view.
 func writeState(w io.Writer, st *guard.LockState) {
 	state := "free"
-	if st.Held() {
+	if len(st.Holders) > 0 {
 		state = "held"
 	}
 	fmt.Fprintf(w, "%s (%s): %s, %d waiter(s), fence %d, read at %s\n",
 		st.Key, st.Kind, state, len(st.Waiters), st.Fence, st.Time.UTC().Format(time.RFC3339Nano))
-	if st.Held() {
+	if len(st.Holders) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "HOLDER\tMODE\tHOLDS\tTOKEN\tTTL\tHELD FOR\tLOCKER\tLABEL")
 		for _, h := range st.Holders {

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log"
@@ -20,18 +21,18 @@ import (
 type PayRequest struct{ OrderID string }
 
 func main() {
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		addr = "localhost:6379"
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb := redis.NewClient(&redis.Options{Addr: cmp.Or(os.Getenv("REDIS_ADDR"), "localhost:6379")})
 	defer rdb.Close()
-	locker, err := guard.New(rdb, guard.PingOnNew(2*time.Second)) // fail now if Redis is down
+	locker, err := guard.New(rdb) // makes no Redis call
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer locker.Close()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := locker.Ping(ctx); err != nil { // fail now if Redis is down; Ping answers readiness probes too
+		log.Fatal(err)
+	}
 
 	// By hand: acquire, work, release. A lock another owner holds makes Acquire wait
 	// until ctx ends, then fail with a *guard.LockedError (errors.Is guard.ErrLocked).

@@ -5,6 +5,10 @@ import "go.opentelemetry.io/otel/attribute"
 // ScopeName is the OpenTelemetry instrumentation scope of guard's spans and metrics.
 const ScopeName = "github.com/guardkit/guardkit/guard"
 
+// Version is the instrumentation scope version of guard's spans and metrics: the version
+// of the guardkit code it is in.
+const Version = "0.1.0"
+
 // Attribute keys of guard's spans, events and metrics.
 const (
 	AttrLockName    = attribute.Key("guard.lock.name")     // the lock name: guard.Name option, else the key template

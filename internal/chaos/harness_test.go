@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -280,7 +281,7 @@ func (w *worker) section(ctx context.Context) bool {
 			w.sink.Untyped("acquire", key, err)
 		}
 		w.falseDeadlock(key, start, err)
-		if re := (*guard.ReplicaError)(nil); errors.As(err, &re) {
+		if _, _, renewal, ok := replicaShortfall(err); ok && !renewal {
 			w.sink.Mark("grant unacknowledged")
 		}
 		return errors.Is(err, guard.ErrLocked) || ctx.Err() != nil
@@ -289,7 +290,7 @@ func (w *worker) section(ctx context.Context) bool {
 		noticed := chaos.Now()
 		if cause := context.Cause(le.Context()); errors.Is(cause, guard.ErrLeaseLost) {
 			w.sink.AddLoss(chaos.Loss{Key: key, Worker: w.id, Token: le.Token(), Valid: chaos.MonoOf(le.ValidUntil()), Noticed: noticed, Reason: cause.Error()})
-			if re := (*guard.ReplicaError)(nil); errors.As(cause, &re) && re.Renewal {
+			if _, _, renewal, ok := replicaShortfall(cause); ok && renewal {
 				w.sink.Mark("renewal unacknowledged")
 			}
 		}
@@ -717,6 +718,27 @@ func tokenOf(le *guard.Lease) int64 {
 		return 0
 	}
 	return le.Token()
+}
+
+// replicaAcks matches what a *guard.RedisError says of a write that too few replicas
+// acknowledged (SyncReplicas).
+var replicaAcks = regexp.MustCompile(`: (\d+) of (\d+) replicas acknowledged the (grant|renewal) in time; `)
+
+// replicaShortfall reports whether err holds a *guard.RedisError for a grant or a renewal
+// that too few replicas acknowledged in time, and returns the replicas wanted and reached
+// and whether the write was a renewal.
+func replicaShortfall(err error) (want, acked int, renewal, ok bool) {
+	var re *guard.RedisError
+	if !errors.As(err, &re) {
+		return 0, 0, false, false
+	}
+	m := replicaAcks.FindStringSubmatch(re.Error())
+	if m == nil {
+		return 0, 0, false, false
+	}
+	acked, _ = strconv.Atoi(m[1])
+	want, _ = strconv.Atoi(m[2])
+	return want, acked, m[3] == "renewal", true
 }
 
 func errText(err error) string {
@@ -1298,7 +1320,7 @@ func (w *world) finish(name, faults string, slack chaos.Slack) (chaos.Row, []cha
 		w.note("%d releases reported ErrNotHeld/ErrExpired after taking effect, around a fault (a client retry ran after many handoffs)", n)
 	}
 	if n := w.mark("grant unacknowledged"); n > 0 {
-		w.note("%d grants undone with a typed *ReplicaError: fewer replicas than SyncReplicas asked for acknowledged them", n)
+		w.note("%d grants undone with a typed *RedisError: fewer replicas than SyncReplicas asked for acknowledged them", n)
 	}
 	if n := w.mark("renewal unacknowledged"); n > 0 {
 		w.note("%d leases lost at their acknowledged validity: no replica acknowledged a renewal in time", n)

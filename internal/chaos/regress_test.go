@@ -80,7 +80,7 @@ func TestReleaseBoundedWhileRenewalStalls(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	const releaseTimeout = 200 * time.Millisecond
-	l := warmLocker(t, c, guard.TTL(3*time.Second), guard.RenewEvery(50*time.Millisecond), guard.ReleaseTimeout(releaseTimeout))
+	l := warmLocker(t, c, guard.TTL(3*time.Second), guard.Renewal(50*time.Millisecond, 0), guard.ReleaseTimeout(releaseTimeout))
 	le, err := l.Acquire(context.Background(), "stall")
 	if err != nil {
 		t.Fatal(err)
