@@ -179,7 +179,7 @@ func BenchmarkAcquireReleaseTelemetry(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder()))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	defer func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) }()
-	l := lockerOn(b, c, guard.WithTracerProvider(tp), guard.WithMeterProvider(mp))
+	l := lockerOn(b, c, guard.Telemetry(tp, mp))
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -292,9 +292,9 @@
 // Metrics, with the lock name and outcome as their only attributes: the histograms
 // guard.lock.wait.duration and guard.lock.hold.duration (seconds), the counters
 // guard.lock.acquisitions, guard.lock.lost and guard.lock.renewals, and the up-down
-// counters guard.lock.active and guard.lock.waiters. Providers come from
-// WithTracerProvider and WithMeterProvider, or the OpenTelemetry globals; the library
-// depends on the OpenTelemetry API only.
+// counters guard.lock.active and guard.lock.waiters. Providers come from the Telemetry
+// option, or the OpenTelemetry globals; the library depends on the OpenTelemetry API
+// only.
 //
 // # Errors
 //

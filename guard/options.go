@@ -530,20 +530,15 @@ func Name(name string) Option {
 	return Option{name: "Name", scope: scopeLocker | scopeCall, apply: func(s *settings) { s.name = name }}
 }
 
-// WithTracerProvider sets where the guard.acquire spans go. A nil provider is ignored.
-// Applies to New. Default: the global provider, otel.GetTracerProvider().
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return Option{name: "WithTracerProvider", scope: scopeLocker, apply: func(s *settings) {
+// Telemetry sets where guard's spans (the guard.acquire spans and their events) and
+// metrics go. A nil provider leaves that one as it was.
+// Applies to New. Default: the global providers, otel.GetTracerProvider() and
+// otel.GetMeterProvider().
+func Telemetry(tp trace.TracerProvider, mp metric.MeterProvider) Option {
+	return Option{name: "Telemetry", scope: scopeLocker, apply: func(s *settings) {
 		if tp != nil {
 			s.tracerProvider = tp
 		}
-	}}
-}
-
-// WithMeterProvider sets where guard's metrics go. A nil provider is ignored.
-// Applies to New. Default: the global provider, otel.GetMeterProvider().
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return Option{name: "WithMeterProvider", scope: scopeLocker, apply: func(s *settings) {
 		if mp != nil {
 			s.meterProvider = mp
 		}

@@ -38,7 +38,7 @@ func newOtelRig(t *testing.T) *otelRig {
 }
 
 func (r *otelRig) options() []guard.Option {
-	return []guard.Option{guard.WithTracerProvider(r.tp), guard.WithMeterProvider(r.mp)}
+	return []guard.Option{guard.Telemetry(r.tp, r.mp)}
 }
 
 func (r *otelRig) acquireSpans() []sdktrace.ReadOnlySpan {

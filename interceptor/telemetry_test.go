@@ -21,7 +21,7 @@ func TestLockNamedAfterMethod(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	locker, _ := newLocker(t, srv, guard.WithTracerProvider(tp))
+	locker, _ := newLocker(t, srv, guard.Telemetry(tp, nil))
 	ui := interceptor.UnaryServerInterceptor(locker, unregistered, interceptor.WithRules(
 		interceptor.Rule{Method: "/x.S/Pay", Key: "account:{req.from_account}"},
 		interceptor.Rule{Method: "/x.S/*", Key: "account:{req.from_account}"},

@@ -23,7 +23,7 @@ func TestLockNamedAfterRoute(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	locker, _ := newLocker(t, srv, guard.WithTracerProvider(tp))
+	locker, _ := newLocker(t, srv, guard.Telemetry(tp, nil))
 
 	e := newEcho(nil)
 	ok := func(c echo.Context) error { return c.NoContent(http.StatusOK) }

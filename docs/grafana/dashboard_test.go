@@ -45,7 +45,7 @@ func exported(t *testing.T) map[string]family {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
-	l, err := guard.New(rdb, guard.WithMeterProvider(mp), guard.TTL(300*time.Millisecond))
+	l, err := guard.New(rdb, guard.Telemetry(nil, mp), guard.TTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func run(w io.Writer, redisAddr string, out output) error {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithResource(res))
 	// The periodic reader exports when the provider shuts down, if not sooner.
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(metrics)), sdkmetric.WithResource(res))
-	locker, err := guard.New(rdb.Client, guard.WithTracerProvider(tp), guard.WithMeterProvider(mp))
+	locker, err := guard.New(rdb.Client, guard.Telemetry(tp, mp))
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ func Example() {
 	defer rdb.Close()
 
 	spans := tracetest.NewSpanRecorder()
-	locker, err := guard.New(rdb, guard.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))))
+	locker, err := guard.New(rdb, guard.Telemetry(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)), nil))
 	if err != nil {
 		fmt.Println(err)
 		return
