@@ -40,6 +40,8 @@ var scenarioVariants = map[string][]string{
 	"quorum-contended":   {"raw", "guardkit/quorum", "redsync/quorum", "redsync/quorum-defaults"},
 	// The lock kinds (kinds.go): guardkit only.
 	"rw": {"guardkit", "guardkit/exclusive"},
+	// Each kind's uncontended pair beside the exclusive lock's (guardkit).
+	"kinds-uncontended": {"guardkit", "guardkit/read", "guardkit/write", "guardkit/semaphore", "guardkit/fair"},
 	// What each guarantee costs the server (guarantees.go): guardkit's scripts run
 	// directly, whole and with one guarantee cut out, beside the bare lock, the floor and
 	// two empty scripts.
@@ -48,7 +50,7 @@ var scenarioVariants = map[string][]string{
 	"semaphore": {"guardkit"},
 }
 
-var scenarioOrder = []string{"uncontended", "guarantees", "contended", "reentrant", "many", "rw", "semaphore",
+var scenarioOrder = []string{"uncontended", "guarantees", "contended", "reentrant", "many", "kinds-uncontended", "rw", "semaphore",
 	"cluster-uncontended", "cluster-contended", "replicated-uncontended", "quorum-uncontended", "quorum-contended"}
 
 // uncontendedG are the cells of every uncontended scenario: goroutines.
@@ -265,6 +267,21 @@ func run(o options) error {
 			}})
 		}
 		runCells("many", cells)
+	}
+	if want("kinds-uncontended") {
+		// As the guarantees scenario: one goroutine, the kinds taking turns in short
+		// slices, so that each kind's ratio to the exclusive lock is taken within a round.
+		rounds, pairs := 75, 200
+		if o.quick {
+			rounds, pairs = 3, 100
+		}
+		var err error
+		pprof.Do(context.Background(), pprof.Labels("run", "kinds-uncontended"), func(context.Context) {
+			err = e.kindsUncontended(pick("kinds-uncontended"), rounds, pairs, record)
+		})
+		if err != nil {
+			record(measurement{Scenario: "kinds-uncontended", Cell: "G=1", Variant: "guardkit", Rep: 1, Err: err.Error()})
+		}
 	}
 	// The kinds' scenarios: one cell per value of their parameter.
 	for _, k := range []struct {
