@@ -15,18 +15,26 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/internal/lualink"
 )
 
 // The guarantees scenario prices each guarantee of guardkit's exclusive lock in server
-// time: guardkit's own acquire.lua and release.lua, read from ../guard/internal/script/lua, run
-// directly (no engine around them), whole and with one guarantee cut out at a time. The
-// cuts are textual edits of the real scripts; an edit that no longer applies (the script
-// changed) fails the run instead of measuring something else.
+// time: guardkit's own acquire.lua and release.lua, read from ../guard/internal/script/lua
+// and linked with the fragments' functions they call as guard links them, run directly
+// (no engine around them), whole and with one guarantee cut out at a time. The cuts are
+// textual edits of the real scripts and fragments; an edit that no longer applies (the
+// script changed) fails the run instead of measuring something else.
 
 // scriptsDir is where guardkit's scripts are read from; the bench runs in bench/.
 var scriptsDir = filepath.Join("..", "guard", "internal", "script", "lua")
 
-// scriptEdit cuts one guarantee out of acquire.lua (file "acquire") or release.lua.
+// scriptFragments are the fragments guard links every script with, in order (see
+// guard/internal/script/doc.go).
+var scriptFragments = []string{"chain", "fence", "hold", "queue"}
+
+// scriptEdit cuts one guarantee out of acquire.lua (file "acquire"), release.lua or one of
+// scriptFragments.
 type scriptEdit struct {
 	file     string
 	re       *regexp.Regexp
@@ -41,20 +49,22 @@ var guaranteeCuts = []struct {
 }{
 	{"scripts", "none: guardkit's scripts as they are", nil},
 	{"scripts/no-release-nonce", "a retried release reports the truth", []scriptEdit{{
-		file: "release", re: regexp.MustCompile(`record_release\(v\[3\], nonce\)\n`), with: "",
+		file: "hold", re: regexp.MustCompile(`  record_release\(v\[4\], nonce\)\n`), with: "",
 		describe: "the release nonce APPENDed to the fence key and the key's retention renewed"}}},
 	{"scripts/no-token-rewrite", "tokens rise per key while the fence key lives, whatever the clock", []scriptEdit{{
-		file: "acquire", re: regexp.MustCompile(`(?s)local last = f and string\.match\(f, '\^%d\+'\).*?'PX', ARGV\[4\]\)\nend\n`),
+		file: "fence", re: regexp.MustCompile(`(?s)  local last = f and string\.match\(f, '\^%d\+'\)\n.*?  put_token\(f, last, s, ARGV\[4\]\)\n`),
 		with:     "",
 		describe: "the last token read from the fence key and overwritten (the token is the clock alone)"}}},
 	{"scripts/no-clock-floor", "tokens rise after Redis restarts empty or fails over to a lagging replica", []scriptEdit{{
-		file: "acquire", re: regexp.MustCompile(`(?s)local now = redis\.call\('TIME'\)\n.*?local t = now\[1\] \.\. string\.rep\('0', 6 - #now\[2\]\) \.\. now\[2\]\n`),
-		with: "local t = '0'\n", describe: "TIME as the token's floor (the token is the fence key's last + 1)"}}},
+		file: "acquire", re: regexp.MustCompile(`new_token\(f, redis\.call\('TIME'\)\)`), with: "new_token(f, nil)",
+		describe: "TIME"}, {
+		file: "fence", re: regexp.MustCompile(`local s = t\[1\] \.\. string\.rep\('0', 6 - #t\[2\]\) \.\. t\[2\]`), with: "local s = '0'",
+		describe: "the clock's digits as the token's floor (the token is the fence key's last + 1)"}}},
 	{"scripts/no-acquire-nonce", "a retried acquire counts once", []scriptEdit{{
 		file: "acquire", re: regexp.MustCompile(`owner \.\. '#a', ARGV\[3\], `), with: "",
 		describe: "the attempt's nonce written into the lock hash"}}},
 	{"scripts/no-queue-pop", "a release wakes the next process queued for the lock", []scriptEdit{{
-		file: "release", re: regexp.MustCompile(`local next = redis\.call\('LPOP', KEYS\[3\]\)`), with: "local next = false",
+		file: "queue", re: regexp.MustCompile(`local next = redis\.call\('LPOP', KEYS\[3\]\)`), with: "local next = false",
 		describe: "the pop of the lock's wait queue"}}},
 }
 
@@ -69,14 +79,11 @@ func init() {
 	}{"scripts/no-guarantees", "all five above", all})
 }
 
-// guardScripts returns guardkit's acquire and release scripts with edits applied.
+// guardScripts returns guardkit's acquire and release scripts with edits applied, each
+// linked with the functions of scriptFragments it calls.
 func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
 	src := map[string]string{}
-	chain, err := os.ReadFile(filepath.Join(scriptsDir, "chain.lua"))
-	if err != nil {
-		return "", "", fmt.Errorf("guardkit's scripts (run the bench from bench/): %w", err)
-	}
-	for _, f := range []string{"acquire", "release"} {
+	for _, f := range append([]string{"acquire", "release"}, scriptFragments...) {
 		b, err := os.ReadFile(filepath.Join(scriptsDir, f+".lua"))
 		if err != nil {
 			return "", "", fmt.Errorf("guardkit's scripts (run the bench from bench/): %w", err)
@@ -89,13 +96,14 @@ func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
 		}
 		src[e.file] = e.re.ReplaceAllLiteralString(src[e.file], e.with)
 	}
-	// guard puts chain.lua (the section tree of owners) before both, and fence.lua (the
-	// functions the release scripts share) before the release.
-	fence, err := os.ReadFile(filepath.Join(scriptsDir, "fence.lua"))
-	if err != nil {
-		return "", "", err
+	frags := make([]lualink.Fragment, len(scriptFragments))
+	for i, f := range scriptFragments {
+		frags[i] = lualink.Fragment{Name: f + ".lua", Src: src[f]}
 	}
-	return string(chain) + src["acquire"], string(chain) + string(fence) + src["release"], nil
+	if acquire, err = lualink.Link(src["acquire"], frags...); err == nil {
+		release, err = lualink.Link(src["release"], frags...)
+	}
+	return acquire, release, err
 }
 
 // scriptsLib runs guardkit's scripts, whole or cut, as try-acquire and release.

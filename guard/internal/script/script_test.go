@@ -2,6 +2,8 @@ package script_test
 
 import (
 	"context"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/guardkit/guardkit/guard/internal/script"
+	"github.com/guardkit/guardkit/internal/lualink"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
 
@@ -53,13 +56,16 @@ func TestScriptsLoad(t *testing.T) {
 // TestFragmentsOnce: a fragment's function is defined in one file only, and every
 // script that calls it gets it.
 func TestFragmentsOnce(t *testing.T) {
-	for _, fn := range []string{"note", "publish", "listed", "remember", "forget", "released", "undone", "refuse_late", "record_release", "chain", "within", "undo_holder"} {
+	files := []string{"acquire", "release", "renew", "raise", "gate", "inspect", "wake", "version", "chain", "fence", "hold", "queue",
+		"kinds/lib", "kinds/force", "kinds/read_acquire", "kinds/read_release", "kinds/write_acquire", "kinds/write_release",
+		"kinds/sem_acquire", "kinds/sem_release", "kinds/fair_acquire", "kinds/fair_release", "kinds/read_renew", "kinds/write_renew",
+		"waits", "blockers"}
+	for _, fn := range []string{"note", "publish", "listed", "remember", "forget", "released", "undone", "refuse_late", "record_release",
+		"chain", "within", "undo_holder", "read_chain", "put_token", "new_token", "put_hold", "recount", "drop_hold", "extend_to",
+		"enqueue", "busy", "wake_next", "wake_all", "begin", "lease", "drop_share"} {
 		def := "local function " + fn + "("
 		var in []string
-		for _, f := range []string{"acquire", "release", "renew", "raise", "gate", "inspect", "wake", "version", "chain", "fence",
-			"kinds/lib", "kinds/force", "kinds/read_acquire", "kinds/read_release", "kinds/write_acquire", "kinds/write_release",
-			"kinds/sem_acquire", "kinds/sem_release", "kinds/fair_acquire", "kinds/fair_release", "kinds/read_renew", "kinds/write_renew",
-			"waits", "blockers"} {
+		for _, f := range files {
 			if strings.Contains(script.Source(f), def) {
 				in = append(in, f)
 			}
@@ -69,9 +75,32 @@ func TestFragmentsOnce(t *testing.T) {
 		}
 	}
 	for name, s := range all {
-		for _, fn := range []string{"note", "publish", "undo_holder", "refuse_late"} {
+		for _, fn := range []string{"note", "publish", "undo_holder", "refuse_late", "extend_to", "new_token", "drop_hold"} {
 			if strings.Contains(s.Body(), fn+"(") && !strings.Contains(s.Body(), "local function "+fn+"(") {
 				t.Errorf("%s calls %s without its definition", name, fn)
+			}
+		}
+	}
+}
+
+// TestScriptsLinked: a script defines the functions it calls and no other (a function
+// defined costs every call of the script), and no script repeats what a fragment defines.
+func TestScriptsLinked(t *testing.T) {
+	defined := regexp.MustCompile(`(?m)^local function ([A-Za-z_][A-Za-z0-9_]*)\(`)
+	for name, s := range all {
+		body := s.Body()
+		var fns []string
+		for _, m := range defined.FindAllStringSubmatch(body, -1) {
+			fns = append(fns, m[1])
+		}
+		if len(fns) != len(slices.Compact(slices.Sorted(slices.Values(fns)))) {
+			t.Errorf("%s defines a function twice: %v", name, fns)
+		}
+		for _, fn := range fns {
+			// Called after its definition: in the body below it or in a later function.
+			rest := body[strings.Index(body, "local function "+fn+"(")+len("local function "+fn+"("):]
+			if !slices.Contains(lualink.Names(rest[strings.Index(rest, "\nend\n"):]), fn) {
+				t.Errorf("%s defines %s and never calls it", name, fn)
 			}
 		}
 	}

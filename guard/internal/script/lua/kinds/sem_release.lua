@@ -1,7 +1,8 @@
 -- sem_release.lua (after lib.lua): drop one hold of ARGV[1]'s permit; a permit freed
 -- wakes the first queued Locker.
-local r, now = drop_share()
+local r, now, _, v = drop_share('#w')
 if not now then
   return r
 end
-return wake_next(finish(now))
+local _, gone = finish(now, 0)
+return wake_next(v[5], gone)

@@ -1,26 +1,32 @@
 -- write_release.lua (after lib.lua): drop one write hold of ARGV[1]. When the writer
 -- leaves, every waiting Locker is woken: all waiting readers may enter together.
 local lock, owner = KEYS[1], ARGV[1]
-local writer = redis.call('HGET', lock, '#W')
+local v = redis.call('HMGET', lock, '#Wn', '#Wa', '#Wr', '#t', '#W', '#ww', '#w')
+local writer = v[5]
 if ARGV[3] ~= '' and writer ~= owner and within(owner, writer) then
   owner = writer -- an undo of an attempt that reentered the writer's section (chain.lua)
 end
 if writer ~= owner then
   if ARGV[3] ~= '' then
-    note(':!' .. ARGV[3], redis.call('HGET', lock, '#t'))
+    note(':!' .. ARGV[3], v[4])
     return 0
   end
-  refuse_late(redis.call('HGET', lock, '#t'))
+  refuse_late(v[4])
   if released(ARGV[2]) then
     return 1
   end
   return -1
 end
-local r = drop('#Wn', '#Wa', '#Wr', '#t', '#W', '#Wl')
-if r ~= 1 then
+local r = drop_hold('#Wn', '#Wa', '#Wr', v, -1)
+if r == nil then
+  redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
+  redis.call('ZREM', KEYS[4], '#W')
+elseif r ~= 1 then
   return r
+else
+  redis.call('HDEL', lock, '#W')
 end
-redis.call('HDEL', lock, '#W')
 local now = clock()
 prune(now)
-return wake_all(finish(now))
+local _, gone = finish(now, tonumber(v[6] or 0))
+return wake_all(v[7], gone)
