@@ -34,9 +34,15 @@ local function clock()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
--- prune drops the holders whose leases ran out. Returns whether the writer was one.
+-- prune drops the holders whose leases ran out. Returns whether the writer was one, then
+-- the latest lease of those left (server time in ms; 0 for none).
 local function prune(now)
   local lock, holders = KEYS[1], KEYS[4]
+  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+  local top = tonumber(last[2] or 0)
+  if top == 0 then
+    return false, 0 -- no holders
+  end
   local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
   local writer = false
   for _, o in ipairs(dead) do
@@ -50,31 +56,38 @@ local function prune(now)
   if #dead > 0 then
     redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
   end
-  return writer
+  if top <= now then
+    top = 0
+  end
+  return writer, top
 end
 
 -- begin starts an acquisition of a kind with a holders zset (read-write lock, semaphore):
 -- it reads the server clock and the fence, and, after dropping the holders whose leases
 -- ran out, the caller's chain in the lock hash followed by up to three more fields
 -- (read_chain). Returns nothing when the attempt was undone before it got here (its
--- caller left); else the time in ms and TIME's reply, the fence, then read_chain's
--- replies: the holder in the chain (nil for none), the HMGET reply and the chain's length.
+-- caller left); else the time in ms and TIME's reply, the fence, the latest lease left
+-- (prune), then read_chain's replies: the holder in the chain (nil for none), the HMGET
+-- reply and the chain's length.
 local function begin(...)
   local now, t = clock()
   local f = redis.call('GET', KEYS[2])
   if undone(f) then
     return
   end
-  prune(now)
+  local _, top = prune(now)
   local holder, _, v, n = read_chain(ARGV[1], ...)
-  return now, t, f, holder, v, n
+  return now, t, f, top, holder, v, n
 end
 
--- extend makes both keys live as long as the longest lease or a waiting writer's mark,
--- mark (#ww, server time in ms; 0 for none).
-local function extend(now, mark)
-  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-  local deadline = math.max(tonumber(last[2] or 0), mark)
+-- extend makes both keys live as long as the longest lease, top (server time in ms; nil:
+-- read it), or a waiting writer's mark, mark (#ww, server time in ms; 0 for none).
+local function extend(now, mark, top)
+  if not top then
+    local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+    top = tonumber(last[2] or 0)
+  end
+  local deadline = math.max(top, mark)
   if deadline > now then
     redis.call('PEXPIRE', KEYS[1], deadline - now)
     redis.call('PEXPIRE', KEYS[4], deadline - now)
@@ -83,10 +96,11 @@ end
 
 -- lease sets the lease of a holder (member of the holders zset) to TTL from now, unless
 -- it already runs longer (a hold reentered through a Locker with a longer TTL), and the
--- keys' TTL with it; mark as for extend.
-local function lease(member, now, mark)
-  redis.call('ZADD', KEYS[4], 'GT', now + tonumber(ARGV[2]), member)
-  extend(now, mark)
+-- keys' TTL with it; mark and top (the latest lease of the others) as for extend.
+local function lease(member, now, mark, top)
+  local d = now + tonumber(ARGV[2])
+  redis.call('ZADD', KEYS[4], 'GT', d, member)
+  extend(now, mark, top and math.max(top, d))
 end
 
 -- renew_lease renews a holder's lease when it has not run out (renew.lua's reply); mark
@@ -101,41 +115,49 @@ end
 
 -- reenter counts one more hold of the caller's, once per attempt nonce (ARGV[3]), and
 -- renews its lease. count, nonces and token name the hold's fields; member its entry;
--- mark as for extend.
-local function reenter(count, nonces, token, member, now, mark)
+-- mark and top as for lease.
+local function reenter(count, nonces, token, member, now, mark, top)
   local v = redis.call('HMGET', KEYS[1], count, nonces, token)
   local holds = recount(count, nonces, v[1], v[2])
-  lease(member, now, mark)
+  lease(member, now, mark, top)
   return {1, v[3], holds}
 end
 
 -- drop_share makes one release or undo of the caller's share (a reader's hold, a
--- permit), reading up to three more fields of the lock hash with its own. Returns
--- release.lua's reply when that is all (-1 for a share not held); else nothing, then the
--- server time in ms, whether the writer's lease ran out (prune) and the HMGET reply, the
--- more fields' values from v[5] on.
+-- permit), reading with its own fields #w (v[5]) and up to two more that keep the lock
+-- when present (the writer's, v[6] and on). When the share ends and leaves nobody
+-- holding, and none of those is present, the lock goes at once and the first queued
+-- Locker is woken. Returns release.lua's reply when that is all (-1 for a share not
+-- held); else nothing, then the server time in ms, the HMGET reply, and prune's replies.
 local function drop_share(...)
   local lock, owner = KEYS[1], undo_holder(ARGV[1], '#a')
   local nonces, dropped, token = owner .. '#a', owner .. '#r', owner .. '#t'
-  local v = redis.call('HMGET', lock, owner, nonces, dropped, token, ...)
+  local v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', ...)
   local r = drop_hold(owner, nonces, dropped, v, -1)
   if r == nil then
-    redis.call('HDEL', lock, owner, nonces, dropped, token, token .. 'q', owner .. '#l')
     redis.call('ZREM', KEYS[4], owner)
   elseif r ~= 1 then
     return r
   end
   -- The share ended, now or in the call this one retries.
+  if not v[6] and not v[7] and redis.call('ZCARD', KEYS[4]) == 0 then
+    redis.call('DEL', lock)
+    return wake_next(v[5], true)
+  end
+  if r == nil then
+    redis.call('HDEL', lock, owner, nonces, dropped, token, token .. 'q', owner .. '#l')
+  end
   local now = clock()
-  return nil, now, prune(now), v
+  return nil, now, v, prune(now)
 end
 
--- finish tidies the keys after a hold ended: they go when nobody holds any more, except
--- that a waiting writer's mark (mark, as for extend) keeps the hash until it runs out.
--- Returns whether someone still holds, then whether the hash is gone.
-local function finish(now, mark)
-  if redis.call('ZCARD', KEYS[4]) > 0 then
-    extend(now, mark)
+-- finish tidies the keys after a hold ended and prune: they go when nobody holds any more
+-- (top, the latest lease left, is 0), except that a waiting writer's mark (mark, as for
+-- extend) keeps the hash until it runs out. Returns whether someone still holds, then
+-- whether the hash is gone.
+local function finish(now, mark, top)
+  if top > 0 then
+    extend(now, mark, top)
     return true, false
   elseif mark > now then
     redis.call('PEXPIRE', KEYS[1], mark - now)

@@ -4,18 +4,18 @@
 -- writer itself may also read (a downgrade). Each reader's hold has its own lease and
 -- its own fencing token, drawn from the counter the writers' tokens come from.
 local lock, owner = KEYS[1], ARGV[1]
-local now, t, f, holder, v, n = begin('#W', '#ww')
+local now, t, f, top, holder, v, n = begin('#W', '#ww')
 if not now then
   return {0, -1} -- undone before it got here: its caller left
 end
 local writer, mark = v[n + 1], tonumber(v[n + 2] or 0)
 if holder then
-  return as_holder(reenter(holder, holder .. '#a', holder .. '#t', holder, now, mark), holder, owner)
+  return as_holder(reenter(holder, holder .. '#a', holder .. '#t', holder, now, mark, top), holder, owner)
 end
 if writer and not within(owner, writer) or not writer and mark > now then
   return busy(redis.call('PTTL', lock))
 end
 local token = new_token(f, t)
 put_hold(ARGV[9], owner .. '#l', owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
-lease(owner, now, mark)
+lease(owner, now, mark, top)
 return tonumber(token)

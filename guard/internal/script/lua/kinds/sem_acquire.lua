@@ -4,14 +4,15 @@
 -- while that many or more hold permits, whatever limit they were admitted under. A
 -- semaphore has no writer, so no writer's mark (#ww) either: 0 below.
 local owner = ARGV[1]
-local now, t, f, holder = begin()
+local now, t, f, top, holder = begin()
 if not now then
   return {0, -1} -- undone before it got here: its caller left
 end
 if holder then
-  return as_holder(reenter(holder, holder .. '#a', holder .. '#t', holder, now, 0), holder, owner)
+  return as_holder(reenter(holder, holder .. '#a', holder .. '#t', holder, now, 0, top), holder, owner)
 end
-if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
+-- Nobody holds a permit when no lease is left (top 0).
+if top > 0 and redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
   local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
   return busy(tonumber(first[2]) - now) -- the first lease to run out frees a permit
 end
@@ -21,5 +22,5 @@ if ARGV[5] == '1' then
 end
 local token = new_token(f, t)
 put_hold(ARGV[9], owner .. '#l', owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
-lease(owner, now, 0)
+lease(owner, now, 0, top)
 return tonumber(token)

@@ -8,22 +8,23 @@ if ARGV[5] == '3' then
   redis.call('HDEL', lock, '#ww')
   return {0, -1}
 end
-local now, t, f, holder, v, n = begin('#W', '#ww')
+local now, t, f, top, holder, v, n = begin('#W', '#ww')
 if not now then
   return {0, -1} -- undone before it got here: its caller left
 end
 local writer, mark = v[n + 1], tonumber(v[n + 2] or 0)
 if within(owner, writer) then
-  return as_holder(reenter('#Wn', '#Wa', '#t', '#W', now, mark), writer, owner)
+  return as_holder(reenter('#Wn', '#Wa', '#t', '#W', now, mark, top), writer, owner)
 end
 if holder then
   return {2}
 end
-if writer or redis.call('ZCARD', KEYS[4]) > 0 then
+-- Readers hold when a lease is left (top above 0) and nobody writes.
+if writer or top > 0 then
   local ttl = tonumber(ARGV[2])
   if ARGV[5] ~= '2' then
     redis.call('HSET', lock, '#ww', now + ttl)
-    extend(now, now + ttl)
+    extend(now, now + ttl, top)
   end
   return busy(math.min(redis.call('PTTL', lock), math.floor(ttl / 3)))
 end
@@ -36,5 +37,5 @@ put_hold(ARGV[9], '#Wl', '#W', owner, '#Wn', 1, '#Wa', ARGV[3], '#t', token)
 if v[n + 2] then
   redis.call('HDEL', lock, '#ww')
 end
-lease('#W', now, 0)
+lease('#W', now, 0, top)
 return tonumber(token)

@@ -19,14 +19,22 @@ if writer ~= owner then
 end
 local r = drop_hold('#Wn', '#Wa', '#Wr', v, -1)
 if r == nil then
-  redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
   redis.call('ZREM', KEYS[4], '#W')
 elseif r ~= 1 then
   return r
+end
+-- The write hold ended, now or in the call this one retries. With no reader left and no
+-- writer waiting, the lock goes at once.
+if not v[6] and redis.call('ZCARD', KEYS[4]) == 0 then
+  redis.call('DEL', lock)
+  return wake_all(v[7], true)
+end
+if r == nil then
+  redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
 else
   redis.call('HDEL', lock, '#W')
 end
 local now = clock()
-prune(now)
-local _, gone = finish(now, tonumber(v[6] or 0))
+local _, top = prune(now)
+local _, gone = finish(now, tonumber(v[6] or 0), top)
 return wake_all(v[7], gone)
