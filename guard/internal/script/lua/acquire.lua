@@ -61,6 +61,6 @@ if undone(f) then
   return {0, -1} -- undone already: the caller left
 end
 local t = new_token(f, redis.call('TIME'))
-put_hold(ARGV[7], owner .. '#l', owner, 1, owner .. '#a', ARGV[3], '#t', t)
+put_hold(ARGV[7], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], '#t', t)
 redis.call('PEXPIRE', lock, ARGV[2])
 return tonumber(t)

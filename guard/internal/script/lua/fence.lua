@@ -53,7 +53,7 @@ end
 -- of a fence written anew. The token is overwritten in place when the widths match.
 local function put_token(f, last, s, keep)
   if last and #last == #s then
-    redis.call('SETRANGE', KEYS[2], 0, s)
+    redis.call('SETRANGE', KEYS[2], '0', s)
   else
     -- No fence (first acquisition, or it expired) or a token of another width: rewrite it.
     redis.call('SET', KEYS[2], s .. string.match(f or '', '^%d*(.*)$'), 'PX', keep)

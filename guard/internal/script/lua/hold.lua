@@ -3,6 +3,16 @@
 -- key's TTL. The arguments are those of acquire.lua and release.lua: ARGV[2] the release
 -- nonce, ARGV[3] the attempt's (or undo's) nonce.
 
+-- digits returns x, a whole number from 0, as decimal digits, for redis.call: a number
+-- given to redis.call costs Redis a printf (%.17g), more than string.format's %d, which
+-- takes a C long (32 bits on some platforms: larger numbers go in two parts).
+local function digits(x)
+  if x < 2147483648 then
+    return string.format('%d', x)
+  end
+  return string.format('%d%06d', math.floor(x / 1000000), x % 1000000)
+end
+
 -- listed reports whether the space-separated list holds x.
 local function listed(list, x)
   return list and string.find(' ' .. list .. ' ', ' ' .. x .. ' ', 1, true)
@@ -46,7 +56,7 @@ local function recount(count, nonces, holds, applied)
   if listed(applied, ARGV[3]) then
     return tonumber(holds)
   end
-  holds = redis.call('HINCRBY', KEYS[1], count, 1)
+  holds = redis.call('HINCRBY', KEYS[1], count, '1')
   -- Keep the newest nonces within 100 bytes, cut at a separator.
   redis.call('HSET', KEYS[1], nonces, remember(applied, ARGV[3]))
   return holds
@@ -80,7 +90,7 @@ local function drop_hold(count, nonces, dropped, v, absent)
     return 2 -- a retry of a release that dropped one hold
   end
   if v[1] ~= '1' then
-    redis.call('HINCRBY', KEYS[1], count, -1)
+    redis.call('HINCRBY', KEYS[1], count, '-1')
     -- Remember this nonce among the last few (about 4), newest first, within 100 bytes.
     redis.call('HSET', KEYS[1], dropped, remember(v[3], nonce))
     return 2

@@ -10,7 +10,7 @@ local function enqueue()
   if not redis.call('LPOS', queue, ARGV[6]) then
     redis.call('RPUSH', queue, ARGV[6])
   end
-  redis.call('PEXPIRE', queue, 3 * tonumber(ARGV[2]))
+  redis.call('PEXPIRE', queue, digits(3 * tonumber(ARGV[2])))
 end
 
 -- busy marks that someone waited (#w, unless waited says it is marked already), queues
@@ -55,9 +55,13 @@ local function wake_next(waited, gone)
 end
 
 -- wake_all wakes every Locker waiting for the lock (a writer left: all readers may
--- enter); waited and gone as for wake_next.
-local function wake_all(waited, gone)
-  if redis.call('DEL', KEYS[3]) > 0 or waited then
+-- enter); waited and gone as for wake_next. queued says whether the queue held anyone,
+-- nil to delete the queue and see.
+local function wake_all(waited, gone, queued)
+  if queued == nil then
+    queued = redis.call('DEL', KEYS[3]) > 0
+  end
+  if queued or waited then
     if not gone then
       redis.call('HDEL', KEYS[1], '#w')
     end

@@ -13,7 +13,7 @@ local now, t = clock()
 local holder, count, v, n = read_chain(owner, '#g', '#t')
 local granted, token = v[n + 1], v[n + 2]
 if ARGV[5] == '3' then
-  redis.call('LREM', KEYS[4], 0, owner)
+  redis.call('LREM', KEYS[4], '0', owner)
   redis.call('HDEL', KEYS[5], owner)
   if granted == owner then
     redis.call('DEL', lock)
@@ -30,7 +30,7 @@ if count then
     -- The caller claims the lock a release granted it.
     redis.call('HDEL', lock, '#g')
     put_hold(ARGV[9], owner .. '#l', owner .. '#a', ARGV[3])
-    redis.call('PEXPIRE', lock, ttl)
+    redis.call('PEXPIRE', lock, ARGV[2])
     return tonumber(token)
   end
   local nonces = holder .. '#a'
@@ -47,8 +47,8 @@ if not token then
       redis.call('HDEL', KEYS[5], owner)
     end
     token = new_token(f, t)
-    put_hold(ARGV[9], owner .. '#l', owner, 1, owner .. '#a', ARGV[3], '#t', token)
-    redis.call('PEXPIRE', lock, ttl)
+    put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], '#t', token)
+    redis.call('PEXPIRE', lock, ARGV[2])
     return tonumber(token)
   end
   grant_next(ARGV[8], now, t)
@@ -58,7 +58,8 @@ if ARGV[5] ~= '2' then
     redis.call('RPUSH', KEYS[4], owner)
   end
   redis.call('HSET', KEYS[5], owner, string.format('%.0f %d %s', now + ttl, ttl, ARGV[6]))
-  extend_to(KEYS[4], 2 * ttl)
-  extend_to(KEYS[5], 2 * ttl)
+  local keep = digits(2 * ttl)
+  extend_to(KEYS[4], keep)
+  extend_to(KEYS[5], keep)
 end
 return {0, math.min(redis.call('PTTL', lock), math.floor(ttl / 3))}

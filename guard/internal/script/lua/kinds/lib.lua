@@ -38,12 +38,13 @@ end
 -- the latest lease of those left (server time in ms; 0 for none).
 local function prune(now)
   local lock, holders = KEYS[1], KEYS[4]
-  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', holders, '-1', '-1', 'WITHSCORES')
   local top = tonumber(last[2] or 0)
   if top == 0 then
     return false, 0 -- no holders
   end
-  local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
+  local at = digits(now)
+  local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', at)
   local writer = false
   for _, o in ipairs(dead) do
     if o == '#W' then
@@ -54,7 +55,7 @@ local function prune(now)
     end
   end
   if #dead > 0 then
-    redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', holders, '-inf', at)
   end
   if top <= now then
     top = 0
@@ -84,13 +85,14 @@ end
 -- read it), or a waiting writer's mark, mark (#ww, server time in ms; 0 for none).
 local function extend(now, mark, top)
   if not top then
-    local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+    local last = redis.call('ZRANGE', KEYS[4], '-1', '-1', 'WITHSCORES')
     top = tonumber(last[2] or 0)
   end
   local deadline = math.max(top, mark)
   if deadline > now then
-    redis.call('PEXPIRE', KEYS[1], deadline - now)
-    redis.call('PEXPIRE', KEYS[4], deadline - now)
+    local ms = digits(deadline - now)
+    redis.call('PEXPIRE', KEYS[1], ms)
+    redis.call('PEXPIRE', KEYS[4], ms)
   end
 end
 
@@ -99,7 +101,7 @@ end
 -- keys' TTL with it; mark and top (the latest lease of the others) as for extend.
 local function lease(member, now, mark, top)
   local d = now + tonumber(ARGV[2])
-  redis.call('ZADD', KEYS[4], 'GT', d, member)
+  redis.call('ZADD', KEYS[4], 'GT', digits(d), member)
   extend(now, mark, top and math.max(top, d))
 end
 
@@ -123,6 +125,14 @@ local function reenter(count, nonces, token, member, now, mark, top)
   return {1, v[3], holds}
 end
 
+-- alone reports whether no holder but member (when present says it may be among them)
+-- is in the holders zset, dead or alive: whether deleting the zset drops no other
+-- holder. It reads the zset's first two members; the second reply is how many it got.
+local function alone(member, present)
+  local first = redis.call('ZRANGE', KEYS[4], '0', '1')
+  return #first == 0 or present and #first == 1 and first[1] == member, #first
+end
+
 -- drop_share makes one release or undo of the caller's share (a reader's hold, a
 -- permit), reading with its own fields #w (v[5]) and up to two more that keep the lock
 -- when present (the writer's, v[6] and on). When the share ends and leaves nobody
@@ -134,17 +144,17 @@ local function drop_share(...)
   local nonces, dropped, token = owner .. '#a', owner .. '#r', owner .. '#t'
   local v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', ...)
   local r = drop_hold(owner, nonces, dropped, v, -1)
-  if r == nil then
-    redis.call('ZREM', KEYS[4], owner)
-  elseif r ~= 1 then
+  if r ~= nil and r ~= 1 then
     return r
   end
-  -- The share ended, now or in the call this one retries.
-  if not v[6] and not v[7] and redis.call('ZCARD', KEYS[4]) == 0 then
-    redis.call('DEL', lock)
+  -- The share ended, now (r nil: its lease is still listed) or in the call this one
+  -- retries. The holders' first two tell whether anyone else holds.
+  if not v[6] and not v[7] and alone(owner, r == nil) then
+    redis.call('DEL', lock, KEYS[4])
     return wake_next(v[5], true)
   end
   if r == nil then
+    redis.call('ZREM', KEYS[4], owner)
     redis.call('HDEL', lock, owner, nonces, dropped, token, token .. 'q', owner .. '#l')
   end
   local now = clock()
@@ -160,7 +170,7 @@ local function finish(now, mark, top)
     extend(now, mark, top)
     return true, false
   elseif mark > now then
-    redis.call('PEXPIRE', KEYS[1], mark - now)
+    redis.call('PEXPIRE', KEYS[1], digits(mark - now))
     return false, false
   end
   redis.call('DEL', KEYS[1])
@@ -172,7 +182,7 @@ end
 -- when first needed unless now and t are given.
 local function first_live(now, t)
   while true do
-    local o = redis.call('LINDEX', KEYS[4], 0)
+    local o = redis.call('LINDEX', KEYS[4], '0')
     if not o then
       return nil
     end
@@ -201,7 +211,7 @@ local function grant_next(sharded, now, t)
   redis.call('LPOP', KEYS[4])
   redis.call('HDEL', KEYS[5], o)
   local ttl, id = string.match(e, '^%d+ (%d+) (.*)$')
-  redis.call('HSET', KEYS[1], o, 1, '#t', new_token(redis.call('GET', KEYS[2]), t), '#g', o)
+  redis.call('HSET', KEYS[1], o, '1', '#t', new_token(redis.call('GET', KEYS[2]), t), '#g', o)
   redis.call('PEXPIRE', KEYS[1], ttl)
   publish(id, sharded)
   return id

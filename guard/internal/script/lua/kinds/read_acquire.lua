@@ -16,6 +16,6 @@ if writer and not within(owner, writer) or not writer and mark > now then
   return busy(redis.call('PTTL', lock))
 end
 local token = new_token(f, t)
-put_hold(ARGV[9], owner .. '#l', owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
+put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], owner .. '#t', token)
 lease(owner, now, mark, top)
 return tonumber(token)

@@ -13,7 +13,7 @@ if holder then
 end
 -- Nobody holds a permit when no lease is left (top 0).
 if top > 0 and redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
-  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', KEYS[4], '0', '0', 'WITHSCORES')
   return busy(tonumber(first[2]) - now) -- the first lease to run out frees a permit
 end
 if ARGV[5] == '1' then
@@ -21,6 +21,6 @@ if ARGV[5] == '1' then
   return {0, -1}
 end
 local token = new_token(f, t)
-put_hold(ARGV[9], owner .. '#l', owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
+put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], owner .. '#t', token)
 lease(owner, now, 0, top)
 return tonumber(token)

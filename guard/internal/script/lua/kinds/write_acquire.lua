@@ -23,7 +23,7 @@ end
 if writer or top > 0 then
   local ttl = tonumber(ARGV[2])
   if ARGV[5] ~= '2' then
-    redis.call('HSET', lock, '#ww', now + ttl)
+    redis.call('HSET', lock, '#ww', digits(now + ttl))
     extend(now, now + ttl, top)
   end
   return busy(math.min(redis.call('PTTL', lock), math.floor(ttl / 3)))
@@ -33,7 +33,7 @@ if ARGV[5] == '1' then
   return {0, -1}
 end
 local token = new_token(f, t)
-put_hold(ARGV[9], '#Wl', '#W', owner, '#Wn', 1, '#Wa', ARGV[3], '#t', token)
+put_hold(ARGV[9], '#Wl', '#W', owner, '#Wn', '1', '#Wa', ARGV[3], '#t', token)
 if v[n + 2] then
   redis.call('HDEL', lock, '#ww')
 end

@@ -18,18 +18,21 @@ if writer ~= owner then
   return -1
 end
 local r = drop_hold('#Wn', '#Wa', '#Wr', v, -1)
-if r == nil then
-  redis.call('ZREM', KEYS[4], '#W')
-elseif r ~= 1 then
+if r ~= nil and r ~= 1 then
   return r
 end
--- The write hold ended, now or in the call this one retries. With no reader left and no
--- writer waiting, the lock goes at once.
-if not v[6] and redis.call('ZCARD', KEYS[4]) == 0 then
-  redis.call('DEL', lock)
-  return wake_all(v[7], true)
+-- The write hold ended, now (r nil: its lease is still listed) or in the call this one
+-- retries. With no reader left and no writer waiting, the lock goes at once, with its
+-- holders and its queue: one DEL, which counts the lock and the holders (when the writer
+-- is listed: alone's second reply), so the queue was there when it counts more.
+if not v[6] then
+  local last, members = alone('#W', r == nil)
+  if last then
+    return wake_all(v[7], true, redis.call('DEL', lock, KEYS[4], KEYS[3]) > 1 + members)
+  end
 end
 if r == nil then
+  redis.call('ZREM', KEYS[4], '#W')
   redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
 else
   redis.call('HDEL', lock, '#W')
