@@ -11,6 +11,7 @@ package lualink
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -73,8 +74,10 @@ var ident = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Link returns body with, before it, the functions of frags that it uses, directly or
 // through one another, in the order the fragments define them (frags in dependency
-// order: a function uses only those defined before it). A name defined twice, in two
-// fragments or in a fragment and the body, is an error.
+// order: a function uses only those defined before it). A function the body does not
+// call is defined inside the function that holds all its callers, first in its body: its
+// closure is then made only when that one runs. A name defined twice, in two fragments
+// or in a fragment and the body, is an error.
 func Link(body string, frags ...Fragment) (string, error) {
 	var fns []Func
 	at := map[string]int{}
@@ -96,26 +99,142 @@ func Link(body string, frags ...Fragment) (string, error) {
 			return "", fmt.Errorf("the body defines %s, which a fragment defines too", n)
 		}
 	}
+	// calls lists, for each function and for the body (len(fns)), the functions it uses.
+	calls := make([][]int, len(fns)+1)
+	for i, fn := range fns {
+		calls[i] = uses(fn.Text, at, i)
+	}
+	calls[len(fns)] = uses(body, at, -1)
 	need := make([]bool, len(fns))
-	var visit func(code string)
-	visit = func(code string) {
-		for _, n := range Names(code) {
-			if i, ok := at[n]; ok && !need[i] {
-				need[i] = true
-				visit(fns[i].Text)
+	var visit func(i int)
+	visit = func(i int) {
+		for _, j := range calls[i] {
+			if !need[j] {
+				need[j] = true
+				visit(j)
 			}
 		}
 	}
-	visit(body)
+	visit(len(fns))
+	// parent is the function each one is defined in, -1 for the top. A function goes into
+	// the innermost function that holds every one of its callers (each caller, or a
+	// function it is in), unless the body calls it or a function on the way declares a
+	// name it takes from outside. Callers come after what they call, so the last is
+	// placed first.
+	parent := make([]int, len(fns))
+	for i := range parent {
+		parent[i] = -1
+	}
+	outer := func(i int) []int { // i and the functions it is in, innermost first
+		var c []int
+		for ; i >= 0; i = parent[i] {
+			c = append(c, i)
+		}
+		return c
+	}
+	for j := len(fns) - 1; j >= 0; j-- {
+		if !need[j] || slices.Contains(calls[len(fns)], j) {
+			continue
+		}
+		var common []int
+		first := true
+		for i := range fns {
+			if !need[i] || !slices.Contains(calls[i], j) {
+				continue
+			}
+			if first {
+				common, first = outer(i), false
+				continue
+			}
+			common = slices.DeleteFunc(common, func(k int) bool { return !slices.Contains(outer(i), k) })
+		}
+		if len(common) == 0 {
+			continue
+		}
+		names := free(fns[j].Text)
+		if !slices.ContainsFunc(outer(common[0]), func(k int) bool { return overlap(declared(fns[k].Text), names) }) {
+			parent[j] = common[0]
+		}
+	}
 	var b strings.Builder
-	for i, fn := range fns {
-		if need[i] {
-			b.WriteString(fn.Text)
+	var emit func(i int, indent string)
+	emit = func(i int, indent string) {
+		lines := strings.SplitAfter(fns[i].Text, "\n")
+		for _, line := range lines {
+			if line != "" && line != "\n" {
+				b.WriteString(indent)
+			}
+			b.WriteString(line)
+			if strings.HasPrefix(line, "local function "+fns[i].Name+"(") {
+				// Its nested functions, first in its body.
+				for j := range fns {
+					if need[j] && parent[j] == i {
+						emit(j, indent+"  ")
+					}
+				}
+			}
+		}
+	}
+	for i := range fns {
+		if need[i] && parent[i] < 0 {
+			emit(i, "")
 		}
 	}
 	b.WriteString(body)
 	return b.String(), nil
 }
+
+// uses returns the functions of at that code uses, but self.
+func uses(code string, at map[string]int, self int) []int {
+	var out []int
+	for _, n := range Names(code) {
+		if j, ok := at[n]; ok && j != self {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// declared returns the names a function text declares: its name and parameters, its
+// locals, local functions and loop variables.
+func declared(text string) []string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		line = strip(line)
+		for _, m := range declaration.FindAllStringSubmatch(line, -1) {
+			for _, g := range m[1:] {
+				out = append(out, name.FindAllString(g, -1)...)
+			}
+		}
+	}
+	return out
+}
+
+// free returns the names a function text uses and does not declare: those it takes from
+// where it is defined.
+func free(text string) []string {
+	var out []string
+	for _, n := range Names(text) {
+		if !slices.Contains(declared(text), n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// overlap reports whether a and b share a name.
+func overlap(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// declaration matches what declares names: a local function's name and parameters, a
+// local statement's names, a for loop's variables.
+var declaration = regexp.MustCompile(`\blocal\s+function\s+(\w+)\s*\(([^)]*)\)|\blocal\s+(\w+(?:\s*,\s*\w+)*)|\bfor\s+(\w+(?:\s*,\s*\w+)*)\s*(?:=|\bin\b)`)
 
 // Names returns the names code uses, outside comments and string literals, that are
 // not fields (after "." or ":"), once each, in order.

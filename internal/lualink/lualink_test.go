@@ -26,20 +26,64 @@ end
 `
 
 // TestLink: the body gets the functions it calls and those they call, in the fragment's
-// order, each with its comment; not those named in comments or strings only.
+// order, each with its comment; not those named in comments or strings only. A function
+// only one other calls is defined inside it.
 func TestLink(t *testing.T) {
 	got, err := Link("-- c() is not called here\nreturn b(1) .. 'c()'\n", Fragment{"lib", lib})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "-- a doubles.\nlocal function a(x)\n  return 2 * x\nend\n" +
-		"-- b calls a.\nlocal function b(x)\n  if x then\n    return a(x)\n  end\nend\n" +
+	want := "-- b calls a.\nlocal function b(x)\n  -- a doubles.\n  local function a(x)\n    return 2 * x\n  end\n" +
+		"  if x then\n    return a(x)\n  end\nend\n" +
 		"-- c() is not called here\nreturn b(1) .. 'c()'\n"
 	if got != want {
 		t.Fatalf("linked:\n%s\nwant:\n%s", got, want)
 	}
 	if got, _ := Link("return string.a(1)\n", Fragment{"lib", lib}); strings.Contains(got, "local function") {
 		t.Fatalf("a field's name linked a function:\n%s", got)
+	}
+}
+
+// TestLinkNesting: a function stays at the top when the body or two functions use it
+// (a is called by both, e is a name in f and in g), or when its one caller declares a
+// name it takes from the top (f uses e, which g declares); d, which b alone calls, goes
+// inside b.
+func TestLinkNesting(t *testing.T) {
+	const frag = "local function a()\n  return 1\nend\n" +
+		"local function d()\n  return a()\nend\n" +
+		"local function b()\n  return a() + d()\nend\n" +
+		"local function e()\n  return 2\nend\n" +
+		"local function f()\n  return e()\nend\n" +
+		"local function g()\n  local e = 3\n  return f() + e\nend\n"
+	got, err := Link("return b() + a() + g()\n", Fragment{"f", frag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, top := range []string{"a", "b", "e", "f", "g"} {
+		if !strings.Contains(got, "\nlocal function "+top+"(") && !strings.HasPrefix(got, "local function "+top+"(") {
+			t.Errorf("%s is not at the top:\n%s", top, got)
+		}
+	}
+	if !strings.Contains(got, "local function b()\n  local function d()\n") {
+		t.Errorf("d is not inside b, its one caller:\n%s", got)
+	}
+}
+
+// TestLinkCommonCaller: a function two functions call goes into the one function that
+// holds both.
+func TestLinkCommonCaller(t *testing.T) {
+	const frag = "local function x()\n  return 1\nend\n" +
+		"local function y()\n  return x()\nend\n" +
+		"local function z()\n  return x()\nend\n" +
+		"local function w(a)\n  if a then\n    return y() + z()\n  end\nend\n"
+	got, err := Link("return w(true)\n", Fragment{"f", frag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "local function w(a)\n  local function x()\n    return 1\n  end\n  local function y()\n    return x()\n  end\n" +
+		"  local function z()\n    return x()\n  end\n  if a then\n    return y() + z()\n  end\nend\nreturn w(true)\n"
+	if got != want {
+		t.Fatalf("linked:\n%s\nwant:\n%s", got, want)
 	}
 }
 

@@ -82,15 +82,17 @@ local function begin(...)
 end
 
 -- extend makes both keys live as long as the longest lease, top (server time in ms; nil:
--- read it), or a waiting writer's mark, mark (#ww, server time in ms; 0 for none).
-local function extend(now, mark, top)
+-- read it), or a waiting writer's mark, mark (#ww, server time in ms; 0 for none). d is
+-- a lease just set for TTL ARGV[2], nil for none: when it runs longest, the keys take
+-- ARGV[2] as it is.
+local function extend(now, mark, top, d)
   if not top then
     local last = redis.call('ZRANGE', KEYS[4], '-1', '-1', 'WITHSCORES')
     top = tonumber(last[2] or 0)
   end
   local deadline = math.max(top, mark)
   if deadline > now then
-    local ms = digits(deadline - now)
+    local ms = deadline == d and ARGV[2] or digits(deadline - now)
     redis.call('PEXPIRE', KEYS[1], ms)
     redis.call('PEXPIRE', KEYS[4], ms)
   end
@@ -102,7 +104,7 @@ end
 local function lease(member, now, mark, top)
   local d = now + tonumber(ARGV[2])
   redis.call('ZADD', KEYS[4], 'GT', digits(d), member)
-  extend(now, mark, top and math.max(top, d))
+  extend(now, mark, top and math.max(top, d), d)
 end
 
 -- renew_lease renews a holder's lease when it has not run out (renew.lua's reply); mark
@@ -115,14 +117,14 @@ local function renew_lease(member, now, mark)
   return 1
 end
 
--- reenter counts one more hold of the caller's, once per attempt nonce (ARGV[3]), and
--- renews its lease. count, nonces and token name the hold's fields; member its entry;
--- mark and top as for lease.
-local function reenter(count, nonces, token, member, now, mark, top)
+-- reenter counts one more hold of holder's for owner, once per attempt nonce (ARGV[3]),
+-- and renews its lease; returns acquire.lua's reentry reply. count, nonces and token
+-- name the hold's fields, member its entry; mark and top as for lease.
+local function reenter(holder, owner, count, nonces, token, member, now, mark, top)
   local v = redis.call('HMGET', KEYS[1], count, nonces, token)
   local holds = recount(count, nonces, v[1], v[2])
   lease(member, now, mark, top)
-  return {1, v[3], holds}
+  return as_holder({1, v[3], holds}, holder, owner)
 end
 
 -- alone reports whether no holder but member (when present says it may be among them)
@@ -131,34 +133,6 @@ end
 local function alone(member, present)
   local first = redis.call('ZRANGE', KEYS[4], '0', '1')
   return #first == 0 or present and #first == 1 and first[1] == member, #first
-end
-
--- drop_share makes one release or undo of the caller's share (a reader's hold, a
--- permit), reading with its own fields #w (v[5]) and up to two more that keep the lock
--- when present (the writer's, v[6] and on). When the share ends and leaves nobody
--- holding, and none of those is present, the lock goes at once and the first queued
--- Locker is woken. Returns release.lua's reply when that is all (-1 for a share not
--- held); else nothing, then the server time in ms, the HMGET reply, and prune's replies.
-local function drop_share(...)
-  local lock, owner = KEYS[1], undo_holder(ARGV[1], '#a')
-  local nonces, dropped, token = owner .. '#a', owner .. '#r', owner .. '#t'
-  local v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', ...)
-  local r = drop_hold(owner, nonces, dropped, v, -1)
-  if r ~= nil and r ~= 1 then
-    return r
-  end
-  -- The share ended, now (r nil: its lease is still listed) or in the call this one
-  -- retries. The holders' first two tell whether anyone else holds.
-  if not v[6] and not v[7] and alone(owner, r == nil) then
-    redis.call('DEL', lock, KEYS[4])
-    return wake_next(v[5], true)
-  end
-  if r == nil then
-    redis.call('ZREM', KEYS[4], owner)
-    redis.call('HDEL', lock, owner, nonces, dropped, token, token .. 'q', owner .. '#l')
-  end
-  local now = clock()
-  return nil, now, v, prune(now)
 end
 
 -- finish tidies the keys after a hold ended and prune: they go when nobody holds any more
@@ -175,6 +149,113 @@ local function finish(now, mark, top)
   end
   redis.call('DEL', KEYS[1])
   return false, true
+end
+
+-- share_left ends a release of a share (release_share) that others may still hold, or
+-- a writer keep: it drops the share's fields (ended: the share ended in this call), the
+-- holders whose leases ran out, and tidies the keys (finish). A permit freed wakes the
+-- first queued Locker; the last reader leaving a read-write lock nobody writes wakes it
+-- too, or every Locker when a writer waits (#ww), since the queue does not say which of
+-- them the writer is in. rw and v as for release_share.
+local function share_left(rw, owner, nonces, dropped, token, v, ended)
+  if ended then
+    redis.call('ZREM', KEYS[4], owner)
+    redis.call('HDEL', KEYS[1], owner, nonces, dropped, token, token .. 'q', owner .. '#l')
+  end
+  local now = clock()
+  local writer_gone, top = prune(now)
+  local waited, mark = v[5], tonumber(v[7] or 0)
+  if not rw then
+    local _, gone = finish(now, 0, top)
+    return wake_next(waited, gone)
+  elseif v[6] and not writer_gone then
+    extend(now, mark, top)
+    return 1
+  end
+  local held, gone = finish(now, mark, top)
+  if held then
+    return 1
+  elseif mark > now then
+    return wake_all(waited, gone)
+  end
+  return wake_next(waited, gone)
+end
+
+-- release_share makes one release or undo of the caller's share: a reader's hold (rw:
+-- the lock is a read-write lock) or a permit. It reads with the share's fields #w (v[5])
+-- and, for a reader, the writer's #W (v[6]) and #ww (v[7]). When the share ends and
+-- leaves nobody holding (the holders' first two tell), and no writer holds or waits,
+-- the lock goes at once and the first queued Locker is woken. Returns release.lua's
+-- reply (-1 for a share not held).
+local function release_share(rw)
+  local lock, owner = KEYS[1], undo_holder(ARGV[1], '#a')
+  local nonces, dropped, token = owner .. '#a', owner .. '#r', owner .. '#t'
+  local v
+  if rw then
+    v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', '#W', '#ww')
+  else
+    v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w')
+  end
+  local r = drop_hold(owner, nonces, dropped, v, -1)
+  if r ~= nil and r ~= 1 then
+    return r
+  end
+  -- The share ended, now (r nil: its lease is still listed) or in the call this one
+  -- retries.
+  if not v[6] and not v[7] and alone(owner, r == nil) then
+    redis.call('DEL', lock, KEYS[4])
+    return wake_next(v[5], true)
+  end
+  return share_left(rw, owner, nonces, dropped, token, v, r == nil)
+end
+
+-- writer_left ends a release of the write hold (release_write) that readers may still
+-- hold, or a writer's mark keep: it drops the writer's fields (ended: the hold ended in
+-- this call), the holders whose leases ran out, tidies the keys (finish) and wakes every
+-- waiting Locker. v as for release_write.
+local function writer_left(v, ended)
+  if ended then
+    redis.call('ZREM', KEYS[4], '#W')
+    redis.call('HDEL', KEYS[1], '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
+  else
+    redis.call('HDEL', KEYS[1], '#W')
+  end
+  local now = clock()
+  local _, top = prune(now)
+  local _, gone = finish(now, tonumber(v[6] or 0), top)
+  return wake_all(v[7], gone)
+end
+
+-- release_write makes one release or undo of the write hold of ARGV[1]. When the writer
+-- leaves, every waiting Locker is woken: all waiting readers may enter together. It reads
+-- the writer's fields, then #W (v[5]), #ww (v[6]) and #w (v[7]). Returns release.lua's
+-- reply (-1 for a write hold not held).
+local function release_write()
+  local lock, owner = KEYS[1], ARGV[1]
+  local v = redis.call('HMGET', lock, '#Wn', '#Wa', '#Wr', '#t', '#W', '#ww', '#w')
+  local writer = v[5]
+  if ARGV[3] ~= '' and writer ~= owner and within(owner, writer) then
+    owner = writer -- an undo of an attempt that reentered the writer's section (chain.lua)
+  end
+  if writer ~= owner then
+    v[1] = false -- no write hold of the caller's
+    return drop_hold('#Wn', '#Wa', '#Wr', v, -1)
+  end
+  local r = drop_hold('#Wn', '#Wa', '#Wr', v, -1)
+  if r ~= nil and r ~= 1 then
+    return r
+  end
+  -- The write hold ended, now (r nil: its lease is still listed) or in the call this one
+  -- retries. With no reader left and no writer waiting, the lock goes at once, with its
+  -- holders and its queue: one DEL, which counts the lock and the holders (when the
+  -- writer is listed: alone's second reply), so the queue was there when it counts more.
+  if not v[6] then
+    local last, members = alone('#W', r == nil)
+    if last then
+      return wake_all(v[7], true, redis.call('DEL', lock, KEYS[4], KEYS[3]) > 1 + members)
+    end
+  end
+  return writer_left(v, r == nil)
 end
 
 -- first_live returns the first owner of the fair queue whose place has not lapsed, and its

@@ -10,7 +10,7 @@ if not now then
 end
 local writer, mark = v[n + 1], tonumber(v[n + 2] or 0)
 if holder then
-  return as_holder(reenter(holder, holder .. '#a', holder .. '#t', holder, now, mark, top), holder, owner)
+  return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder, now, mark, top)
 end
 if writer and not within(owner, writer) or not writer and mark > now then
   return busy(redis.call('PTTL', lock))

@@ -9,7 +9,7 @@ if not now then
   return {0, -1} -- undone before it got here: its caller left
 end
 if holder then
-  return as_holder(reenter(holder, holder .. '#a', holder .. '#t', holder, now, 0, top), holder, owner)
+  return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder, now, 0, top)
 end
 -- Nobody holds a permit when no lease is left (top 0).
 if top > 0 and redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then

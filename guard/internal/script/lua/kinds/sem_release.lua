@@ -1,8 +1,3 @@
--- sem_release.lua (after lib.lua): drop one hold of ARGV[1]'s permit; a permit freed
--- wakes the first queued Locker.
-local r, now, v, _, top = drop_share()
-if not now then
-  return r
-end
-local _, gone = finish(now, 0, top)
-return wake_next(v[5], gone)
+-- sem_release.lua (after lib.lua): drop one hold of ARGV[1]'s permit (lib.lua's
+-- release_share).
+return release_share(false)

@@ -14,7 +14,7 @@ if not now then
 end
 local writer, mark = v[n + 1], tonumber(v[n + 2] or 0)
 if within(owner, writer) then
-  return as_holder(reenter('#Wn', '#Wa', '#t', '#W', now, mark, top), writer, owner)
+  return reenter(writer, owner, '#Wn', '#Wa', '#t', '#W', now, mark, top)
 end
 if holder then
   return {2}
