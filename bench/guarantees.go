@@ -169,13 +169,15 @@ func (le *scriptsLease) Unlock(ctx context.Context) error {
 
 func (le *scriptsLease) Lost() bool { return false }
 
-// guarantees runs the guarantees scenario: rounds of pairs slices, one per variant in an
-// order rotated every round, on one goroutine each variant with a key of its own. Each
-// slice is a measurement (Rep = its round); the differences that section 9 reports —
-// what a cut saves against `scripts`, the ratio to `raw` — are taken within a round, so
-// that a slow phase of the machine, which lasts longer than a round, moves both sides of
-// a difference alike. record gets every slice, once all have run.
-func (e *env) guarantees(vs []variant, rounds, pairs int, record func(measurement)) error {
+// turns runs rounds of pairs-long slices of try-acquire → release on one goroutine, one
+// slice per variant in an order rotated every round, each variant on a Lib and a key of
+// its own, for the scenarios that set variants side by side within a round (guarantees,
+// kinds-uncontended). Each slice is a measurement of scenario, cell G=1, Rep its round,
+// with the pairs per second, the errors, the per-pair counts (perOp), the script time
+// ("script_us_per_pair", EVAL, EVALSHA and FCALL with the commands they call), the
+// lock's time in Redis (scripts and SET) and the server CPU per pair; it returns them by
+// round, each round in vs's order.
+func (e *env) turns(scenario string, vs []variant, rounds, pairs int) ([][]measurement, error) {
 	libs := make([]Lib, len(vs))
 	keys := make([]string, len(vs))
 	defer func() {
@@ -185,19 +187,12 @@ func (e *env) guarantees(vs []variant, rounds, pairs int, record func(measuremen
 			}
 		}
 	}()
-	base, raw := -1, -1
 	for i, v := range vs {
 		l, err := v.new(libConfig{addr: e.addr, ttl: e.ttl})
 		if err != nil {
-			return fmt.Errorf("%s: %w", v.name, err)
+			return nil, fmt.Errorf("%s: %w", v.name, err)
 		}
-		libs[i], keys[i] = l, e.keyFor("g", i)
-		switch v.name {
-		case "scripts":
-			base = i
-		case "raw":
-			raw = i
-		}
+		libs[i], keys[i] = l, e.keyFor(scenario, i)
 	}
 	ctx := context.Background()
 	slice := func(i, n int) (ok, failed int) {
@@ -217,31 +212,56 @@ func (e *env) guarantees(vs []variant, rounds, pairs int, record func(measuremen
 	for i := range vs {
 		slice(i, pairs/5) // load the scripts, warm the connections
 	}
-	var all []measurement
+	out := make([][]measurement, rounds)
 	for round := range rounds {
 		ms := make([]measurement, len(vs))
 		for j := range vs {
 			i := (j + round) % len(vs)
-			a, t0 := e.snap(), time.Now()
+			a, t0 := e.counts(libs[i:i+1], false), time.Now()
 			ok, failed := slice(i, pairs)
-			el, b := time.Since(t0), e.snap()
-			d := a.to(b)
+			el, b := time.Since(t0), e.counts(libs[i:i+1], false)
+			m := map[string]float64{"pairs_per_s": float64(ok) / el.Seconds(), "errors": float64(failed)}
+			d := perOp(m, a, b, int64(ok), "per_pair")
 			n := float64(max(ok, 1))
 			var scriptUsec int64
 			for k, v := range d.usecBy {
-				if strings.HasPrefix(k, "eval") {
+				if strings.HasPrefix(k, "eval") || strings.HasPrefix(k, "fcall") {
 					scriptUsec += v
 				}
 			}
-			ms[i] = measurement{Scenario: "guarantees", Cell: "G=1", Variant: vs[i].name, Rep: round + 1,
-				Commands: d.byCmd, Usec: d.usecBy, Metrics: map[string]float64{
-					"pairs_per_s":            float64(ok) / el.Seconds(),
-					"errors":                 float64(failed),
-					"cmds_per_pair":          float64(d.cmds) / n,
-					"server_cpu_us_per_pair": us(d.cpu) / n,
-					"redis_us_per_pair":      float64(scriptUsec+d.usecBy["set"]) / n,
-				}}
+			m["script_us_per_pair"] = float64(scriptUsec) / n
+			m["set_us_per_pair"] = float64(d.usecBy["set"]) / n
+			// The lock's own time in Redis: its scripts and SET (raw's).
+			m["redis_us_per_pair"] = m["script_us_per_pair"] + m["set_us_per_pair"]
+			m["server_cpu_us_per_pair"] = us(d.cpu) / n
+			ms[i] = measurement{Scenario: scenario, Cell: "G=1", Variant: vs[i].name, Rep: round + 1,
+				Commands: d.byCmd, Usec: d.usecBy, Metrics: m}
 		}
+		out[round] = ms
+	}
+	return out, nil
+}
+
+// guarantees runs the guarantees scenario in turns (see turns). The differences that
+// section 9 reports — what a cut saves against `scripts`, the ratio to `raw` — are taken
+// within a round, so that a slow phase of the machine, which lasts longer than a round,
+// moves both sides of a difference alike. record gets every slice, once all have run.
+func (e *env) guarantees(vs []variant, rounds, pairs int, record func(measurement)) error {
+	base, raw := -1, -1
+	for i, v := range vs {
+		switch v.name {
+		case "scripts":
+			base = i
+		case "raw":
+			raw = i
+		}
+	}
+	byRound, err := e.turns("guarantees", vs, rounds, pairs)
+	if err != nil {
+		return err
+	}
+	var all []measurement
+	for _, ms := range byRound {
 		for i := range ms {
 			m := ms[i].Metrics
 			if base >= 0 {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,75 +245,16 @@ func (e *env) semaphore(v variant, n int) (map[string]float64, serverDelta, erro
 	return m, d, nil
 }
 
-// kindsUncontended runs the kinds-uncontended scenario: rounds of pairs try-acquire →
-// release slices on one goroutine, one slice per kind (variant) in an order rotated every
-// round, each kind on a key of its own. Each slice is a measurement (Rep = its round);
-// "script_x_exclusive" is the slice's script time per pair over the exclusive lock's
-// (variant guardkit) in the same round, so that a slow phase of a shared machine, which
-// lasts longer than a round, moves both sides alike. record gets every slice.
+// kindsUncontended runs the kinds-uncontended scenario in turns (see turns), one variant
+// per kind: "script_x_exclusive" is a slice's script time per pair over the exclusive
+// lock's (variant guardkit) in the same round. record gets every slice.
 func (e *env) kindsUncontended(vs []variant, rounds, pairs int, record func(measurement)) error {
-	libs := make([]Lib, len(vs))
-	keys := make([]string, len(vs))
-	defer func() {
-		for _, l := range libs {
-			if l != nil {
-				_ = l.Close()
-			}
-		}
-	}()
-	base := -1
-	for i, v := range vs {
-		l, err := v.new(libConfig{addr: e.addr, ttl: e.ttl})
-		if err != nil {
-			return fmt.Errorf("%s: %w", v.name, err)
-		}
-		libs[i], keys[i] = l, e.keyFor("k", i)
-		if v.name == "guardkit" {
-			base = i
-		}
+	base := slices.IndexFunc(vs, func(v variant) bool { return v.name == "guardkit" })
+	byRound, err := e.turns("kinds-uncontended", vs, rounds, pairs)
+	if err != nil {
+		return err
 	}
-	ctx := context.Background()
-	slice := func(i, n int) (ok, failed int) {
-		for range n {
-			le, err := libs[i].TryLock(ctx, keys[i])
-			if err == nil {
-				err = le.Unlock(ctx)
-			}
-			if err != nil {
-				failed++
-				continue
-			}
-			ok++
-		}
-		return ok, failed
-	}
-	for i := range vs {
-		slice(i, pairs/5) // load the scripts, warm the connections
-	}
-	for round := range rounds {
-		ms := make([]measurement, len(vs))
-		for j := range vs {
-			i := (j + round) % len(vs)
-			a, t0 := e.counts(libs[i:i+1], false), time.Now()
-			ok, failed := slice(i, pairs)
-			el, b := time.Since(t0), e.counts(libs[i:i+1], false)
-			m := map[string]float64{
-				"pairs_per_s": float64(ok) / el.Seconds(),
-				"errors":      float64(failed),
-			}
-			d := perOp(m, a, b, int64(ok), "per_pair")
-			n := float64(max(ok, 1))
-			var scriptUsec int64
-			for k, v := range d.usecBy {
-				if strings.HasPrefix(k, "eval") || strings.HasPrefix(k, "fcall") {
-					scriptUsec += v
-				}
-			}
-			m["script_us_per_pair"] = float64(scriptUsec) / n
-			m["server_cpu_us_per_pair"] = us(d.cpu) / n
-			ms[i] = measurement{Scenario: "kinds-uncontended", Cell: "G=1", Variant: vs[i].name, Rep: round + 1,
-				Commands: d.byCmd, Usec: d.usecBy, Metrics: m}
-		}
+	for _, ms := range byRound {
 		if base >= 0 {
 			if ex := ms[base].Metrics["script_us_per_pair"]; ex > 0 {
 				for i := range ms {

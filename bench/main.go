@@ -215,21 +215,25 @@ func run(o options) error {
 	if want("uncontended") {
 		runCells("uncontended", uncontendedCells(e))
 	}
-	if want("guarantees") {
-		// One goroutine sending pairs back to back, the variants taking turns in short
-		// slices: differences of a microsecond per pair need both sides measured under the
-		// same conditions of a shared machine.
+	// runTurns runs a scenario of variants taking turns (see env.turns): one goroutine
+	// sending pairs back to back, the variants in short slices, since differences of a
+	// microsecond per pair need both sides measured under the same conditions of a shared
+	// machine. A failure is recorded as first's.
+	runTurns := func(scenario, first string, run func(vs []variant, rounds, pairs int, record func(measurement)) error) {
 		rounds, pairs := 75, 200
 		if o.quick {
 			rounds, pairs = 3, 100
 		}
 		var err error
-		pprof.Do(context.Background(), pprof.Labels("run", "guarantees"), func(context.Context) {
-			err = e.guarantees(pick("guarantees"), rounds, pairs, record)
+		pprof.Do(context.Background(), pprof.Labels("run", scenario), func(context.Context) {
+			err = run(pick(scenario), rounds, pairs, record)
 		})
 		if err != nil {
-			record(measurement{Scenario: "guarantees", Cell: "G=1", Variant: "scripts", Rep: 1, Err: err.Error()})
+			record(measurement{Scenario: scenario, Cell: "G=1", Variant: first, Rep: 1, Err: err.Error()})
 		}
+	}
+	if want("guarantees") {
+		runTurns("guarantees", "scripts", e.guarantees)
 	}
 	if want("contended") {
 		var cells []cell
@@ -269,19 +273,8 @@ func run(o options) error {
 		runCells("many", cells)
 	}
 	if want("kinds-uncontended") {
-		// As the guarantees scenario: one goroutine, the kinds taking turns in short
-		// slices, so that each kind's ratio to the exclusive lock is taken within a round.
-		rounds, pairs := 75, 200
-		if o.quick {
-			rounds, pairs = 3, 100
-		}
-		var err error
-		pprof.Do(context.Background(), pprof.Labels("run", "kinds-uncontended"), func(context.Context) {
-			err = e.kindsUncontended(pick("kinds-uncontended"), rounds, pairs, record)
-		})
-		if err != nil {
-			record(measurement{Scenario: "kinds-uncontended", Cell: "G=1", Variant: "guardkit", Rep: 1, Err: err.Error()})
-		}
+		// Each kind's ratio to the exclusive lock is taken within a round.
+		runTurns("kinds-uncontended", "guardkit", e.kindsUncontended)
 	}
 	// The kinds' scenarios: one cell per value of their parameter.
 	for _, k := range []struct {

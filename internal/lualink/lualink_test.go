@@ -29,10 +29,7 @@ end
 // order, each with its comment; not those named in comments or strings only. A function
 // only one other calls is defined inside it.
 func TestLink(t *testing.T) {
-	got, err := Link("-- c() is not called here\nreturn b(1) .. 'c()'\n", Fragment{"lib", lib})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustLink(t, "-- c() is not called here\nreturn b(1) .. 'c()'\n", lib)
 	want := "-- b calls a.\nlocal function b(x)\n  -- a doubles.\n  local function a(x)\n    return 2 * x\n  end\n" +
 		"  if x then\n    return a(x)\n  end\nend\n" +
 		"-- c() is not called here\nreturn b(1) .. 'c()'\n"
@@ -55,10 +52,7 @@ func TestLinkNesting(t *testing.T) {
 		"local function e()\n  return 2\nend\n" +
 		"local function f()\n  return e()\nend\n" +
 		"local function g()\n  local e = 3\n  return f() + e\nend\n"
-	got, err := Link("return b() + a() + g()\n", Fragment{"f", frag})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustLink(t, "return b() + a() + g()\n", frag)
 	for _, top := range []string{"a", "b", "e", "f", "g"} {
 		if !strings.Contains(got, "\nlocal function "+top+"(") && !strings.HasPrefix(got, "local function "+top+"(") {
 			t.Errorf("%s is not at the top:\n%s", top, got)
@@ -76,10 +70,7 @@ func TestLinkCommonCaller(t *testing.T) {
 		"local function y()\n  return x()\nend\n" +
 		"local function z()\n  return x()\nend\n" +
 		"local function w(a)\n  if a then\n    return y() + z()\n  end\nend\n"
-	got, err := Link("return w(true)\n", Fragment{"f", frag})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustLink(t, "return w(true)\n", frag)
 	want := "local function w(a)\n  local function x()\n    return 1\n  end\n  local function y()\n    return x()\n  end\n" +
 		"  local function z()\n    return x()\n  end\n  if a then\n    return y() + z()\n  end\nend\nreturn w(true)\n"
 	if got != want {
@@ -105,4 +96,14 @@ func TestLinkErrors(t *testing.T) {
 			t.Errorf("%s: got %v, want an error with %q", name, err, c.want)
 		}
 	}
+}
+
+// mustLink links body with the one fragment frag.
+func mustLink(t *testing.T, body, frag string) string {
+	t.Helper()
+	got, err := Link(body, Fragment{"f", frag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

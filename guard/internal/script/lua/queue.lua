@@ -35,28 +35,10 @@ local function publish(msg, sharded)
   redis.call(cmd, KEYS[1] .. ':release', msg)
 end
 
--- wake_next wakes the first queued Locker, or every Locker ('*') when nobody is queued
--- but someone waited (waited: the lock hash's #w) for the hold that ended; gone says the
--- lock hash was deleted, #w with it. Returns release.lua's reply for a hold that ended.
-local function wake_next(waited, gone)
-  local next = redis.call('LPOP', KEYS[3])
-  if next == ARGV[5] then
-    return 4 -- the caller's own Locker is next: it wakes its waiters itself
-  elseif next then
-    publish(next, ARGV[6])
-    return 3
-  elseif waited then
-    if not gone then
-      redis.call('HDEL', KEYS[1], '#w')
-    end
-    publish('*', ARGV[6])
-  end
-  return 1
-end
-
 -- wake_all wakes every Locker waiting for the lock (a writer left: all readers may
--- enter); waited and gone as for wake_next. queued says whether the queue held anyone,
--- nil to delete the queue and see.
+-- enter) when someone waited (waited: the lock hash's #w) or queued; gone says the lock
+-- hash was deleted, #w with it. queued says whether the queue held anyone, nil to delete
+-- the queue and see. Returns release.lua's reply for a hold that ended.
 local function wake_all(waited, gone, queued)
   if queued == nil then
     queued = redis.call('DEL', KEYS[3]) > 0
@@ -68,4 +50,17 @@ local function wake_all(waited, gone, queued)
     publish('*', ARGV[6])
   end
   return 1
+end
+
+-- wake_next wakes the first queued Locker, or every Locker when nobody is queued but
+-- someone waited for the hold that ended; waited and gone as for wake_all.
+local function wake_next(waited, gone)
+  local next = redis.call('LPOP', KEYS[3])
+  if next == ARGV[5] then
+    return 4 -- the caller's own Locker is next: it wakes its waiters itself
+  elseif next then
+    publish(next, ARGV[6])
+    return 3
+  end
+  return wake_all(waited, gone, false)
 end
