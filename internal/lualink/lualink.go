@@ -75,9 +75,11 @@ var ident = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // Link returns body with, before it, the functions of frags that it uses, directly or
 // through one another, in the order the fragments define them (frags in dependency
 // order: a function uses only those defined before it). A function the body does not
-// call is defined inside the function that holds all its callers, first in its body: its
-// closure is then made only when that one runs. A name defined twice, in two fragments
-// or in a fragment and the body, is an error.
+// call is defined inside the function that holds all its callers, before the statement
+// of that one's body that first needs it: its closure is then made only when the call
+// gets that far. A name defined twice, in two fragments or in a fragment and the body, is
+// an error. Nested functions rely on the fragments' layout: a body indented by two spaces
+// a level, a statement that goes on over more lines indented deeper.
 func Link(body string, frags ...Fragment) (string, error) {
 	var fns []Func
 	at := map[string]int{}
@@ -157,31 +159,156 @@ func Link(body string, frags ...Fragment) (string, error) {
 		}
 	}
 	var b strings.Builder
-	var emit func(i int, indent string)
-	emit = func(i int, indent string) {
-		lines := strings.SplitAfter(fns[i].Text, "\n")
-		for _, line := range lines {
+	var emit func(lines []string, at map[int][]placed, indent string)
+	emit = func(lines []string, at map[int][]placed, indent string) {
+		for k, line := range lines {
+			for _, p := range at[k] {
+				fl := strings.SplitAfter(fns[p.fn].Text, "\n")
+				head := slices.IndexFunc(fl, func(l string) bool { return strings.HasPrefix(l, "local function "+fns[p.fn].Name+"(") })
+				emit(fl, places(fns, need, parent, calls, p.fn, fl, head+1, len(fl)-1, 2), indent+p.indent)
+			}
 			if line != "" && line != "\n" {
 				b.WriteString(indent)
 			}
 			b.WriteString(line)
-			if strings.HasPrefix(line, "local function "+fns[i].Name+"(") {
-				// Its nested functions, first in its body.
-				for j := range fns {
-					if need[j] && parent[j] == i {
-						emit(j, indent+"  ")
-					}
-				}
+		}
+	}
+	bl := strings.SplitAfter(body, "\n")
+	emit(bl, places(fns, need, parent, calls, -1, bl, 0, len(bl), 0), "")
+	return b.String(), nil
+}
+
+// places returns where the functions nested in function i (-1: the top-level functions,
+// in the script's body) go in lines, whose statements from line first to line end
+// (excluding) are indented by indent: by line index, those to write before that line, in
+// order, each with the indentation to write it at. Each goes into the innermost block
+// that holds every use of it (a loop's body excepted: it would be made on every turn),
+// before the first statement of that block that uses it: a function that only a rarer
+// path uses is made only when the call takes that path. A use by a function nested
+// beside it, or within one, counts where that one goes. Blocks are told by indentation:
+// a statement's lines after its first are indented deeper, a block's statements two
+// spaces deeper than the line that opens it ("then", "else", "do", "repeat").
+func places(fns []Func, need []bool, parent []int, calls [][]int, i int, lines []string, first, end, indent int) map[int][]placed {
+	// scope[k] lists, for line k, the blocks that hold it, outermost first: each block's
+	// opening line (first-1 for the whole) and the first line of its statement that holds
+	// line k.
+	type level struct{ open, stmt int }
+	scope := make([][]level, len(lines))
+	type block struct{ open, indent, last int }
+	stack := []block{{open: first - 1, indent: indent, last: first}}
+	for k := first; k < end; k++ {
+		code := strings.TrimSpace(strip(lines[k]))
+		if code == "" {
+			continue
+		}
+		d := len(lines[k]) - len(strings.TrimLeft(lines[k], " "))
+		for len(stack) > 1 && stack[len(stack)-1].indent > d {
+			stack = stack[:len(stack)-1]
+		}
+		top := &stack[len(stack)-1]
+		word, _, _ := strings.Cut(code, " ")
+		if d == top.indent && word != "end" && word != "else" && word != "elseif" && word != "until" {
+			top.last = k // a new statement; else a part of the latest one
+		}
+		for _, b := range stack {
+			scope[k] = append(scope[k], level{b.open, b.last})
+		}
+		if d == top.indent && (strings.HasSuffix(code, " then") || strings.HasSuffix(code, " do") || code == "else" || code == "repeat" || code == "do") {
+			stack = append(stack, block{open: k, indent: d + 2, last: k + 1})
+		}
+	}
+	var kids []int
+	for j := range fns {
+		if need[j] && parent[j] == i {
+			kids = append(kids, j)
+		}
+	}
+	// kid returns the function of kids that holds function k (k itself, or one k is
+	// nested in), or -1.
+	kid := func(k int) int {
+		for ; k >= 0; k = parent[k] {
+			if parent[k] == i {
+				return k
 			}
 		}
+		return -1
 	}
-	for i := range fns {
-		if need[i] && parent[i] < 0 {
-			emit(i, "")
+	// A top-level function goes first when the body declares a name it takes from the
+	// top: placed after that declaration, it would take the body's instead.
+	var bodyNames []string
+	if i < 0 {
+		bodyNames = declared(strings.Join(lines, ""))
+	}
+	where := map[int][]level{}            // a function's place: the scope of the line it goes before
+	for n := len(kids) - 1; n >= 0; n-- { // users come after what they use
+		j := kids[n]
+		if overlap(bodyNames, free(fns[j].Text)) {
+			where[j] = []level{{first - 1, first}}
+			continue
 		}
+		var uses [][]level
+		for k := first; k < end; k++ {
+			if scope[k] != nil && slices.Contains(Names(lines[k]), fns[j].Name) {
+				uses = append(uses, scope[k])
+			}
+		}
+		for k := range fns {
+			if u := kid(k); k != j && need[k] && u >= 0 && u != j && slices.Contains(calls[k], j) {
+				uses = append(uses, where[u])
+			}
+		}
+		if len(uses) == 0 {
+			where[j] = []level{{first - 1, end}}
+			continue
+		}
+		// The deepest block that holds every use and is no loop's body.
+		depth := 0
+		for ; ; depth++ {
+			ok := true
+			for _, u := range uses {
+				if len(u) <= depth+1 || u[depth+1].open != uses[0][depth+1].open {
+					ok = false
+					break
+				}
+			}
+			if !ok || loopBody(lines, uses[0][depth+1].open) {
+				break
+			}
+		}
+		at := uses[0][depth].stmt
+		for _, u := range uses[1:] {
+			at = min(at, u[depth].stmt)
+		}
+		where[j] = append(append([]level(nil), uses[0][:depth]...), level{uses[0][depth].open, at})
 	}
-	b.WriteString(body)
-	return b.String(), nil
+	out := map[int][]placed{}
+	for _, j := range kids {
+		w := where[j]
+		at := w[len(w)-1].stmt
+		c := at
+		for c > first && c > w[len(w)-1].open+1 && strings.HasPrefix(strings.TrimSpace(lines[c-1]), "--") {
+			c--
+		}
+		if c > first {
+			at = c // above the statement's comment, unless that is the text's own header
+		}
+		out[at] = append(out[at], placed{j, strings.Repeat("  ", len(w)-1+indent/2)})
+	}
+	return out
+}
+
+// loopBody reports whether line k opens the body of a loop: a "do" ending a for or while
+// statement's line, or "repeat".
+func loopBody(lines []string, k int) bool {
+	code := strings.TrimSpace(strip(lines[k]))
+	word, _, _ := strings.Cut(code, " ")
+	return word == "for" || word == "while" || code == "repeat"
+}
+
+// placed is a nested function and the indentation it is written at, within its parent.
+type placed struct {
+	fn     int
+	indent string
 }
 
 // uses returns the functions of at that code uses, but self.

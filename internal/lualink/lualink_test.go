@@ -25,14 +25,16 @@ local function c()
 end
 `
 
-// TestLink: the body gets the functions it calls and those they call, in the fragment's
-// order, each with its comment; not those named in comments or strings only. A function
-// only one other calls is defined inside it.
+// TestLink: the body gets the functions it calls and those they call, each with its
+// comment, before the statement that uses them (the body's header comment stays first);
+// not those named in comments or strings only. A function only one other calls is
+// defined inside it.
 func TestLink(t *testing.T) {
 	got := mustLink(t, "-- c() is not called here\nreturn b(1) .. 'c()'\n", lib)
-	want := "-- b calls a.\nlocal function b(x)\n  -- a doubles.\n  local function a(x)\n    return 2 * x\n  end\n" +
-		"  if x then\n    return a(x)\n  end\nend\n" +
-		"-- c() is not called here\nreturn b(1) .. 'c()'\n"
+	want := "-- c() is not called here\n" +
+		"-- b calls a.\nlocal function b(x)\n  if x then\n    -- a doubles.\n    local function a(x)\n      return 2 * x\n    end\n" +
+		"    return a(x)\n  end\nend\n" +
+		"return b(1) .. 'c()'\n"
 	if got != want {
 		t.Fatalf("linked:\n%s\nwant:\n%s", got, want)
 	}
@@ -64,16 +66,58 @@ func TestLinkNesting(t *testing.T) {
 }
 
 // TestLinkCommonCaller: a function two functions call goes into the one function that
-// holds both.
+// holds both, into the innermost block that holds their uses.
 func TestLinkCommonCaller(t *testing.T) {
 	const frag = "local function x()\n  return 1\nend\n" +
 		"local function y()\n  return x()\nend\n" +
 		"local function z()\n  return x()\nend\n" +
 		"local function w(a)\n  if a then\n    return y() + z()\n  end\nend\n"
 	got := mustLink(t, "return w(true)\n", frag)
-	want := "local function w(a)\n  local function x()\n    return 1\n  end\n  local function y()\n    return x()\n  end\n" +
-		"  local function z()\n    return x()\n  end\n  if a then\n    return y() + z()\n  end\nend\nreturn w(true)\n"
+	want := "local function w(a)\n  if a then\n    local function x()\n      return 1\n    end\n" +
+		"    local function y()\n      return x()\n    end\n    local function z()\n      return x()\n    end\n" +
+		"    return y() + z()\n  end\nend\nreturn w(true)\n"
 	if got != want {
+		t.Fatalf("linked:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestLinkPlaces: a nested function goes before the statement that first uses it (a
+// after the early return), into the one branch that uses it (b), before the statement
+// whose branches both use it (c), never into a loop's body (d).
+func TestLinkPlaces(t *testing.T) {
+	const frag = "local function a()\n  return 1\nend\n" +
+		"local function b()\n  return 2\nend\n" +
+		"local function c()\n  return 3\nend\n" +
+		"local function d()\n  return 4\nend\n" +
+		"local function p(x)\n" +
+		"  if x == 1 then\n    return 0\n  end\n" +
+		"  local n = a()\n" +
+		"  if x == 2 then\n    n = n + b()\n  elseif x == 3 then\n    n = n + c()\n  else\n    n = n + c()\n  end\n" +
+		"  for i = 1, x do\n    n = n + d()\n  end\n" +
+		"  return n\n" +
+		"end\n"
+	got := mustLink(t, "return p(5)\n", frag)
+	want := "local function p(x)\n" +
+		"  if x == 1 then\n    return 0\n  end\n" +
+		"  local function a()\n    return 1\n  end\n" +
+		"  local n = a()\n" +
+		"  local function c()\n    return 3\n  end\n" +
+		"  if x == 2 then\n    local function b()\n      return 2\n    end\n    n = n + b()\n" +
+		"  elseif x == 3 then\n    n = n + c()\n  else\n    n = n + c()\n  end\n" +
+		"  local function d()\n    return 4\n  end\n" +
+		"  for i = 1, x do\n    n = n + d()\n  end\n" +
+		"  return n\n" +
+		"end\n" +
+		"return p(5)\n"
+	if got != want {
+		t.Fatalf("linked:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestLinkShadow: a function whose name from the top the body declares goes first.
+func TestLinkShadow(t *testing.T) {
+	got := mustLink(t, "local n = 1\nif n then\n  return f()\nend\n", "local function f()\n  return n\nend\n")
+	if want := "local function f()\n  return n\nend\nlocal n = 1\nif n then\n  return f()\nend\n"; got != want {
 		t.Fatalf("linked:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -34,16 +34,7 @@ local holder, count, v, n = read_chain(owner, '#t', '#w')
 local token = v[n + 1]
 
 if holder then
-  -- Reentry through Redis (the owner, or a section it is in, holds the lock through
-  -- another Locker): count the hold once per attempt, however often the client sends it.
-  local nonces = holder .. '#a'
-  local applied = redis.call('HGET', lock, nonces)
-  if not listed(applied, ARGV[3]) and undone(redis.call('GET', KEYS[2])) then
-    return {0, -1} -- undone already: the caller left
-  end
-  local holds = recount(holder, nonces, count, applied)
-  extend_to(lock, ARGV[2])
-  return as_holder({1, token, holds}, holder, owner)
+  return rehold(holder, owner, count, token)
 end
 
 if token then

@@ -112,3 +112,20 @@ local function extend_to(key, ms)
     redis.call('PEXPIRE', key, ms)
   end
 end
+
+-- rehold is a reentry through Redis of the exclusive or the fair lock: the owner, or a
+-- section it is in (holder), holds the lock through another Locker. It counts the attempt
+-- (ARGV[3]) as one more hold of holder's, whose count is count, once however often the
+-- client sends it, unless the attempt was undone before it got here (checked: the caller
+-- looked already), and keeps the lock for ARGV[2] at least. Returns acquire.lua's reentry
+-- reply, token the hold's, or {0, -1} for an attempt undone.
+local function rehold(holder, owner, count, token, checked)
+  local nonces = holder .. '#a'
+  local applied = redis.call('HGET', KEYS[1], nonces)
+  if not checked and not listed(applied, ARGV[3]) and undone(redis.call('GET', KEYS[2])) then
+    return {0, -1} -- undone already: the caller left
+  end
+  local holds = recount(holder, nonces, count, applied)
+  extend_to(KEYS[1], ARGV[2])
+  return as_holder({1, token, holds}, holder, owner)
+end

@@ -33,10 +33,7 @@ if count then
     redis.call('PEXPIRE', lock, ARGV[2])
     return tonumber(token)
   end
-  local nonces = holder .. '#a'
-  local holds = recount(holder, nonces, count, redis.call('HGET', lock, nonces))
-  extend_to(lock, ttl)
-  return as_holder({1, token, holds}, holder, owner)
+  return rehold(holder, owner, count, token, true)
 end
 if not token then
   -- Free: it is the first live owner's of the queue.

@@ -12,7 +12,12 @@ local writer, mark = v[n + 1], tonumber(v[n + 2] or 0)
 if holder then
   return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder, now, mark, top)
 end
-if writer and not within(owner, writer) or not writer and mark > now then
+-- Busy while another owner writes, or while a writer waits when nobody writes.
+local refused = mark > now
+if writer then
+  refused = not within(owner, writer)
+end
+if refused then
   return busy(redis.call('PTTL', lock))
 end
 local token = new_token(f, t)
