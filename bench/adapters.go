@@ -91,7 +91,10 @@ type variant struct {
 	// exclusive makes the read-write scenario's readers and writer take the exclusive
 	// lock: the same work without sharing.
 	exclusive bool
-	new       func(libConfig) (Lib, error)
+	// shared marks a variant whose locks several owners may hold at once (a read lock, a
+	// semaphore): scenario kinds-uncontended only.
+	shared bool
+	new    func(libConfig) (Lib, error)
 }
 
 func variants() []variant {
@@ -105,6 +108,18 @@ func variants() []variant {
 		{name: "guardkit/exclusive", lib: "guardkit", isLock: true, exclusive: true,
 			config: "as guardkit, but in the rw scenario readers and writer all take the exclusive lock: the same work without sharing",
 			new:    newGuard},
+		{name: "guardkit/read", lib: "guardkit", isLock: true, shared: true,
+			config: "as guardkit, every lock the read mode of a read-write lock (guard.Read()); scenario kinds-uncontended",
+			new:    newGuardKind(guard.Read())},
+		{name: "guardkit/write", lib: "guardkit", isLock: true,
+			config: "as guardkit, every lock the write mode of a read-write lock (guard.Write()); scenario kinds-uncontended",
+			new:    newGuardKind(guard.Write())},
+		{name: "guardkit/semaphore", lib: "guardkit", isLock: true, shared: true,
+			config: fmt.Sprintf("as guardkit, every lock a semaphore of %d permits (guard.Permits(%d)); scenario kinds-uncontended", kindUncontendedPermits, kindUncontendedPermits),
+			new:    newGuardKind(guard.Permits(kindUncontendedPermits))},
+		{name: "guardkit/fair", lib: "guardkit", isLock: true,
+			config: "as guardkit, every lock a fair lock (guard.Fair()); scenario kinds-uncontended",
+			new:    newGuardKind(guard.Fair())},
 		{name: "guardkit/locker-per-worker", lib: "guardkit", isLock: true, perWorker: true,
 			config: "as guardkit, but every contended worker has its own client and Locker, as separate processes would",
 			new:    newGuard},
@@ -383,7 +398,8 @@ func (le *rawLease) Lost() bool { return le.wd.isLost() }
 
 type guardLib struct {
 	*goRedis
-	l *guard.Locker
+	l   *guard.Locker
+	acq []guard.Option // given to every acquisition: the lock's kind
 }
 
 func newGuard(cfg libConfig) (Lib, error) { return newGuardWith(cfg) }
@@ -399,6 +415,19 @@ func newGuardWith(cfg libConfig, opts ...guard.Option) (Lib, error) {
 		return nil, err
 	}
 	return &guardLib{goRedis: g, l: l}, nil
+}
+
+// newGuardKind is newGuard taking every lock as the kind opt makes it (guard.Read(), …).
+func newGuardKind(opt guard.Option) func(libConfig) (Lib, error) {
+	return func(cfg libConfig) (Lib, error) {
+		l, err := newGuard(cfg)
+		if err != nil {
+			return nil, err
+		}
+		g := l.(*guardLib)
+		g.acq = []guard.Option{opt}
+		return g, nil
+	}
 }
 
 // newGuardAutoPipelined is newGuard on go-redis's auto-pipelining face of the client.
@@ -419,7 +448,7 @@ func newGuardAutoPipelined(cfg libConfig) (Lib, error) {
 type guardLease struct{ le *guard.Lease }
 
 func (l *guardLib) TryLock(ctx context.Context, key string) (Lease, error) {
-	le, err := l.l.TryAcquire(ctx, key)
+	le, err := l.l.TryAcquire(ctx, key, l.acq...)
 	if errors.Is(err, guard.ErrLocked) {
 		return nil, errBusy
 	}
@@ -430,7 +459,7 @@ func (l *guardLib) TryLock(ctx context.Context, key string) (Lease, error) {
 }
 
 func (l *guardLib) Lock(ctx context.Context, key string) (Lease, error) {
-	le, err := l.l.Acquire(ctx, key)
+	le, err := l.l.Acquire(ctx, key, l.acq...)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +467,7 @@ func (l *guardLib) Lock(ctx context.Context, key string) (Lease, error) {
 }
 
 func (l *guardLib) Reenter(outer Lease, key string) (Lease, error) {
-	le, err := l.l.Acquire(outer.(guardLease).le.Context(), key)
+	le, err := l.l.Acquire(outer.(guardLease).le.Context(), key, l.acq...)
 	if err != nil {
 		return nil, err
 	}

@@ -45,10 +45,11 @@ func newTestLib(t *testing.T, v variant, cfg libConfig) Lib {
 
 // TestConformance checks that every lock adapter acquires, excludes and releases, that
 // a blocked Lock gets the lock when it is released, and that reentrant adapters reenter.
-// The variants that need replicas are checked by TestReplicated.
+// The variants that need replicas are checked by TestReplicated; the shared kinds' (a
+// read lock, a semaphore), which do not exclude, by TestKindsUncontended.
 func TestConformance(t *testing.T) {
 	for _, v := range variants() {
-		if !v.isLock || v.replicated || v.quorum {
+		if !v.isLock || v.replicated || v.quorum || v.shared {
 			continue
 		}
 		t.Run(v.name, func(t *testing.T) {

@@ -15,18 +15,26 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/internal/lualink"
 )
 
 // The guarantees scenario prices each guarantee of guardkit's exclusive lock in server
-// time: guardkit's own acquire.lua and release.lua, read from ../guard/internal/script/lua, run
-// directly (no engine around them), whole and with one guarantee cut out at a time. The
-// cuts are textual edits of the real scripts; an edit that no longer applies (the script
-// changed) fails the run instead of measuring something else.
+// time: guardkit's own acquire.lua and release.lua, read from ../guard/internal/script/lua
+// and linked with the fragments' functions they call as guard links them, run directly
+// (no engine around them), whole and with one guarantee cut out at a time. The cuts are
+// textual edits of the real scripts and fragments; an edit that no longer applies (the
+// script changed) fails the run instead of measuring something else.
 
 // scriptsDir is where guardkit's scripts are read from; the bench runs in bench/.
 var scriptsDir = filepath.Join("..", "guard", "internal", "script", "lua")
 
-// scriptEdit cuts one guarantee out of acquire.lua (file "acquire") or release.lua.
+// scriptFragments are the fragments guard links every script with, in order (see
+// guard/internal/script/doc.go).
+var scriptFragments = []string{"chain", "fence", "hold", "queue"}
+
+// scriptEdit cuts one guarantee out of acquire.lua (file "acquire"), release.lua or one of
+// scriptFragments.
 type scriptEdit struct {
 	file     string
 	re       *regexp.Regexp
@@ -41,20 +49,22 @@ var guaranteeCuts = []struct {
 }{
 	{"scripts", "none: guardkit's scripts as they are", nil},
 	{"scripts/no-release-nonce", "a retried release reports the truth", []scriptEdit{{
-		file: "release", re: regexp.MustCompile(`record_release\(v\[3\], nonce\)\n`), with: "",
+		file: "hold", re: regexp.MustCompile(`  record_release\(v\[4\], nonce\)\n`), with: "",
 		describe: "the release nonce APPENDed to the fence key and the key's retention renewed"}}},
 	{"scripts/no-token-rewrite", "tokens rise per key while the fence key lives, whatever the clock", []scriptEdit{{
-		file: "acquire", re: regexp.MustCompile(`(?s)local last = f and string\.match\(f, '\^%d\+'\).*?'PX', ARGV\[4\]\)\nend\n`),
+		file: "fence", re: regexp.MustCompile(`(?s)  local last = f and string\.match\(f, '\^%d\+'\)\n.*?  put_token\(f, last, s, ARGV\[4\]\)\n`),
 		with:     "",
 		describe: "the last token read from the fence key and overwritten (the token is the clock alone)"}}},
 	{"scripts/no-clock-floor", "tokens rise after Redis restarts empty or fails over to a lagging replica", []scriptEdit{{
-		file: "acquire", re: regexp.MustCompile(`(?s)local now = redis\.call\('TIME'\)\n.*?local t = now\[1\] \.\. string\.rep\('0', 6 - #now\[2\]\) \.\. now\[2\]\n`),
-		with: "local t = '0'\n", describe: "TIME as the token's floor (the token is the fence key's last + 1)"}}},
+		file: "acquire", re: regexp.MustCompile(`new_token\(f, redis\.call\('TIME'\)\)`), with: "new_token(f, nil)",
+		describe: "TIME"}, {
+		file: "fence", re: regexp.MustCompile(`local s = t\[1\] \.\. string\.rep\('0', 6 - #t\[2\]\) \.\. t\[2\]`), with: "local s = '0'",
+		describe: "the clock's digits as the token's floor (the token is the fence key's last + 1)"}}},
 	{"scripts/no-acquire-nonce", "a retried acquire counts once", []scriptEdit{{
 		file: "acquire", re: regexp.MustCompile(`owner \.\. '#a', ARGV\[3\], `), with: "",
 		describe: "the attempt's nonce written into the lock hash"}}},
 	{"scripts/no-queue-pop", "a release wakes the next process queued for the lock", []scriptEdit{{
-		file: "release", re: regexp.MustCompile(`local next = redis\.call\('LPOP', KEYS\[3\]\)`), with: "local next = false",
+		file: "queue", re: regexp.MustCompile(`local next = redis\.call\('LPOP', KEYS\[3\]\)`), with: "local next = false",
 		describe: "the pop of the lock's wait queue"}}},
 }
 
@@ -69,14 +79,11 @@ func init() {
 	}{"scripts/no-guarantees", "all five above", all})
 }
 
-// guardScripts returns guardkit's acquire and release scripts with edits applied.
+// guardScripts returns guardkit's acquire and release scripts with edits applied, each
+// linked with the functions of scriptFragments it calls.
 func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
 	src := map[string]string{}
-	chain, err := os.ReadFile(filepath.Join(scriptsDir, "chain.lua"))
-	if err != nil {
-		return "", "", fmt.Errorf("guardkit's scripts (run the bench from bench/): %w", err)
-	}
-	for _, f := range []string{"acquire", "release"} {
+	for _, f := range append([]string{"acquire", "release"}, scriptFragments...) {
 		b, err := os.ReadFile(filepath.Join(scriptsDir, f+".lua"))
 		if err != nil {
 			return "", "", fmt.Errorf("guardkit's scripts (run the bench from bench/): %w", err)
@@ -89,13 +96,14 @@ func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
 		}
 		src[e.file] = e.re.ReplaceAllLiteralString(src[e.file], e.with)
 	}
-	// guard puts chain.lua (the section tree of owners) before both, and fence.lua (the
-	// functions the release scripts share) before the release.
-	fence, err := os.ReadFile(filepath.Join(scriptsDir, "fence.lua"))
-	if err != nil {
-		return "", "", err
+	frags := make([]lualink.Fragment, len(scriptFragments))
+	for i, f := range scriptFragments {
+		frags[i] = lualink.Fragment{Name: f + ".lua", Src: src[f]}
 	}
-	return string(chain) + src["acquire"], string(chain) + string(fence) + src["release"], nil
+	if acquire, err = lualink.Link(src["acquire"], frags...); err == nil {
+		release, err = lualink.Link(src["release"], frags...)
+	}
+	return acquire, release, err
 }
 
 // scriptsLib runs guardkit's scripts, whole or cut, as try-acquire and release.
@@ -161,13 +169,15 @@ func (le *scriptsLease) Unlock(ctx context.Context) error {
 
 func (le *scriptsLease) Lost() bool { return false }
 
-// guarantees runs the guarantees scenario: rounds of pairs slices, one per variant in an
-// order rotated every round, on one goroutine each variant with a key of its own. Each
-// slice is a measurement (Rep = its round); the differences that section 9 reports —
-// what a cut saves against `scripts`, the ratio to `raw` — are taken within a round, so
-// that a slow phase of the machine, which lasts longer than a round, moves both sides of
-// a difference alike. record gets every slice, once all have run.
-func (e *env) guarantees(vs []variant, rounds, pairs int, record func(measurement)) error {
+// turns runs rounds of pairs-long slices of try-acquire → release on one goroutine, one
+// slice per variant in an order rotated every round, each variant on a Lib and a key of
+// its own, for the scenarios that set variants side by side within a round (guarantees,
+// kinds-uncontended). Each slice is a measurement of scenario, cell G=1, Rep its round,
+// with the pairs per second, the errors, the per-pair counts (perOp), the script time
+// ("script_us_per_pair", EVAL, EVALSHA and FCALL with the commands they call), the
+// lock's time in Redis (scripts and SET) and the server CPU per pair; it returns them by
+// round, each round in vs's order.
+func (e *env) turns(scenario string, vs []variant, rounds, pairs int) ([][]measurement, error) {
 	libs := make([]Lib, len(vs))
 	keys := make([]string, len(vs))
 	defer func() {
@@ -177,19 +187,12 @@ func (e *env) guarantees(vs []variant, rounds, pairs int, record func(measuremen
 			}
 		}
 	}()
-	base, raw := -1, -1
 	for i, v := range vs {
 		l, err := v.new(libConfig{addr: e.addr, ttl: e.ttl})
 		if err != nil {
-			return fmt.Errorf("%s: %w", v.name, err)
+			return nil, fmt.Errorf("%s: %w", v.name, err)
 		}
-		libs[i], keys[i] = l, e.keyFor("g", i)
-		switch v.name {
-		case "scripts":
-			base = i
-		case "raw":
-			raw = i
-		}
+		libs[i], keys[i] = l, e.keyFor(scenario, i)
 	}
 	ctx := context.Background()
 	slice := func(i, n int) (ok, failed int) {
@@ -209,31 +212,56 @@ func (e *env) guarantees(vs []variant, rounds, pairs int, record func(measuremen
 	for i := range vs {
 		slice(i, pairs/5) // load the scripts, warm the connections
 	}
-	var all []measurement
+	out := make([][]measurement, rounds)
 	for round := range rounds {
 		ms := make([]measurement, len(vs))
 		for j := range vs {
 			i := (j + round) % len(vs)
-			a, t0 := e.snap(), time.Now()
+			a, t0 := e.counts(libs[i:i+1], false), time.Now()
 			ok, failed := slice(i, pairs)
-			el, b := time.Since(t0), e.snap()
-			d := a.to(b)
+			el, b := time.Since(t0), e.counts(libs[i:i+1], false)
+			m := map[string]float64{"pairs_per_s": float64(ok) / el.Seconds(), "errors": float64(failed)}
+			d := perOp(m, a, b, int64(ok), "per_pair")
 			n := float64(max(ok, 1))
 			var scriptUsec int64
 			for k, v := range d.usecBy {
-				if strings.HasPrefix(k, "eval") {
+				if strings.HasPrefix(k, "eval") || strings.HasPrefix(k, "fcall") {
 					scriptUsec += v
 				}
 			}
-			ms[i] = measurement{Scenario: "guarantees", Cell: "G=1", Variant: vs[i].name, Rep: round + 1,
-				Commands: d.byCmd, Usec: d.usecBy, Metrics: map[string]float64{
-					"pairs_per_s":            float64(ok) / el.Seconds(),
-					"errors":                 float64(failed),
-					"cmds_per_pair":          float64(d.cmds) / n,
-					"server_cpu_us_per_pair": us(d.cpu) / n,
-					"redis_us_per_pair":      float64(scriptUsec+d.usecBy["set"]) / n,
-				}}
+			m["script_us_per_pair"] = float64(scriptUsec) / n
+			m["set_us_per_pair"] = float64(d.usecBy["set"]) / n
+			// The lock's own time in Redis: its scripts and SET (raw's).
+			m["redis_us_per_pair"] = m["script_us_per_pair"] + m["set_us_per_pair"]
+			m["server_cpu_us_per_pair"] = us(d.cpu) / n
+			ms[i] = measurement{Scenario: scenario, Cell: "G=1", Variant: vs[i].name, Rep: round + 1,
+				Commands: d.byCmd, Usec: d.usecBy, Metrics: m}
 		}
+		out[round] = ms
+	}
+	return out, nil
+}
+
+// guarantees runs the guarantees scenario in turns (see turns). The differences that
+// section 9 reports — what a cut saves against `scripts`, the ratio to `raw` — are taken
+// within a round, so that a slow phase of the machine, which lasts longer than a round,
+// moves both sides of a difference alike. record gets every slice, once all have run.
+func (e *env) guarantees(vs []variant, rounds, pairs int, record func(measurement)) error {
+	base, raw := -1, -1
+	for i, v := range vs {
+		switch v.name {
+		case "scripts":
+			base = i
+		case "raw":
+			raw = i
+		}
+	}
+	byRound, err := e.turns("guarantees", vs, rounds, pairs)
+	if err != nil {
+		return err
+	}
+	var all []measurement
+	for _, ms := range byRound {
 		for i := range ms {
 			m := ms[i].Metrics
 			if base >= 0 {

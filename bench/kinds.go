@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,8 @@ const (
 	kindWritePause = 5 * time.Millisecond   // the writer's pause between writes
 	kindSemHold    = time.Millisecond       // a permit holder's work
 	kindSemW       = 64                     // semaphore workers
+
+	kindUncontendedPermits = 4 // the semaphore's permits in scenario kinds-uncontended
 )
 
 // rwReaders and semPermits are the cells of the two scenarios.
@@ -240,4 +243,28 @@ func (e *env) semaphore(v variant, n int) (map[string]float64, serverDelta, erro
 	d := perOp(m, a, b, sum, "per_acq")
 	m["server_cpu_us_per_acq"] = us(d.cpu) / float64(max(sum, 1))
 	return m, d, nil
+}
+
+// kindsUncontended runs the kinds-uncontended scenario in turns (see turns), one variant
+// per kind: "script_x_exclusive" is a slice's script time per pair over the exclusive
+// lock's (variant guardkit) in the same round. record gets every slice.
+func (e *env) kindsUncontended(vs []variant, rounds, pairs int, record func(measurement)) error {
+	base := slices.IndexFunc(vs, func(v variant) bool { return v.name == "guardkit" })
+	byRound, err := e.turns("kinds-uncontended", vs, rounds, pairs)
+	if err != nil {
+		return err
+	}
+	for _, ms := range byRound {
+		if base >= 0 {
+			if ex := ms[base].Metrics["script_us_per_pair"]; ex > 0 {
+				for i := range ms {
+					ms[i].Metrics["script_x_exclusive"] = ms[i].Metrics["script_us_per_pair"] / ex
+				}
+			}
+		}
+		for _, m := range ms {
+			record(m)
+		}
+	}
+	return nil
 }

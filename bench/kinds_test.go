@@ -45,3 +45,29 @@ func TestKinds(t *testing.T) {
 		t.Errorf("semaphore N=4: %v violations, %v errors, peak %v holders, %v acq/s", m["violations"], m["errors"], m["peak_holders"], m["acq_per_s"])
 	}
 }
+
+// TestKindsUncontended runs the kinds-uncontended scenario small: every kind takes and
+// frees its lock without an error, in two round trips a pair, and each slice has its
+// ratio to the exclusive lock's.
+func TestKindsUncontended(t *testing.T) {
+	info := redis.NewClient(&redis.Options{Addr: testAddr, PoolSize: 1})
+	defer info.Close()
+	e := &env{addr: testAddr, info: info, ttl: 10 * time.Second}
+	var vs []variant
+	for _, n := range scenarioVariants["kinds-uncontended"] {
+		vs = append(vs, variantByName(t, n))
+	}
+	var ms []measurement
+	if err := e.kindsUncontended(vs, 2, 20, func(m measurement) { ms = append(ms, m) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 2*len(vs) {
+		t.Fatalf("%d slices, want %d", len(ms), 2*len(vs))
+	}
+	for _, m := range ms {
+		if m.Err != "" || m.Metrics["errors"] != 0 || m.Metrics["rt_per_pair_hook"] != 2 || m.Metrics["script_x_exclusive"] <= 0 {
+			t.Errorf("%s round %d: error %q, %v errors, %v round trips a pair, %v× the exclusive lock's script time",
+				m.Variant, m.Rep, m.Err, m.Metrics["errors"], m.Metrics["rt_per_pair_hook"], m.Metrics["script_x_exclusive"])
+		}
+	}
+}

@@ -40,6 +40,8 @@ var scenarioVariants = map[string][]string{
 	"quorum-contended":   {"raw", "guardkit/quorum", "redsync/quorum", "redsync/quorum-defaults"},
 	// The lock kinds (kinds.go): guardkit only.
 	"rw": {"guardkit", "guardkit/exclusive"},
+	// Each kind's uncontended pair beside the exclusive lock's (guardkit).
+	"kinds-uncontended": {"guardkit", "guardkit/read", "guardkit/write", "guardkit/semaphore", "guardkit/fair"},
 	// What each guarantee costs the server (guarantees.go): guardkit's scripts run
 	// directly, whole and with one guarantee cut out, beside the bare lock, the floor and
 	// two empty scripts.
@@ -48,7 +50,7 @@ var scenarioVariants = map[string][]string{
 	"semaphore": {"guardkit"},
 }
 
-var scenarioOrder = []string{"uncontended", "guarantees", "contended", "reentrant", "many", "rw", "semaphore",
+var scenarioOrder = []string{"uncontended", "guarantees", "contended", "reentrant", "many", "kinds-uncontended", "rw", "semaphore",
 	"cluster-uncontended", "cluster-contended", "replicated-uncontended", "quorum-uncontended", "quorum-contended"}
 
 // uncontendedG are the cells of every uncontended scenario: goroutines.
@@ -213,21 +215,25 @@ func run(o options) error {
 	if want("uncontended") {
 		runCells("uncontended", uncontendedCells(e))
 	}
-	if want("guarantees") {
-		// One goroutine sending pairs back to back, the variants taking turns in short
-		// slices: differences of a microsecond per pair need both sides measured under the
-		// same conditions of a shared machine.
+	// runTurns runs a scenario of variants taking turns (see env.turns): one goroutine
+	// sending pairs back to back, the variants in short slices, since differences of a
+	// microsecond per pair need both sides measured under the same conditions of a shared
+	// machine. A failure is recorded as first's.
+	runTurns := func(scenario, first string, run func(vs []variant, rounds, pairs int, record func(measurement)) error) {
 		rounds, pairs := 75, 200
 		if o.quick {
 			rounds, pairs = 3, 100
 		}
 		var err error
-		pprof.Do(context.Background(), pprof.Labels("run", "guarantees"), func(context.Context) {
-			err = e.guarantees(pick("guarantees"), rounds, pairs, record)
+		pprof.Do(context.Background(), pprof.Labels("run", scenario), func(context.Context) {
+			err = run(pick(scenario), rounds, pairs, record)
 		})
 		if err != nil {
-			record(measurement{Scenario: "guarantees", Cell: "G=1", Variant: "scripts", Rep: 1, Err: err.Error()})
+			record(measurement{Scenario: scenario, Cell: "G=1", Variant: first, Rep: 1, Err: err.Error()})
 		}
+	}
+	if want("guarantees") {
+		runTurns("guarantees", "scripts", e.guarantees)
 	}
 	if want("contended") {
 		var cells []cell
@@ -265,6 +271,10 @@ func run(o options) error {
 			}})
 		}
 		runCells("many", cells)
+	}
+	if want("kinds-uncontended") {
+		// Each kind's ratio to the exclusive lock is taken within a round.
+		runTurns("kinds-uncontended", "guardkit", e.kindsUncontended)
 	}
 	// The kinds' scenarios: one cell per value of their parameter.
 	for _, k := range []struct {

@@ -7,11 +7,23 @@ import (
 
 // kindSections writes the tables of the lock kinds' scenarios (kinds.go).
 func (r *report) kindSections(b *strings.Builder) {
-	if len(r.cells("rw")) == 0 && len(r.cells("semaphore")) == 0 {
+	if len(r.cells("rw")) == 0 && len(r.cells("semaphore")) == 0 && len(r.cells("kinds-uncontended")) == 0 {
 		return
 	}
 	r.addKindRatios()
 	b.WriteString("## 7. Lock kinds (guardkit only)\n\n")
+	if len(r.cells("kinds-uncontended")) > 0 {
+		fmt.Fprintf(b, "**kinds-uncontended**: one goroutine sends uncontended try-acquire → release pairs through the engine, one kind at a time on a key of its own: `guardkit` the exclusive lock, `guardkit/read` and `guardkit/write` the two modes of a read-write lock, `guardkit/semaphore` %d permits, `guardkit/fair` the fair lock. As in section 9, the kinds take turns in slices of pairs, the order rotated every round, and the table shows medians over the rounds (%d rounds here). script µs/pair = `INFO commandstats` usec of EVALSHA per pair, the commands the scripts call included; × exclusive = the median of the same-round ratios to the exclusive lock's.\n\n",
+			kindUncontendedPermits, r.repsOf("kinds-uncontended"))
+		r.table(b, "kinds-uncontended", "G", []column{
+			{"pairs/s", "pairs_per_s", -1}, {"script µs/pair", "script_us_per_pair", 1}, {"× exclusive", "script_x_exclusive", 2},
+			{"cmds/pair", "cmds_per_pair", 1}, {"RT/pair", "rt_per_pair_hook", 2},
+			{"server CPU µs/pair", "server_cpu_us_per_pair", 1}, {"errors", "errors", 0},
+		})
+	}
+	if len(r.cells("rw")) == 0 && len(r.cells("semaphore")) == 0 {
+		return
+	}
 	fmt.Fprintf(b, "No other library in this comparison has a read-write lock or a semaphore with a lease per holder, renewal and fencing, so these rows are guardkit's alone. **rw**: R readers loop `guard.Read()` acquire → hold %s → release on one key while one writer loops pause %s → `guard.Write()` acquire → hold %s → release, all on one Locker; `guardkit/exclusive` does the same work with every one of them taking the exclusive lock. × R=1 = reads/s over the same variant's at R=1; × exclusive = reads/s over `guardkit/exclusive`'s in the same cell; write wait = the writer's acquire call; peak = most readers inside at once; viol = moments a writer held the key with anyone. Per-acquisition counts cover reads and writes, attempts and releases; server CPU µs/acq includes Redis's idle work and so falls as the rate rises.\n\n",
 		kindReadHold, kindWritePause, kindWriteHold)
 	r.table(b, "rw", "R", []column{
@@ -59,6 +71,21 @@ func (r *report) addKindRatios() {
 func (r *report) kindTargets() []target {
 	g := r.metric
 	var ts []target
+	if cells := r.cells("kinds-uncontended"); len(cells) > 0 {
+		met := true
+		var parts []string
+		for _, c := range cells {
+			ex, ok := g("kinds-uncontended", c, "guardkit", "script_us_per_pair")
+			for _, v := range scenarioVariants["kinds-uncontended"][1:] {
+				k, ok1 := g("kinds-uncontended", c, v, "script_us_per_pair")
+				x, ok2 := g("kinds-uncontended", c, v, "script_x_exclusive")
+				met = met && ok1 && ok2 && x <= 1.3
+				parts = append(parts, fmt.Sprintf("%s %s µs (%s×)", strings.TrimPrefix(v, "guardkit/"), num(k, ok1, 1), num(x, ok2, 2)))
+			}
+			parts = append(parts, fmt.Sprintf("exclusive %s µs", num(ex, ok, 1)))
+		}
+		ts = append(ts, target{"kinds-script-time", "kinds, uncontended: every kind's script time per pair ≤ 1.3× the exclusive lock's", strings.Join(parts, "; "), met})
+	}
 	if cells := r.cells("rw"); len(cells) > 0 {
 		one, ok1 := g("rw", "R=1", "guardkit", "reads_per_s")
 		sixteen, ok2 := g("rw", "R=16", "guardkit", "reads_per_s")
@@ -101,4 +128,14 @@ func (r *report) kindTargets() []target {
 		ts = append(ts, target{"sem-jain", "semaphore: Jain ≥ 0.9 at every N", strings.Join(jains, "; "), fair})
 	}
 	return ts
+}
+
+// repsOf returns the repetitions (rounds) behind the first median of scenario.
+func (r *report) repsOf(scenario string) int {
+	for _, s := range r.sums {
+		if s.Scenario == scenario {
+			return s.Rep
+		}
+	}
+	return 0
 }

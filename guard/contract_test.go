@@ -175,7 +175,8 @@ func TestEntryPointDefaultWait(t *testing.T) {
 	})
 }
 
-// acquireLua is the exclusive lock's acquire script as it is sent: chain.lua first.
+// acquireLua is the exclusive lock's acquire script as it is sent: linked with the
+// fragments' functions it calls.
 var acquireLua = script.Acquire.Body()
 
 // scriptCounter counts the calls of one Lua script a client makes, in either of its

@@ -44,7 +44,7 @@ func (k Kind) String() string {
 //     gave up), Locker ID[, limit, sharded flag]. Replies: token (integer) for a fresh
 //     hold; {1, "token", holds} for a reentry or a hold the owner already had in Redis,
 //     {1, "token", holds, holder} for a reentry of a hold of a section the owner is in
-//     (internal/script/lua/chain.lua, put before every kind's scripts);
+//     (internal/script/lua/chain.lua, a fragment of every kind's scripts);
 //     {0, pttl} busy (pttl -1: free but left to others); {2} refused for good (a reader
 //     asking to write: ErrUpgrade).
 //   - release: KEYS as acquire; ARGV owner, release nonce, undo nonce, fence retention
@@ -57,7 +57,7 @@ func (k Kind) String() string {
 //
 // The read-write lock, the semaphore and the fair lock keep more than a hash per lock:
 // their scripts (internal/script/lua/kinds) share the functions of kinds/lib.lua, which also
-// describes their data.
+// describes their data, besides those every script shares (internal/script's doc).
 type kindSpec struct {
 	kind             Kind
 	suffix           string // appended to the lock's Redis name, after the hash tag

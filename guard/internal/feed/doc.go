@@ -10,9 +10,8 @@
 //
 // This is the whole protocol by which a waiter learns that a lock may be free, stated
 // once; the code that carries it out is in this package, in guard's wait.go (waitRun)
-// and locker.go (the release), and in the scripts (acquire.lua's queue, release.lua's
-// LPOP and PUBLISH, wake.lua, the kinds' enqueue, wake_next and wake_all in
-// kinds/lib.lua).
+// and locker.go (the release), and in the scripts (queue.lua's enqueue, wake_next and
+// wake_all, which every kind's acquire and release scripts share, and wake.lua).
 //
 //  1. Redis queues processes, not goroutines. An attempt that finds the lock busy puts
 //     its Locker's ID at the end of the lock's wait queue (a list, once per Locker,

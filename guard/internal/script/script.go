@@ -2,9 +2,10 @@ package script
 
 import (
 	"embed"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/internal/lualink"
 )
 
 //go:embed lua
@@ -57,13 +58,31 @@ func New(flags, body string) *Script {
 	}
 }
 
-// build returns the script made of the named sources, in order, with flags.
-func build(flags string, names ...string) *Script {
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = Source(n)
+// common are the fragments every script is linked with, in the order their functions
+// are put before it (see doc.go); kinds adds the kinds' own.
+var (
+	common = []string{"chain", "fence", "hold", "queue"}
+	kinds  = append(append([]string(nil), common...), "kinds/lib")
+)
+
+// link returns the source body (a text, not a file name) with, before it, the functions
+// of the named fragments that it calls (lualink.Link). It panics when a fragment is not
+// one: the sources are the package's own.
+func link(body string, frags ...string) string {
+	fs := make([]lualink.Fragment, len(frags))
+	for i, n := range frags {
+		fs[i] = lualink.Fragment{Name: n + ".lua", Src: Source(n)}
 	}
-	return New(flags, strings.Join(parts, ""))
+	s, err := lualink.Link(body, fs...)
+	if err != nil {
+		panic("script: " + err.Error())
+	}
+	return s
+}
+
+// build returns the script of lua/<name>.lua linked with the named fragments, with flags.
+func build(flags, name string, frags ...string) *Script {
+	return New(flags, link(Source(name), frags...))
 }
 
 // Form returns the SHA1 and the source of the form to send: the plain one after a
@@ -88,18 +107,18 @@ func (s *Script) Body() string { return s.body }
 // flags.
 func Gated(s *Script) *Script { return New(s.flags, Source("gate")+s.body) }
 
-// kind returns a script of a kind beyond the exclusive one: chain.lua, fence.lua,
-// kinds/lib.lua and the body.
-func kind(flags, body string) *Script {
-	return build(flags, "chain", "fence", "kinds/lib", "kinds/"+body)
+// kind returns a script of a kind beyond the exclusive one: kinds/<name>.lua linked with
+// the common fragments and kinds/lib.lua.
+func kind(flags, name string) *Script {
+	return build(flags, "kinds/"+name, kinds...)
 }
 
 // The scripts the engine sends.
 var (
 	// The exclusive lock's.
-	Acquire = build("", "chain", "acquire")
-	Release = build(MayRunOOM, "chain", "fence", "release")
-	Renew   = build(MayRunOOM, "renew")
+	Acquire = build("", "acquire", common...)
+	Release = build(MayRunOOM, "release", common...)
+	Renew   = build(MayRunOOM, "renew", common...)
 
 	// The read-write lock's, the semaphore's and the fair lock's.
 	ReadAcquire  = kind("", "read_acquire")
@@ -114,17 +133,17 @@ var (
 	FairRelease  = kind(MayRunOOM, "fair_release")
 
 	// ForceRelease's: ends every hold of a lock of any kind.
-	Force = build("", "chain", "fence", "kinds/lib", "inspect", "kinds/force")
+	Force = build("", "kinds/force", append(kinds[:len(kinds):len(kinds)], "inspect")...)
 	// A quorum's write-back of a hold's confirmed token.
-	Raise = build("", "raise")
+	Raise = build("", "raise", common...)
 
 	// Deadlock detection's: a request's wait records, and the holds that keep a waiter
 	// out.
-	Waits    = build("", "waits")
-	Blockers = build("no-writes", "blockers")
+	Waits    = build("", "waits", common...)
+	Blockers = build("no-writes", "blockers", common...)
 
 	// Run with go-redis's Script (no flags, read-only or best-effort).
-	Inspect = Source("inspect") + "\nreturn lock_state(ARGV[1])\n"
+	Inspect = link("return lock_state(ARGV[1])\n", "inspect")
 	Wake    = Source("wake")
 	Version = Source("version")
 )

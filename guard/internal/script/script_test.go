@@ -2,6 +2,8 @@ package script_test
 
 import (
 	"context"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,13 +55,16 @@ func TestScriptsLoad(t *testing.T) {
 // TestFragmentsOnce: a fragment's function is defined in one file only, and every
 // script that calls it gets it.
 func TestFragmentsOnce(t *testing.T) {
-	for _, fn := range []string{"note", "publish", "listed", "remember", "forget", "released", "undone", "refuse_late", "record_release", "chain", "within", "undo_holder"} {
+	files := []string{"acquire", "release", "renew", "raise", "gate", "inspect", "wake", "version", "chain", "fence", "hold", "queue",
+		"kinds/lib", "kinds/force", "kinds/read_acquire", "kinds/read_release", "kinds/write_acquire", "kinds/write_release",
+		"kinds/sem_acquire", "kinds/sem_release", "kinds/fair_acquire", "kinds/fair_release", "kinds/read_renew", "kinds/write_renew",
+		"waits", "blockers"}
+	for _, fn := range []string{"note", "publish", "listed", "remember", "forget", "released", "undone", "refuse_late", "record_release",
+		"chain", "within", "undo_holder", "read_chain", "put_token", "new_token", "put_hold", "recount", "drop_hold", "extend_to",
+		"enqueue", "busy", "wake_next", "wake_all", "begin", "lease", "release_share", "share_left", "release_write", "writer_left", "alone", "digits", "rehold"} {
 		def := "local function " + fn + "("
 		var in []string
-		for _, f := range []string{"acquire", "release", "renew", "raise", "gate", "inspect", "wake", "version", "chain", "fence",
-			"kinds/lib", "kinds/force", "kinds/read_acquire", "kinds/read_release", "kinds/write_acquire", "kinds/write_release",
-			"kinds/sem_acquire", "kinds/sem_release", "kinds/fair_acquire", "kinds/fair_release", "kinds/read_renew", "kinds/write_renew",
-			"waits", "blockers"} {
+		for _, f := range files {
 			if strings.Contains(script.Source(f), def) {
 				in = append(in, f)
 			}
@@ -69,9 +74,31 @@ func TestFragmentsOnce(t *testing.T) {
 		}
 	}
 	for name, s := range all {
-		for _, fn := range []string{"note", "publish", "undo_holder", "refuse_late"} {
+		for _, fn := range []string{"note", "publish", "undo_holder", "refuse_late", "extend_to", "new_token", "drop_hold"} {
 			if strings.Contains(s.Body(), fn+"(") && !strings.Contains(s.Body(), "local function "+fn+"(") {
 				t.Errorf("%s calls %s without its definition", name, fn)
+			}
+		}
+	}
+}
+
+// TestScriptsLinked: a script defines the functions it calls and no other (a function
+// defined costs every call of the script), each once.
+func TestScriptsLinked(t *testing.T) {
+	defined := regexp.MustCompile(`(?m)^\s*local function ([A-Za-z_][A-Za-z0-9_]*)\(`)
+	for name, s := range all {
+		body := s.Body()
+		var fns []string
+		for _, m := range defined.FindAllStringSubmatch(body, -1) {
+			fns = append(fns, m[1])
+		}
+		if len(fns) != len(slices.Compact(slices.Sorted(slices.Values(fns)))) {
+			t.Errorf("%s defines a function twice: %v", name, fns)
+		}
+		for _, fn := range fns {
+			// Its definition, and a call.
+			if n := len(regexp.MustCompile(`(^|[^\w.:])`+fn+`\(`).FindAllString(body, -1)); n < 2 {
+				t.Errorf("%s defines %s and never calls it", name, fn)
 			}
 		}
 	}

@@ -27,92 +27,31 @@
 --         {0, pttl}         when another owner holds it (pttl -1: free, left to others).
 --
 -- The common case, a free lock, is kept short: Lua's own work (every string that enters
--- the interpreter is hashed, byte by byte) costs the server more than the commands do.
+-- the interpreter is hashed, byte by byte; every function the script defines is made
+-- anew on each call) costs the server about as much as the commands do.
 local lock, owner = KEYS[1], ARGV[1]
-local c = chain(owner)
-local n = #c
-c[n + 1], c[n + 2] = '#t', '#w'
-local v = redis.call('HMGET', lock, unpack(c))
-local holder, count = held_in(c, v, n)
-v = {count, v[n + 1], v[n + 2]}
+local holder, count, v, n = read_chain(owner, '#t', '#w')
+local token = v[n + 1]
 
 if holder then
-  -- Reentry through Redis (the owner, or a section it is in, holds the lock through
-  -- another Locker): count the hold once per attempt, however often the client sends it.
-  local nonce, afield = ARGV[3], holder .. '#a'
-  local applied = redis.call('HGET', lock, afield)
-  local holds = tonumber(v[1])
-  if not applied or not string.find(' ' .. applied .. ' ', ' ' .. nonce .. ' ', 1, true) then
-    local f = redis.call('GET', KEYS[2])
-    if f and string.find(f .. ':', ':!' .. nonce .. ':', 1, true) then
-      return {0, -1} -- undone already: the caller left
-    end
-    holds = redis.call('HINCRBY', lock, holder, 1)
-    -- Keep the newest nonces within 100 bytes, cut at a separator.
-    local s = nonce .. ' ' .. (applied or '')
-    if #s > 100 then
-      s = string.match(string.sub(s, 1, 101), '^(.*) ') or nonce
-    end
-    redis.call('HSET', lock, afield, s)
-  end
-  -- Never shorten the TTL: the outer hold may be a Locker's with a longer one.
-  if redis.call('PTTL', lock) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', lock, ARGV[2])
-  end
-  return as_holder({1, v[2], holds}, holder, owner)
+  return rehold(holder, owner, count, token)
 end
 
-if v[2] then
-  if not v[3] then
-    redis.call('HSET', lock, '#w', '1')
-  end
-  if ARGV[5] ~= '2' then
-    local queue = KEYS[3]
-    if not redis.call('LPOS', queue, ARGV[6]) then
-      redis.call('RPUSH', queue, ARGV[6])
-    end
-    redis.call('PEXPIRE', queue, 3 * tonumber(ARGV[2]))
-  end
-  return {0, redis.call('PTTL', lock)}
+if token then
+  return busy(redis.call('PTTL', lock), v[n + 2])
 end
 
 if ARGV[5] == '1' then
   -- Polite: the lock is free but others are ahead; queue behind them to be woken.
-  if not redis.call('LPOS', KEYS[3], ARGV[6]) then
-    redis.call('RPUSH', KEYS[3], ARGV[6])
-  end
-  redis.call('PEXPIRE', KEYS[3], 3 * tonumber(ARGV[2]))
+  enqueue()
   return {0, -1}
 end
 
--- A new token is one more than the last one issued and never below the server clock in
--- microseconds, so tokens keep rising after the fence key expired or Redis restarted empty.
--- (Integers up to 2^53 are exact in Lua's numbers; a token in microseconds has 16 digits.)
-local fence = KEYS[2]
-local f = redis.call('GET', fence)
-if f and string.find(f .. ':', ':!' .. ARGV[3] .. ':', 1, true) then
+local f = redis.call('GET', KEYS[2])
+if undone(f) then
   return {0, -1} -- undone already: the caller left
 end
-local now = redis.call('TIME')
--- The clock in microseconds as digits, built from TIME's two replies (seconds, then
--- microseconds padded to six) without number formatting, which costs Redis a printf.
-local t = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-local last = f and string.match(f, '^%d+')
--- Digit strings compare as their numbers when their widths are equal.
-if last and (#last > #t or (#last == #t and last >= t)) then
-  t = string.format('%.0f', tonumber(last) + 1)
-end
-if last and #last == #t then
-  -- Overwrite the token in place, leaving the release nonces after it untouched.
-  redis.call('SETRANGE', fence, 0, t)
-else
-  -- No fence (first acquisition, or it expired) or a token of another width: rewrite it.
-  local rest = string.match(f or '', '^%d*(.*)$')
-  redis.call('SET', fence, t .. rest, 'PX', ARGV[4])
-end
-redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t)
-if ARGV[7] and ARGV[7] ~= '' then
-  redis.call('HSET', lock, owner .. '#l', ARGV[7])
-end
+local t = new_token(f, redis.call('TIME'))
+put_hold(ARGV[7], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], '#t', t)
 redis.call('PEXPIRE', lock, ARGV[2])
 return tonumber(t)

@@ -1,4 +1,4 @@
--- chain.lua: the section tree of owners, put before the acquire and release scripts. An
+-- chain.lua: the section tree of owners, a fragment of every script (see doc.go). An
 -- owner ID is a path, "<root>/<section>/…" (see ctxid.ID): a hold of a section is reentered
 -- by that section and by every section within it, and by no other owner, so an acquisition
 -- looks for a hold of the caller's own or of a section the caller is in.
@@ -25,15 +25,21 @@ local function within(owner, section)
     (owner == section or string.sub(owner, 1, #section + 1) == section .. '/')
 end
 
--- held_in returns the first owner of chain c that v (HMGET's reply for c, then more
--- fields) shows holding, with its hold count, or nil.
-local function held_in(c, v, n)
+-- read_chain reads the lock hash's fields of owner's chain, followed by up to three more
+-- fields. Returns the first owner of the chain that holds the lock (nil when none) with
+-- its hold count, then the HMGET reply (the more fields' values from n + 1 on) and n,
+-- the chain's length.
+local function read_chain(owner, ...)
+  local c = chain(owner)
+  local n = #c
+  c[n + 1], c[n + 2], c[n + 3] = ...
+  local v = redis.call('HMGET', KEYS[1], unpack(c))
   for i = 1, n do
     if v[i] then
-      return c[i], v[i]
+      return c[i], v[i], v, n
     end
   end
-  return nil
+  return nil, nil, v, n
 end
 
 -- as_holder adds the holder to a reentry reply when it is not the caller itself.

@@ -1,31 +1,8 @@
--- fence.lua: the functions every release script and every kind's script share, put
--- before them (after chain.lua): the fence record of a key (KEYS[2], see acquire.lua),
--- the nonce lists of a lock hash and the release announcement. Their arguments are those
--- of acquire.lua and release.lua: ARGV[3] the attempt's (or undo's) nonce, ARGV[4] the
--- fence retention, ARGV[7] of a release the attempt that won the hold on a quorum.
-
--- listed reports whether the space-separated list holds x.
-local function listed(list, x)
-  return list and string.find(' ' .. list .. ' ', ' ' .. x .. ' ', 1, true)
-end
-
--- remember returns list with x put first, cut at a separator within 100 bytes.
-local function remember(list, x)
-  local s = x .. ' ' .. (list or '')
-  if #s > 100 then
-    s = string.match(string.sub(s, 1, 101), '^(.*) ') or x
-  end
-  return s
-end
-
--- forget returns list without x.
-local function forget(list, x)
-  local rest = {}
-  for y in string.gmatch(list, '%S+') do
-    if y ~= x then rest[#rest + 1] = y end
-  end
-  return table.concat(rest, ' ')
-end
+-- fence.lua: the fence record of a key (KEYS[2], see acquire.lua), a fragment of every
+-- script (see doc.go): its fencing tokens, the final releases and the undone attempts it
+-- lists. The arguments are those of acquire.lua and release.lua: ARGV[3] the attempt's
+-- (or undo's) nonce, ARGV[4] the fence retention, ARGV[7] of a release the attempt that
+-- won the hold on a quorum.
 
 -- note appends entry to the fence, whose token is token when the fence ran out:
 -- ":<nonce>" for a final release, ":!<nonce>" for an attempt undone before it was
@@ -66,18 +43,37 @@ local function released(nonce)
 end
 
 -- undone reports whether this attempt (ARGV[3]) was undone before it reached the server
--- (see note): it is then refused, as its caller left.
-local function undone()
-  local f = redis.call('GET', KEYS[2])
+-- (see note): it is then refused, as its caller left. f is the fence (GET).
+local function undone(f)
   return f and string.find(f .. ':', ':!' .. ARGV[3] .. ':', 1, true)
 end
 
--- publish announces msg on the lock's release channel; sharded is release.lua's ARGV[6]
--- ("1": SPUBLISH where the server has it).
-local function publish(msg, sharded)
-  local cmd = 'PUBLISH'
-  if sharded == '1' and (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
-    cmd = 'SPUBLISH'
+-- put_token makes s the fence's last token, keeping the entries after the last one: f is
+-- the fence (GET), last its token (f's leading digits, nil for none), keep the retention
+-- of a fence written anew. The token is overwritten in place when the widths match.
+local function put_token(f, last, s, keep)
+  if last and #last == #s then
+    redis.call('SETRANGE', KEYS[2], '0', s)
+  else
+    -- No fence (first acquisition, or it expired) or a token of another width: rewrite it.
+    redis.call('SET', KEYS[2], s .. string.match(f or '', '^%d*(.*)$'), 'PX', keep)
   end
-  redis.call(cmd, KEYS[1] .. ':release', msg)
+end
+
+-- new_token draws the key's next fencing token, as a string: one more than the last one
+-- issued and never below the server clock in microseconds, so tokens keep rising after
+-- the fence expired or Redis restarted empty. (Integers up to 2^53 are exact in Lua's
+-- numbers; a token in microseconds has 16 digits.) f is the fence (GET), t TIME's reply.
+local function new_token(f, t)
+  -- The clock's digits from TIME's two replies (seconds, then microseconds padded to
+  -- six), without number formatting, which costs Redis a printf: digit strings of one
+  -- width compare as their numbers, so a number is formatted only when the clock is
+  -- behind the last token.
+  local s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  local last = f and string.match(f, '^%d+')
+  if last and (#last > #s or (#last == #s and last >= s)) then
+    s = string.format('%.0f', tonumber(last) + 1)
+  end
+  put_token(f, last, s, ARGV[4])
+  return s
 end

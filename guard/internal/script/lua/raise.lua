@@ -18,15 +18,11 @@
 -- next token exceeds it: any majority that grants the lock next shares a server with the
 -- one that granted this hold. Returns 1 when the hold is still here and now carries the
 -- token, 0 when it is not (it expired or was released meanwhile).
-local lock, fence, t = KEYS[1], KEYS[2], ARGV[1]
-local last = string.match(redis.call('GETRANGE', fence, 0, 23), '^%d+')
+local lock, t = KEYS[1], ARGV[1]
+local f = redis.call('GET', KEYS[2])
+local last = f and string.match(f, '^%d+')
 if not last or tonumber(last) < tonumber(t) then
-  if last and #last == #t then
-    redis.call('SETRANGE', fence, 0, t)
-  else
-    local rest = string.match(redis.call('GET', fence) or '', '^%d*(.*)$')
-    redis.call('SET', fence, t .. rest, 'PX', ARGV[5])
-  end
+  put_token(f, last, t, ARGV[5])
 end
 local holder = redis.call('HGET', lock, ARGV[3])
 if not holder or (ARGV[4] ~= '' and holder ~= ARGV[4]) then

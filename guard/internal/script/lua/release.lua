@@ -25,58 +25,16 @@
 --         -1 no lock: it expired
 --         -2 another owner holds the lock
 -- An undo is made as the hold the attempt was counted in: a section of the caller's chain,
--- when the attempt reentered that section's hold (chain.lua; fence.lua follows it, and
--- both are put before this script).
-local lock, owner, nonce = KEYS[1], undo_holder(ARGV[1], '#a'), ARGV[2]
-local v = redis.call('HMGET', lock, owner, owner .. '#r', '#t', '#w')
-
-if ARGV[3] ~= '' then
-  local undo, afield = ARGV[3], owner .. '#a'
-  local applied = v[1] and redis.call('HGET', lock, afield)
-  if not listed(applied, undo) then
-    note(':!' .. undo, v[3])
-    return 0
-  end
-  -- Forget the undone attempt, so that a second undo (a client retry) does nothing.
-  redis.call('HSET', lock, afield, forget(applied, undo))
+-- when the attempt reentered that section's hold (chain.lua: undo_holder).
+local lock, owner = KEYS[1], undo_holder(ARGV[1], '#a')
+local nonces, dropped = owner .. '#a', owner .. '#r'
+local v = redis.call('HMGET', lock, owner, nonces, dropped, '#t', '#w')
+local r = drop_hold(owner, nonces, dropped, v, v[4] and -2 or -1)
+if r then
+  return r
 end
-
-if not v[1] then
-  refuse_late(v[3])
-  if released(nonce) then
-    return 1 -- a retry of a release that freed the lock
-  end
-  if v[3] then
-    return -2
-  end
-  return -1
-end
-
-if listed(v[2], nonce) then
-  return 2 -- a retry of a release that dropped one hold
-end
-
-if v[1] ~= '1' then
-  redis.call('HINCRBY', lock, owner, -1)
-  -- Remember this nonce among the last few (about 4), newest first, within 100 bytes.
-  redis.call('HSET', lock, owner .. '#r', remember(v[2], nonce))
-  return 2
-end
-
--- Free the lock and append this release's nonce to the fence, after the token.
+-- The hold ended (its release is in the fence, after the token): free the lock, and wake
+-- the first Locker in the wait queue; with none queued but someone having waited for
+-- this very hold, every Locker ('*').
 redis.call('DEL', lock)
-record_release(v[3], nonce)
--- Wake the first Locker in the wait queue; with none queued but someone having waited
--- for this very hold, every Locker ('*').
-local next = redis.call('LPOP', KEYS[3])
-if next == ARGV[5] then
-  return 4 -- the caller's own Locker is next: it wakes its waiters itself
-elseif not next and not v[4] then
-  return 1
-end
-if next then
-  publish(next, ARGV[6])
-  return 3
-end
-publish('*', ARGV[6])
-return 1
+return wake_next(v[5], true)

@@ -10,68 +10,53 @@
 -- claimed passes to the next owner. A try (ARGV[5] "2") never jumps the queue.
 local lock, owner, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now, t = clock()
-local c = chain(owner)
-local n = #c
-c[n + 1], c[n + 2] = '#g', '#t'
-local v = redis.call('HMGET', lock, unpack(c))
-local holder, count = held_in(c, v, n)
-v = {count, v[n + 1], v[n + 2]}
+local holder, count, v, n = read_chain(owner, '#g', '#t')
+local granted, token = v[n + 1], v[n + 2]
 if ARGV[5] == '3' then
-  redis.call('LREM', KEYS[4], 0, owner)
+  redis.call('LREM', KEYS[4], '0', owner)
   redis.call('HDEL', KEYS[5], owner)
-  if v[2] == owner then
+  if granted == owner then
     redis.call('DEL', lock)
-    grant_next(now, t, ARGV[8])
+    grant_next(ARGV[8], now, t)
   end
   return {0, -1}
 end
-if undone() then
+local f = redis.call('GET', KEYS[2])
+if undone(f) then
   return {0, -1} -- undone before it got here: its caller left
 end
-if v[1] then
-  if v[2] == owner and holder == owner then
+if count then
+  if granted == owner and holder == owner then
+    -- The caller claims the lock a release granted it.
     redis.call('HDEL', lock, '#g')
-    redis.call('HSET', lock, owner .. '#a', ARGV[3])
-    label(owner .. '#l')
-    redis.call('PEXPIRE', lock, ttl)
-    return tonumber(v[3])
+    put_hold(ARGV[9], owner .. '#l', owner .. '#a', ARGV[3])
+    redis.call('PEXPIRE', lock, ARGV[2])
+    return tonumber(token)
   end
-  local applied = redis.call('HGET', lock, holder .. '#a')
-  local holds = tonumber(v[1])
-  if not listed(applied, ARGV[3]) then
-    holds = redis.call('HINCRBY', lock, holder, 1)
-    redis.call('HSET', lock, holder .. '#a', remember(applied, ARGV[3]))
-  end
-  if redis.call('PTTL', lock) < ttl then -- never shorten the outer hold's TTL
-    redis.call('PEXPIRE', lock, ttl)
-  end
-  return as_holder({1, v[3], holds}, holder, owner)
+  return rehold(holder, owner, count, token, true)
 end
-if not v[3] then
+if not token then
   -- Free: it is the first live owner's of the queue.
-  local head = first_live(now)
+  local head = first_live(now, t)
   if not head or head == owner then
     if head then
       redis.call('LPOP', KEYS[4])
       redis.call('HDEL', KEYS[5], owner)
     end
-    local token = new_token(t)
-    redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', token)
-    label(owner .. '#l')
-    redis.call('PEXPIRE', lock, ttl)
+    token = new_token(f, t)
+    put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], '#t', token)
+    redis.call('PEXPIRE', lock, ARGV[2])
     return tonumber(token)
   end
-  grant_next(now, t, ARGV[8])
+  grant_next(ARGV[8], now, t)
 end
 if ARGV[5] ~= '2' then
   if redis.call('HEXISTS', KEYS[5], owner) == 0 then
     redis.call('RPUSH', KEYS[4], owner)
   end
   redis.call('HSET', KEYS[5], owner, string.format('%.0f %d %s', now + ttl, ttl, ARGV[6]))
-  for i = 4, 5 do
-    if redis.call('PTTL', KEYS[i]) < 2 * ttl then
-      redis.call('PEXPIRE', KEYS[i], 2 * ttl)
-    end
-  end
+  local keep = digits(2 * ttl)
+  extend_to(KEYS[4], keep)
+  extend_to(KEYS[5], keep)
 end
 return {0, math.min(redis.call('PTTL', lock), math.floor(ttl / 3))}

@@ -21,9 +21,9 @@ if ARGV[7] == 'z' then
   redis.call('DEL', KEYS[4])
 end
 redis.call('DEL', KEYS[1])
-local fence = new_token(t)
+local fence = new_token(redis.call('GET', KEYS[2]), t)
 if ARGV[7] == 'f' then
-  grant_next(now, t, ARGV[8])
+  grant_next(ARGV[8], now, t)
 else
   redis.call('DEL', KEYS[3])
   publish('*', ARGV[8])

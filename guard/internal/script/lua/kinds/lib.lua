@@ -1,13 +1,15 @@
 -- lib.lua: the functions shared by the scripts of the read-write, semaphore and fair
--- kinds. guard prepends it to each of them, after chain.lua and fence.lua; the argument layout and the replies are
--- those of acquire.lua, release.lua and renew.lua (see kind.go), with every kind's keys:
+-- kinds, a fragment of each of them after the common ones (see doc.go); the argument
+-- layout and the replies are those of acquire.lua, release.lua and renew.lua (see
+-- kind.go), with every kind's keys:
 --
 -- KEYS[1] lock hash:   <owner> = the owner's hold count; <owner>#a = nonces of its last
 --                      applied acquires, <owner>#r = of its last releases that left it
 --                      holding (newest first, within 100 bytes); <owner>#t = the fencing
 --                      token of its hold (<owner>#tq: the same, once a quorum Locker
 --                      confirmed it: see raise.lua); <owner>#l = the hold's label, when it
---                      has one (ARGV[9], see label); #w = present once someone had to wait.
+--                      has one (ARGV[9], see hold.lua's put_hold); #w = present once
+--                      someone had to wait.
 --                      The read-write lock keeps its writer apart: #W = the writer's owner,
 --                      #Wn its hold count, #Wa and #Wr its nonces, #t its token (#tq
 --                      once confirmed), #Wl its label, and #ww =
@@ -26,218 +28,251 @@
 --
 -- Time comes from the server (TIME), so the leases of all clients share one clock.
 
+-- clock returns the server time in milliseconds, then TIME's reply.
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
--- new_token draws the key's next fencing token (as acquire.lua does): one more than the
--- last, never below the server clock in microseconds. t is the reply of TIME.
-local function new_token(t)
-  local fence = KEYS[2]
-  -- The clock's digits from TIME's two replies; digit strings of one width compare as
-  -- their numbers, so a number is formatted only when the clock is behind the last token.
-  local s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-  local last = string.match(redis.call('GETRANGE', fence, 0, 23), '^%d+')
-  if last and (#last > #s or (#last == #s and last >= s)) then
-    s = string.format('%.0f', tonumber(last) + 1)
-  end
-  if last and #last == #s then
-    redis.call('SETRANGE', fence, 0, s)
-  else
-    local rest = string.match(redis.call('GET', fence) or '', '^%d*(.*)$')
-    redis.call('SET', fence, s .. rest, 'PX', ARGV[4])
-  end
-  return s
-end
-
--- enqueue puts the calling Locker (ARGV[6]) in the wait queue, once.
-local function enqueue()
-  local queue = KEYS[3]
-  if not redis.call('LPOS', queue, ARGV[6]) then
-    redis.call('RPUSH', queue, ARGV[6])
-  end
-  redis.call('PEXPIRE', queue, 3 * tonumber(ARGV[2]))
-end
-
--- busy marks that someone waited, queues the caller unless it will not wait, and returns
--- the busy reply with pttl.
-local function busy(pttl)
-  redis.call('HSET', KEYS[1], '#w', '1')
-  if ARGV[5] ~= '2' then
-    enqueue()
-  end
-  return {0, pttl}
-end
-
--- label keeps the label of a new hold in field, when the caller gave one: ARGV[9], after
--- the limit and the sharded flag, "<Locker ID> <text>" (option Label); absent or "" for none.
-local function label(field)
-  if ARGV[9] and ARGV[9] ~= '' then
-    redis.call('HSET', KEYS[1], field, ARGV[9])
-  end
-end
-
--- prune drops the holders whose leases ran out.
+-- prune drops the holders whose leases ran out. Returns whether the writer was one, then
+-- the latest lease of those left (server time in ms; 0 for none).
 local function prune(now)
   local lock, holders = KEYS[1], KEYS[4]
-  local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
+  local last = redis.call('ZRANGE', holders, '-1', '-1', 'WITHSCORES')
+  local top = tonumber(last[2] or 0)
+  if top == 0 then
+    return false, 0 -- no holders
+  end
+  local at = digits(now)
+  local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', at)
+  local writer = false
   for _, o in ipairs(dead) do
     if o == '#W' then
+      writer = true
       redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
     else
       redis.call('HDEL', lock, o, o .. '#a', o .. '#r', o .. '#t', o .. '#tq', o .. '#l')
     end
   end
   if #dead > 0 then
-    redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', holders, '-inf', at)
   end
+  if top <= now then
+    top = 0
+  end
+  return writer, top
 end
 
--- extend makes both keys live as long as the longest lease (or a waiting writer's mark).
-local function extend(now)
-  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-  local deadline = math.max(tonumber(last[2] or 0), tonumber(redis.call('HGET', KEYS[1], '#ww') or 0))
+-- begin starts an acquisition of a kind with a holders zset (read-write lock, semaphore):
+-- it reads the server clock and the fence, and, after dropping the holders whose leases
+-- ran out, the caller's chain in the lock hash followed by up to three more fields
+-- (read_chain). Returns nothing when the attempt was undone before it got here (its
+-- caller left); else the time in ms and TIME's reply, the fence, the latest lease left
+-- (prune), then read_chain's replies: the holder in the chain (nil for none), the HMGET
+-- reply and the chain's length.
+local function begin(...)
+  local now, t = clock()
+  local f = redis.call('GET', KEYS[2])
+  if undone(f) then
+    return
+  end
+  local _, top = prune(now)
+  local holder, _, v, n = read_chain(ARGV[1], ...)
+  return now, t, f, top, holder, v, n
+end
+
+-- extend makes both keys live as long as the longest lease, top (server time in ms; nil:
+-- read it), or a waiting writer's mark, mark (#ww, server time in ms; 0 for none). d is
+-- a lease just set for TTL ARGV[2], nil for none: when it runs longest, the keys take
+-- ARGV[2] as it is.
+local function extend(now, mark, top, d)
+  if not top then
+    local last = redis.call('ZRANGE', KEYS[4], '-1', '-1', 'WITHSCORES')
+    top = tonumber(last[2] or 0)
+  end
+  local deadline = math.max(top, mark)
   if deadline > now then
-    redis.call('PEXPIRE', KEYS[1], deadline - now)
-    redis.call('PEXPIRE', KEYS[4], deadline - now)
+    local ms = deadline == d and ARGV[2] or digits(deadline - now)
+    redis.call('PEXPIRE', KEYS[1], ms)
+    redis.call('PEXPIRE', KEYS[4], ms)
   end
 end
 
 -- lease sets the lease of a holder (member of the holders zset) to TTL from now, unless
--- it already runs longer (a hold reentered through a Locker with a longer TTL).
-local function lease(member, now)
+-- it already runs longer (a hold reentered through a Locker with a longer TTL), and the
+-- keys' TTL with it; mark and top (the latest lease of the others) as for extend.
+local function lease(member, now, mark, top)
   local d = now + tonumber(ARGV[2])
-  if d > tonumber(redis.call('ZSCORE', KEYS[4], member) or 0) then
-    redis.call('ZADD', KEYS[4], d, member)
-  end
-  extend(now)
+  redis.call('ZADD', KEYS[4], 'GT', digits(d), member)
+  extend(now, mark, top and math.max(top, d), d)
 end
 
--- renew_lease renews a holder's lease when it has not run out (renew.lua's reply).
-local function renew_lease(member, now)
-  local until_ = tonumber(redis.call('ZSCORE', KEYS[4], member) or 0)
-  if until_ <= now then
+-- renew_lease renews a holder's lease when it has not run out (renew.lua's reply); mark
+-- as for extend.
+local function renew_lease(member, now, mark)
+  if tonumber(redis.call('ZSCORE', KEYS[4], member) or 0) <= now then
     return 0
   end
-  lease(member, now)
+  lease(member, now, mark)
   return 1
 end
 
--- reenter counts one more hold of the caller's, once per attempt nonce (ARGV[3]), and
--- renews its lease. count, nonces and token name the hold's fields; member its entry.
-local function reenter(count, nonces, token, member, now)
+-- reenter counts one more hold of holder's for owner, once per attempt nonce (ARGV[3]),
+-- and renews its lease; returns acquire.lua's reentry reply. count, nonces and token
+-- name the hold's fields, member its entry; mark and top as for lease.
+local function reenter(holder, owner, count, nonces, token, member, now, mark, top)
   local v = redis.call('HMGET', KEYS[1], count, nonces, token)
-  local holds = tonumber(v[1])
-  if not listed(v[2], ARGV[3]) then
-    holds = redis.call('HINCRBY', KEYS[1], count, 1)
-    redis.call('HSET', KEYS[1], nonces, remember(v[2], ARGV[3]))
-  end
-  lease(member, now)
-  return {1, v[3], holds}
+  local holds = recount(count, nonces, v[1], v[2])
+  lease(member, now, mark, top)
+  return as_holder({1, v[3], holds}, holder, owner)
 end
 
--- drop makes one release (ARGV[2]) or undo (ARGV[3]) of a shared lock's hold, named as
--- for reenter, with lbl the field of its label. It returns release.lua's reply, or nil when the caller holds nothing here
--- (the script then tells -1 from -2); 1 means the hold ended and the holder left.
-local function drop(count, nonces, rnonces, token, member, lbl)
-  local lock, nonce, undo = KEYS[1], ARGV[2], ARGV[3]
-  local v = redis.call('HMGET', lock, count, nonces, rnonces, token)
-  if undo ~= '' then
-    if not v[1] or not listed(v[2], undo) then
-      note(':!' .. undo, v[4])
-      return 0
-    end
-    redis.call('HSET', lock, nonces, forget(v[2], undo))
-  end
-  if not v[1] then
-    refuse_late(v[4])
-    if released(nonce) then
-      return 1 -- a retry of a release that ended the hold
-    end
-    return nil
-  end
-  if listed(v[3], nonce) then
-    return 2 -- a retry of a release that dropped one hold
-  end
-  if v[1] ~= '1' then
-    redis.call('HINCRBY', lock, count, -1)
-    redis.call('HSET', lock, rnonces, remember(v[3], nonce))
-    return 2
-  end
-  redis.call('HDEL', lock, count, nonces, rnonces, token, token .. 'q', lbl)
-  redis.call('ZREM', KEYS[4], member)
-  record_release(v[4], nonce)
-  return 1
+-- alone reports whether no holder but member (when present says it may be among them)
+-- is in the holders zset, dead or alive: whether deleting the zset drops no other
+-- holder. It reads the zset's first two members; the second reply is how many it got.
+local function alone(member, present)
+  local first = redis.call('ZRANGE', KEYS[4], '0', '1')
+  return #first == 0 or present and #first == 1 and first[1] == member, #first
 end
 
--- drop_share makes one release or undo of the caller's share (a reader's, a permit): as
--- drop, with -1 for a share not held, and with the server time when the share ended.
-local function drop_share()
-  local owner = undo_holder(ARGV[1], '#a')
-  local r = drop(owner, owner .. '#a', owner .. '#r', owner .. '#t', owner, owner .. '#l')
-  if r ~= 1 then
-    return r or -1
+-- finish tidies the keys after a hold ended and prune: they go when nobody holds any more
+-- (top, the latest lease left, is 0), except that a waiting writer's mark (mark, as for
+-- extend) keeps the hash until it runs out. Returns whether someone still holds, then
+-- whether the hash is gone.
+local function finish(now, mark, top)
+  if top > 0 then
+    extend(now, mark, top)
+    return true, false
+  elseif mark > now then
+    redis.call('PEXPIRE', KEYS[1], digits(mark - now))
+    return false, false
+  end
+  redis.call('DEL', KEYS[1])
+  return false, true
+end
+
+-- share_left ends a release of a share (release_share) that others may still hold, or
+-- a writer keep: it drops the share's fields (ended: the share ended in this call), the
+-- holders whose leases ran out, and tidies the keys (finish). A permit freed wakes the
+-- first queued Locker; the last reader leaving a read-write lock nobody writes wakes it
+-- too, or every Locker when a writer waits (#ww), since the queue does not say which of
+-- them the writer is in. rw and v as for release_share.
+local function share_left(rw, owner, nonces, dropped, token, v, ended)
+  if ended then
+    redis.call('ZREM', KEYS[4], owner)
+    redis.call('HDEL', KEYS[1], owner, nonces, dropped, token, token .. 'q', owner .. '#l')
   end
   local now = clock()
-  prune(now)
-  return r, now
+  local writer_gone, top = prune(now)
+  local waited, mark = v[5], tonumber(v[7] or 0)
+  if not rw then
+    local _, gone = finish(now, 0, top)
+    return wake_next(waited, gone)
+  elseif v[6] and not writer_gone then
+    extend(now, mark, top)
+    return 1
+  end
+  local held, gone = finish(now, mark, top)
+  if held then
+    return 1
+  elseif mark > now then
+    return wake_all(waited, gone)
+  end
+  return wake_next(waited, gone)
 end
 
--- finish tidies the keys after a hold ended: they go when nobody holds any more, except
--- that a waiting writer's mark keeps the hash until it runs out. It reports whether
--- someone had to wait (#w).
-local function finish(now)
-  local waited = redis.call('HGET', KEYS[1], '#w')
-  if redis.call('ZCARD', KEYS[4]) > 0 then
-    extend(now)
+-- release_share makes one release or undo of the caller's share: a reader's hold (rw:
+-- the lock is a read-write lock) or a permit. It reads with the share's fields #w (v[5])
+-- and, for a reader, the writer's #W (v[6]) and #ww (v[7]). When the share ends and
+-- leaves nobody holding (the holders' first two tell), and no writer holds or waits,
+-- the lock goes at once and the first queued Locker is woken. Returns release.lua's
+-- reply (-1 for a share not held).
+local function release_share(rw)
+  local lock, owner = KEYS[1], undo_holder(ARGV[1], '#a')
+  local nonces, dropped, token = owner .. '#a', owner .. '#r', owner .. '#t'
+  local v
+  if rw then
+    v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', '#W', '#ww')
   else
-    local mark = tonumber(redis.call('HGET', KEYS[1], '#ww') or 0)
-    if mark > now then
-      redis.call('PEXPIRE', KEYS[1], mark - now)
-    else
-      redis.call('DEL', KEYS[1])
+    v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w')
+  end
+  local r = drop_hold(owner, nonces, dropped, v, -1)
+  if r ~= nil and r ~= 1 then
+    return r
+  end
+  -- The share ended, now (r nil: its lease is still listed) or in the call this one
+  -- retries.
+  if not v[6] and not v[7] and alone(owner, r == nil) then
+    redis.call('DEL', lock, KEYS[4])
+    return wake_next(v[5], true)
+  end
+  return share_left(rw, owner, nonces, dropped, token, v, r == nil)
+end
+
+-- writer_left ends a release of the write hold (release_write) that readers may still
+-- hold, or a writer's mark keep: it drops the writer's fields (ended: the hold ended in
+-- this call), the holders whose leases ran out, tidies the keys (finish) and wakes every
+-- waiting Locker. v as for release_write.
+local function writer_left(v, ended)
+  if ended then
+    redis.call('ZREM', KEYS[4], '#W')
+    redis.call('HDEL', KEYS[1], '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
+  else
+    redis.call('HDEL', KEYS[1], '#W')
+  end
+  local now = clock()
+  local _, top = prune(now)
+  local _, gone = finish(now, tonumber(v[6] or 0), top)
+  return wake_all(v[7], gone)
+end
+
+-- release_write makes one release or undo of the write hold of ARGV[1]. When the writer
+-- leaves, every waiting Locker is woken: all waiting readers may enter together. It reads
+-- the writer's fields, then #W (v[5]), #ww (v[6]) and #w (v[7]). Returns release.lua's
+-- reply (-1 for a write hold not held).
+local function release_write()
+  local lock, owner = KEYS[1], ARGV[1]
+  local v = redis.call('HMGET', lock, '#Wn', '#Wa', '#Wr', '#t', '#W', '#ww', '#w')
+  local writer = v[5]
+  if ARGV[3] ~= '' and writer ~= owner and within(owner, writer) then
+    owner = writer -- an undo of an attempt that reentered the writer's section (chain.lua)
+  end
+  if writer ~= owner then
+    v[1] = false -- no write hold of the caller's
+    return drop_hold('#Wn', '#Wa', '#Wr', v, -1)
+  end
+  local r = drop_hold('#Wn', '#Wa', '#Wr', v, -1)
+  if r ~= nil and r ~= 1 then
+    return r
+  end
+  -- The write hold ended, now (r nil: its lease is still listed) or in the call this one
+  -- retries. With no reader left and no writer waiting, the lock goes at once, with its
+  -- holders and its queue: one DEL, which counts the lock and the holders (when the
+  -- writer is listed: alone's second reply), so the queue was there when it counts more.
+  if not v[6] then
+    local last, members = alone('#W', r == nil)
+    if last then
+      return wake_all(v[7], true, redis.call('DEL', lock, KEYS[4], KEYS[3]) > 1 + members)
     end
   end
-  return waited
-end
-
--- wake_next wakes the first queued Locker, or every Locker when someone waited and nobody
--- is queued. Returns release.lua's reply for a hold that ended.
-local function wake_next(waited)
-  local next = redis.call('LPOP', KEYS[3])
-  if next == ARGV[5] then
-    return 4
-  elseif next then
-    publish(next, ARGV[6])
-    return 3
-  elseif waited then
-    redis.call('HDEL', KEYS[1], '#w')
-    publish('*', ARGV[6])
-  end
-  return 1
-end
-
--- wake_all wakes every Locker waiting for the lock (a writer left: all readers may enter).
-local function wake_all(waited)
-  if redis.call('DEL', KEYS[3]) > 0 or waited then
-    redis.call('HDEL', KEYS[1], '#w')
-    publish('*', ARGV[6])
-  end
-  return 1
+  return writer_left(v, r == nil)
 end
 
 -- first_live returns the first owner of the fair queue whose place has not lapsed, and its
--- entry, dropping the lapsed ones before it.
-local function first_live(now)
+-- entry, dropping the lapsed ones before it; then the server clock as clock gives it, read
+-- when first needed unless now and t are given.
+local function first_live(now, t)
   while true do
-    local o = redis.call('LINDEX', KEYS[4], 0)
+    local o = redis.call('LINDEX', KEYS[4], '0')
     if not o then
       return nil
     end
+    if not now then
+      now, t = clock()
+    end
     local e = redis.call('HGET', KEYS[5], o)
     if e and tonumber(string.match(e, '^%d+')) > now then
-      return o, e
+      return o, e, now, t
     end
     redis.call('LPOP', KEYS[4])
     redis.call('HDEL', KEYS[5], o)
@@ -246,16 +281,18 @@ end
 
 -- grant_next grants the free fair lock to the first live owner of the queue: it holds the
 -- lock from now, with its own TTL as the time to claim it (#g), and its Locker is told.
--- sharded is the flag of release.lua's ARGV[6]. Returns that Locker's ID, or nil.
-local function grant_next(now, t, sharded)
-  local o, e = first_live(now)
+-- sharded is the flag of release.lua's ARGV[6]; now and t as for first_live. Returns that
+-- Locker's ID, or nil.
+local function grant_next(sharded, now, t)
+  local o, e
+  o, e, now, t = first_live(now, t)
   if not o then
     return nil
   end
   redis.call('LPOP', KEYS[4])
   redis.call('HDEL', KEYS[5], o)
   local ttl, id = string.match(e, '^%d+ (%d+) (.*)$')
-  redis.call('HSET', KEYS[1], o, 1, '#t', new_token(t), '#g', o)
+  redis.call('HSET', KEYS[1], o, '1', '#t', new_token(redis.call('GET', KEYS[2]), t), '#g', o)
   redis.call('PEXPIRE', KEYS[1], ttl)
   publish(id, sharded)
   return id

@@ -4,25 +4,23 @@
 -- writer itself may also read (a downgrade). Each reader's hold has its own lease and
 -- its own fencing token, drawn from the counter the writers' tokens come from.
 local lock, owner = KEYS[1], ARGV[1]
-local now, t = clock()
-if undone() then
+local now, t, f, top, holder, v, n = begin('#W', '#ww')
+if not now then
   return {0, -1} -- undone before it got here: its caller left
 end
-prune(now)
-local c = chain(owner)
-local n = #c
-c[n + 1], c[n + 2] = '#W', '#ww'
-local v = redis.call('HMGET', lock, unpack(c))
-local holder = held_in(c, v, n)
+local writer, mark = v[n + 1], tonumber(v[n + 2] or 0)
 if holder then
-  return as_holder(reenter(holder, holder .. '#a', holder .. '#t', holder, now), holder, owner)
+  return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder, now, mark, top)
 end
-v = {false, v[n + 1], v[n + 2]}
-if v[2] and not within(owner, v[2]) or not v[2] and tonumber(v[3] or 0) > now then
+-- Busy while another owner writes, or while a writer waits when nobody writes.
+local refused = mark > now
+if writer then
+  refused = not within(owner, writer)
+end
+if refused then
   return busy(redis.call('PTTL', lock))
 end
-local token = new_token(t)
-redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
-label(owner .. '#l')
-lease(owner, now)
+local token = new_token(f, t)
+put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], owner .. '#t', token)
+lease(owner, now, mark, top)
 return tonumber(token)

@@ -1,28 +1,26 @@
 -- sem_acquire.lua (after lib.lua): take one of a semaphore's ARGV[7] permits for ARGV[1],
 -- reenter the owner's permit, or report all permits taken. Each permit has its own lease
 -- and its own fencing token. The limit is the caller's: a caller with a lower one waits
--- while that many or more hold permits, whatever limit they were admitted under.
-local lock, owner = KEYS[1], ARGV[1]
-local now, t = clock()
-if undone() then
+-- while that many or more hold permits, whatever limit they were admitted under. A
+-- semaphore has no writer, so no writer's mark (#ww) either: 0 below.
+local owner = ARGV[1]
+local now, t, f, top, holder = begin()
+if not now then
   return {0, -1} -- undone before it got here: its caller left
 end
-prune(now)
-local c = chain(owner)
-local holder = held_in(c, redis.call('HMGET', lock, unpack(c)), #c)
 if holder then
-  return as_holder(reenter(holder, holder .. '#a', holder .. '#t', holder, now), holder, owner)
+  return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder, now, 0, top)
 end
-if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
-  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+-- Nobody holds a permit when no lease is left (top 0).
+if top > 0 and redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
+  local first = redis.call('ZRANGE', KEYS[4], '0', '0', 'WITHSCORES')
   return busy(tonumber(first[2]) - now) -- the first lease to run out frees a permit
 end
 if ARGV[5] == '1' then
   enqueue() -- polite: a permit is free, but others of this process wait for one
   return {0, -1}
 end
-local token = new_token(t)
-redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
-label(owner .. '#l')
-lease(owner, now)
+local token = new_token(f, t)
+put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], owner .. '#t', token)
+lease(owner, now, 0, top)
 return tonumber(token)

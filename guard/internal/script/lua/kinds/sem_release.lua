@@ -1,7 +1,3 @@
--- sem_release.lua (after lib.lua): drop one hold of ARGV[1]'s permit; a permit freed
--- wakes the first queued Locker.
-local r, now = drop_share()
-if not now then
-  return r
-end
-return wake_next(finish(now))
+-- sem_release.lua (after lib.lua): drop one hold of ARGV[1]'s permit (lib.lua's
+-- release_share).
+return release_share(false)

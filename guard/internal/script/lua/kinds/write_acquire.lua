@@ -4,32 +4,27 @@
 -- third of it, which keeps the mark while it waits; ARGV[5] "3" is a writer that gave up
 -- and clears the mark. An owner that holds the read lock cannot also write: {2}.
 local lock, owner = KEYS[1], ARGV[1]
-local now, t = clock()
 if ARGV[5] == '3' then
   redis.call('HDEL', lock, '#ww')
   return {0, -1}
 end
-if undone() then
+local now, t, f, top, holder, v, n = begin('#W', '#ww')
+if not now then
   return {0, -1} -- undone before it got here: its caller left
 end
-prune(now)
-local c = chain(owner)
-local n = #c
-c[n + 1] = '#W'
-local v = redis.call('HMGET', lock, unpack(c))
-local writer = v[n + 1]
+local writer, mark = v[n + 1], tonumber(v[n + 2] or 0)
 if within(owner, writer) then
-  return as_holder(reenter('#Wn', '#Wa', '#t', '#W', now), writer, owner)
+  return reenter(writer, owner, '#Wn', '#Wa', '#t', '#W', now, mark, top)
 end
-if held_in(c, v, n) then
+if holder then
   return {2}
 end
-v = {writer}
-if v[1] or redis.call('ZCARD', KEYS[4]) > 0 then
+-- Readers hold when a lease is left (top above 0) and nobody writes.
+if writer or top > 0 then
   local ttl = tonumber(ARGV[2])
   if ARGV[5] ~= '2' then
-    redis.call('HSET', lock, '#ww', now + ttl)
-    extend(now)
+    redis.call('HSET', lock, '#ww', digits(now + ttl))
+    extend(now, now + ttl, top)
   end
   return busy(math.min(redis.call('PTTL', lock), math.floor(ttl / 3)))
 end
@@ -37,9 +32,10 @@ if ARGV[5] == '1' then
   enqueue() -- polite: the lock is free, but others of this process are ahead
   return {0, -1}
 end
-local token = new_token(t)
-redis.call('HSET', lock, '#W', owner, '#Wn', 1, '#Wa', ARGV[3], '#t', token)
-label('#Wl')
-redis.call('HDEL', lock, '#ww')
-lease('#W', now)
+local token = new_token(f, t)
+put_hold(ARGV[9], '#Wl', '#W', owner, '#Wn', '1', '#Wa', ARGV[3], '#t', token)
+if v[n + 2] then
+  redis.call('HDEL', lock, '#ww')
+end
+lease('#W', now, 0, top)
 return tonumber(token)

@@ -1,0 +1,131 @@
+-- hold.lua: a hold's fields in the lock hash (KEYS[1]), a fragment of every script (see
+-- doc.go): its count, the nonce lists that make a retried call a no-op, its label and the
+-- key's TTL. The arguments are those of acquire.lua and release.lua: ARGV[2] the release
+-- nonce, ARGV[3] the attempt's (or undo's) nonce.
+
+-- digits returns x, a whole number from 0, as decimal digits, for redis.call: a number
+-- given to redis.call costs Redis a printf (%.17g), more than string.format's %d, which
+-- takes a C long (32 bits on some platforms: larger numbers go in two parts).
+local function digits(x)
+  if x < 2147483648 then
+    return string.format('%d', x)
+  end
+  return string.format('%d%06d', math.floor(x / 1000000), x % 1000000)
+end
+
+-- listed reports whether the space-separated list holds x.
+local function listed(list, x)
+  return list and string.find(' ' .. list .. ' ', ' ' .. x .. ' ', 1, true)
+end
+
+-- remember returns list with x put first, cut at a separator within 100 bytes.
+local function remember(list, x)
+  local s = x .. ' ' .. (list or '')
+  if #s > 100 then
+    s = string.match(string.sub(s, 1, 101), '^(.*) ') or x
+  end
+  return s
+end
+
+-- forget returns list without x.
+local function forget(list, x)
+  local rest = {}
+  for y in string.gmatch(list, '%S+') do
+    if y ~= x then rest[#rest + 1] = y end
+  end
+  return table.concat(rest, ' ')
+end
+
+-- put_hold writes fields of a hold (field, value, …) into the lock hash, with the hold's
+-- label, text ("<Locker ID> <text>", option Label; absent or "" for none), in field lbl.
+local function put_hold(text, lbl, ...)
+  if text and text ~= '' then
+    local a = {...}
+    a[#a + 1], a[#a + 2] = lbl, text
+    redis.call('HSET', KEYS[1], unpack(a))
+  else
+    redis.call('HSET', KEYS[1], ...)
+  end
+end
+
+-- recount counts the attempt (ARGV[3]) as one more hold of the hold counted in field
+-- count, once however often the client sends it: nonces names the hold's field of the
+-- last applied attempts, applied is its value and holds the count so far. Returns the
+-- hold count.
+local function recount(count, nonces, holds, applied)
+  if listed(applied, ARGV[3]) then
+    return tonumber(holds)
+  end
+  holds = redis.call('HINCRBY', KEYS[1], count, '1')
+  -- Keep the newest nonces within 100 bytes, cut at a separator.
+  redis.call('HSET', KEYS[1], nonces, remember(applied, ARGV[3]))
+  return holds
+end
+
+-- drop_hold makes one release (nonce ARGV[2]) or undo (ARGV[3]: drop the hold only if the
+-- attempt with this nonce took effect) of the hold counted in field count, with nonces
+-- and dropped its fields of applied attempts and of releases that left it held. v holds
+-- their values, then the token the fence takes should it have run out: v[1] false when
+-- the caller holds nothing here. absent is the reply for that case (-1, or -2 when
+-- another owner holds the lock). Returns release.lua's reply, or nil when the hold ended:
+-- its final release is recorded in the fence, and the caller frees what it held.
+local function drop_hold(count, nonces, dropped, v, absent)
+  local nonce, undo = ARGV[2], ARGV[3]
+  if undo ~= '' then
+    if not v[1] or not listed(v[2], undo) then
+      note(':!' .. undo, v[4])
+      return 0 -- nothing to undo: the attempt is refused should it arrive later
+    end
+    -- Forget the undone attempt, so that a second undo (a client retry) does nothing.
+    redis.call('HSET', KEYS[1], nonces, forget(v[2], undo))
+  end
+  if not v[1] then
+    refuse_late(v[4])
+    if released(nonce) then
+      return 1 -- a retry of a release that ended the hold
+    end
+    return absent
+  end
+  if listed(v[3], nonce) then
+    return 2 -- a retry of a release that dropped one hold
+  end
+  if v[1] ~= '1' then
+    redis.call('HINCRBY', KEYS[1], count, '-1')
+    -- Remember this nonce among the last few (about 4), newest first, within 100 bytes.
+    redis.call('HSET', KEYS[1], dropped, remember(v[3], nonce))
+    return 2
+  end
+  record_release(v[4], nonce)
+  return nil
+end
+
+-- extend_to makes key live at least ms milliseconds from now, never shortening its TTL:
+-- a hold reentered through a Locker with a longer TTL keeps its key for as long as that
+-- Locker's lease counts on it. Redis 7 does it in one call (PEXPIRE GT, which leaves a
+-- key without a TTL alone: that one gets it); before, PTTL tells.
+local function extend_to(key, ms)
+  if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+    if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, ms)
+    end
+  elseif redis.call('PTTL', key) < tonumber(ms) then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- rehold is a reentry through Redis of the exclusive or the fair lock: the owner, or a
+-- section it is in (holder), holds the lock through another Locker. It counts the attempt
+-- (ARGV[3]) as one more hold of holder's, whose count is count, once however often the
+-- client sends it, unless the attempt was undone before it got here (checked: the caller
+-- looked already), and keeps the lock for ARGV[2] at least. Returns acquire.lua's reentry
+-- reply, token the hold's, or {0, -1} for an attempt undone.
+local function rehold(holder, owner, count, token, checked)
+  local nonces = holder .. '#a'
+  local applied = redis.call('HGET', KEYS[1], nonces)
+  if not checked and not listed(applied, ARGV[3]) and undone(redis.call('GET', KEYS[2])) then
+    return {0, -1} -- undone already: the caller left
+  end
+  local holds = recount(holder, nonces, count, applied)
+  extend_to(KEYS[1], ARGV[2])
+  return as_holder({1, token, holds}, holder, owner)
+end
