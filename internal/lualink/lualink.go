@@ -341,8 +341,9 @@ func declared(text string) []string {
 // where it is defined.
 func free(text string) []string {
 	var out []string
+	decl := declared(text)
 	for _, n := range Names(text) {
-		if !slices.Contains(declared(text), n) {
+		if !slices.Contains(decl, n) {
 			out = append(out, n)
 		}
 	}
@@ -370,18 +371,27 @@ func Names(code string) []string {
 	seen := map[string]bool{}
 	for _, line := range strings.Split(code, "\n") {
 		line = strip(line)
-		for _, m := range name.FindAllStringIndex(line, -1) {
-			if m[0] > 0 && (line[m[0]-1] == '.' || line[m[0]-1] == ':') {
+		for i := 0; i < len(line); {
+			if !identStart(line[i]) {
+				i++
 				continue
 			}
-			if n := line[m[0]:m[1]]; !seen[n] {
+			j := i + 1
+			for j < len(line) && (identStart(line[j]) || line[j] >= '0' && line[j] <= '9') {
+				j++
+			}
+			if n := line[i:j]; (i == 0 || line[i-1] != '.' && line[i-1] != ':') && !seen[n] {
 				seen[n] = true
 				out = append(out, n)
 			}
+			i = j
 		}
 	}
 	return out
 }
+
+// identStart reports whether c may begin a name: a letter or '_'.
+func identStart(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' }
 
 var name = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 
