@@ -28,11 +28,12 @@ type quorum struct {
 	delay time.Duration // RestartDelay; 0: off
 	mark  any           // the key of the servers' ready mark (gate.lua)
 
-	mu    sync.Mutex
-	gated map[*script.Script]*script.Script // acquire scripts with gate.lua prepended
+	mu      sync.Mutex
+	scripts map[*script.Script]*script.Script // acquire scripts as a quorum sends them (see wrap)
 
-	fixed time.Duration // ReplyBudget; 0: derived from rtt
-	rtt   atomic.Int64  // smoothed round trip of a server's reply, ns
+	fixed    time.Duration // ReplyBudget; 0: derived from rtt
+	rtt      atomic.Int64  // smoothed round trip of a server's reply, ns
+	proposed atomic.Int64  // the last token proposed (see propose), µs
 }
 
 // quorumHold is what a quorum Locker keeps of a hold besides held's fields (apart, so
@@ -142,7 +143,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 	if n < 3 || n%2 == 0 || n > maxQuorum {
 		return nil, &ConfigError{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 to %d, got %d", maxQuorum, n)}
 	}
-	q := &quorum{need: n/2 + 1, gated: make(map[*script.Script]*script.Script)}
+	q := &quorum{need: n/2 + 1, scripts: make(map[*script.Script]*script.Script)}
 	seen := make(map[string]int)
 	for i, c := range clients {
 		field := "clients[" + strconv.Itoa(i) + "]"
@@ -188,33 +189,70 @@ func (q *quorum) admits(s *settings) error {
 	return nil
 }
 
-// gate returns s with gate.lua prepended.
-func (q *quorum) gate(s *script.Script) *script.Script {
+// wrap returns the acquire script s as a quorum sends it: run as a function, after the
+// restart gate (gate.lua) when the check is on, and followed by quorum.lua, which adds
+// to a reentry's reply the hold's confirmed and proposed tokens.
+func (q *quorum) wrap(s *script.Script) *script.Script {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	g := q.gated[s]
-	if g == nil {
-		g = script.Gated(s)
-		q.gated[s] = g
+	w := q.scripts[s]
+	if w == nil {
+		var b strings.Builder
+		// A reader's token fields are its holder's (see tokenFields).
+		fmt.Fprintf(&b, "local per_holder = %t\nlocal r = (function()\n", s == script.ReadAcquire)
+		if q.delay > 0 {
+			b.WriteString(script.Source("gate"))
+		}
+		b.WriteString(s.Body())
+		b.WriteString("\nend)()\n")
+		b.WriteString(script.Source("quorum"))
+		w = script.New(s.Flags(), b.String())
+		q.scripts[s] = w
 	}
-	return g
+	return w
 }
 
-// acquireCall returns the script and arguments of an acquire attempt on every server:
-// with the restart gate, its mark as one more key and the delay as one more argument.
+// acquireCall returns the script and arguments of an acquire call that proposes no token
+// (see proposeCall).
 func (q *quorum) acquireCall(h *held, nonce, manner string) (*script.Script, []any) {
+	return q.proposeCall(h, nonce, manner, argNoLabel)
+}
+
+// proposeCall returns the script and arguments of an acquire attempt on every server,
+// with proposal as the script's proposed token ("": none; see propose): with the restart
+// gate, its mark as one more key and the delay as one more argument.
+func (q *quorum) proposeCall(h *held, nonce, manner string, proposal any) (*script.Script, []any) {
 	args := h.acquireArgs(nonce, manner)
+	s := q.wrap(h.s.spec.acquire)
 	if q.delay <= 0 {
-		return h.s.spec.acquire, args
+		return s, append(args, proposal)
 	}
 	keys := args[2].(int)
-	out := make([]any, 0, len(args)+2)
+	out := make([]any, 0, len(args)+3)
 	out = append(out, args[:3+keys]...)
 	out[2] = keys + 1
 	out = append(out, q.mark)
 	out = append(out, args[3+keys:]...)
-	out = append(out, max(q.delay, h.s.ttl).Milliseconds())
-	return q.gate(h.s.spec.acquire), out
+	out = append(out, proposal, max(q.delay, h.s.ttl).Milliseconds())
+	return s, out
+}
+
+// propose returns the token a fresh attempt proposes to the servers: the clock in
+// microseconds, and above every token proposed before, so that it exceeds the key's last
+// token when this Locker drew that one even if the clock stepped back. A server takes it
+// when its own clock is within a tenth of the lock's TTL or fence retention of it
+// (acquire.lua): the servers that take it all carry the same token.
+func (q *quorum) propose() int64 {
+	p := time.Now().UnixMicro()
+	for {
+		last := q.proposed.Load()
+		if p <= last {
+			p = last + 1
+		}
+		if q.proposed.CompareAndSwap(last, p) {
+			return p
+		}
+	}
 }
 
 // QuorumError reports a call of a quorum Locker (NewQuorum) that too few servers
@@ -417,52 +455,40 @@ type quorumGrant struct {
 	i         int
 	token     int64
 	holds     int64
-	confirmed int64    // the hold's token as a quorum confirmed it there (raise.lua), 0: none
+	confirmed int64    // a reentered hold's token as a quorum confirmed it there (raise.lua), 0: none
+	proposed  int64    // a reentered hold's token when it was the proposal it took there (acquire.lua), 0: none
 	holder    ctxid.ID // a reentry's holder, when a section the owner is in (see granted)
 }
 
-// attemptReply is one server's reply to an attempt: the script's, and the owner's
-// confirmed token read just after it.
+// attemptReply is one server's reply to an attempt: the acquire script's, and, for a
+// reentry, the hold's confirmed and proposed tokens (quorum.lua).
 type attemptReply struct {
-	v         any
-	confirmed int64
+	v                   any
+	confirmed, proposed int64
 }
 
-// nodeAttempt runs an attempt on one server, followed on the same connection by the read
-// of the owner's confirmed token (a reentry's token: see raise.lua): the first of
-// confirmFields that is set.
-func nodeAttempt(ctx context.Context, c *conn, s *script.Script, args []any, lock string, confirmFields []string) (any, error) {
-	var conf *redis.SliceCmd
-	cmd := pipeScript(ctx, c.client, &c.legacy, s, append([]any(nil), args...), func(pipe redis.Pipeliner) {
-		conf = pipe.HMGet(ctx, lock, confirmFields...)
-	})
-	v, err := cmd.Result()
+// nodeAttempt runs an attempt on one server and splits its reply (see quorum.lua).
+func nodeAttempt(ctx context.Context, c *conn, s *script.Script, args []any) (any, error) {
+	// runScript fills the command's first two slots: each server's call has its own.
+	v, err := c.runScript(ctx, s, append([]any(nil), args...), true).Slice()
 	if err != nil {
 		return nil, err
 	}
-	var confirmed int64
-	for _, f := range conf.Val() {
-		if s, ok := f.(string); ok {
-			confirmed, _ = strconv.ParseInt(s, 10, 64)
-			break
-		}
+	if len(v) == 0 {
+		return nil, fmt.Errorf("unexpected acquire reply %v", v)
 	}
-	return attemptReply{v: v, confirmed: confirmed}, nil
+	r := attemptReply{v: v[0]}
+	if len(v) == 3 {
+		r.confirmed, r.proposed = tokenOf(v[1]), tokenOf(v[2])
+	}
+	return r, nil
 }
 
-// confirmFields names the fields that may hold the confirmed token of the hold an
-// attempt of h's takes or reenters: for a reader, those of h's owner and of each section
-// it is in (the hold reentered may be any of theirs); for the other kinds, the lock's.
-func confirmFields(h *held) []string {
-	_, confirmed := tokenFields(h)
-	if h.s.kind != KindRead {
-		return []string{confirmed}
-	}
-	fields := []string{confirmed}
-	for id, ok := h.hk.owner.Parent(); ok; id, ok = id.Parent() {
-		fields = append(fields, string(id)+"#tq")
-	}
-	return fields
+// tokenOf reads a token field's value, 0 for none.
+func tokenOf(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 // tokenFields names the fields of h's lock hash that hold its token and its confirmed
@@ -488,17 +514,16 @@ const (
 func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner string) acquireReply {
 	q := l.q
 	n := len(q.nodes)
-	s, args := q.acquireCall(h, nonce, manner)
+	a := &quorumAttempt{q: q, errs: make([]error, n), undo: make([]bool, n),
+		pttl: -1, settled: make(chan struct{}), proposal: q.propose()}
+	s, args := q.proposeCall(h, nonce, manner, a.proposal)
 	// The round's context ends when its last call returns; the write-back of a fresh
-	// hold's token runs after that, within the caller's.
+	// hold's token, when one is needed, runs after that, within the caller's.
 	callerCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
-	a := &quorumAttempt{q: q, errs: make([]error, n), undo: make([]bool, n),
-		pttl: -1, settled: make(chan struct{})}
 	defer close(a.settled)
-	fields := confirmFields(h)
 	call := func(ctx context.Context, c *conn) (any, error) {
-		return nodeAttempt(ctx, c, s, args, h.rk.lock, fields)
+		return nodeAttempt(ctx, c, s, args)
 	}
 	contested := func() bool { return a.busy > 0 || a.refused }
 	late := func(r nodeReply) { l.lateGrant(h, nonce, a, r) }
@@ -507,7 +532,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	if a.outcome.Load() == attemptWon {
 		var v any
 		var err error
-		if a.top, v, err = l.raiseQuorum(callerCtx, h, nonce, a.grants); err == nil {
+		if a.top, v, err = l.raiseQuorum(callerCtx, h, nonce, a.proposal, a.grants); err == nil {
 			return acquireReply{v: v}
 		}
 		a.outcome.Store(attemptLost)
@@ -529,18 +554,19 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 // quorumAttempt is one attempt of acquireQuorum in progress: the replies taken so far.
 // take runs under the round's lock; late runs once the attempt is settled.
 type quorumAttempt struct {
-	q       *quorum
-	grants  []quorumGrant
-	errs    []error
-	undo    []bool // the server may hold a grant of this attempt
-	failed  int    // servers that answered with an error, or not at all
-	refused bool
-	pttl    int64 // the shortest TTL among the busy servers' holders, ms; -1: none
-	outcome atomic.Int32
-	top     int64         // the hold's token, once settled
-	settled chan struct{} // closed when acquireQuorum returns
+	q        *quorum
+	grants   []quorumGrant
+	errs     []error
+	undo     []bool // the server may hold a grant of this attempt
+	failed   int    // servers that answered with an error, or not at all
+	refused  bool
+	pttl     int64 // the shortest TTL among the busy servers' holders, ms; -1: none
+	outcome  atomic.Int32
+	proposal int64         // the token proposed to the servers (see propose)
+	top      int64         // the hold's token, once settled
+	settled  chan struct{} // closed when acquireQuorum returns
 
-	replied, confirmed, held, busy int
+	replied, confirmed, proposed, held, busy int
 }
 
 // take records one server's reply and reports whether the attempt is decided.
@@ -555,14 +581,16 @@ func (a *quorumAttempt) take(r nodeReply) bool {
 	}
 	// A hold the owner has on a majority already is a reentry: its servers confirmed its
 	// token, or hold it and one of them confirmed the token (the others' write-back may
-	// still be on its way). Grants none of which knew the owner are a fresh hold. Grants
+	// still be on its way) — or, when none confirmed one, the same with the token they
+	// took as proposed. Grants none of which knew the owner are a fresh hold. Grants
 	// of both sorts wait for every server's answer: the owner's hold may be on a majority
 	// whose last server has not answered yet, or be left over on a minority from a hold
 	// that ended, which must not lend its older token (see raiseQuorum).
 	q, n := a.q, len(a.errs)
 	switch {
 	case a.refused:
-	case q.current(a.confirmed, a.held), len(a.grants) >= q.need && (a.confirmed == 0 || a.replied == n):
+	case q.reentered(a.confirmed, a.proposed, a.held) != reenteredNot,
+		len(a.grants) >= q.need && (a.confirmed+a.proposed == 0 || a.replied == n):
 		a.outcome.Store(attemptWon)
 		return true
 	case len(a.grants)+n-a.replied >= q.need:
@@ -581,9 +609,12 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 		a.failed++
 	case g.acquired:
 		a.undo[i] = true
-		a.grants = append(a.grants, quorumGrant{i: i, token: g.token, holds: g.holds, confirmed: r.confirmed, holder: g.holder})
+		a.grants = append(a.grants, quorumGrant{i: i, token: g.token, holds: g.holds, confirmed: r.confirmed, proposed: r.proposed, holder: g.holder})
 		if r.confirmed > 0 {
 			a.confirmed++
+		}
+		if r.proposed > 0 {
+			a.proposed++
 		}
 		if g.holds > 1 {
 			a.held++
@@ -609,17 +640,29 @@ func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply)
 	if r.err == nil {
 		g, err = parseGranted(r.v.(attemptReply).v)
 	}
+	var late quorumGrant
+	if r.err == nil && err == nil {
+		ar := r.v.(attemptReply)
+		late = quorumGrant{token: g.token, holds: g.holds, confirmed: ar.confirmed, proposed: ar.proposed}
+	}
 	switch {
 	case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
-	case a.outcome.Load() == attemptLost, r.err == nil && l.gone(h):
-		// Undone: the attempt lost, or its grant on this server came after the
-		// acquisition was given up or the hold's release reached the server, and would
-		// stay there until its TTL.
+	case a.outcome.Load() == attemptLost:
+		l.undoQuorum(h, nonce, onlyAt(len(a.errs), r.i)) // the attempt lost: undone
+	case r.err == nil && late.holds == 1 && late.carries(a.top, a.proposal):
+		// A fresh grant after the majority's that took the proposal that became the
+		// hold's token: part of the hold (renewed and released with the others) as it
+		// is. A release of the hold, like the undo of an acquisition given up, goes to
+		// every server with this attempt's nonce, and drops this grant or, reaching the
+		// server first, has it refused.
+		h.qh.carry.Or(1 << r.i)
+	case r.err == nil && l.gone(h):
+		// Undone: its grant on this server came after the acquisition was given up or
+		// the hold's release reached the server, and would stay there until its TTL.
 		l.undoQuorum(h, nonce, onlyAt(len(a.errs), r.i))
 	case r.err == nil:
-		// A grant after the majority's: part of the hold (renewed and released with the
-		// others), carrying the hold's token like them.
-		if l.raiseOn(context.Background(), l.q.nodes[r.i], h, a.top) == nil {
+		// A grant after the majority's: part of the hold, once told the hold's token.
+		if late.carries(a.top, a.proposal) || l.raiseOn(context.Background(), l.q.nodes[r.i], h, a.top) == nil {
 			h.qh.carry.Or(1 << r.i)
 		}
 	}
@@ -654,15 +697,17 @@ func (a *quorumAttempt) lost() acquireReply {
 // confirmed (raise.lua) is a reentry through Redis and keeps that token; so is one that
 // a majority held already (the attempt reentered there) with the token confirmed on some
 // of them: that is the owner's current hold, whose write-back has not reached every
-// server yet, and it keeps the highest confirmed token (see current). Any other hold is
-// fresh: its token is the highest of all the grants' — a server that reports a hold
-// of the owner's nobody confirmed is left over from an attempt of the owner's that
-// failed, and one that confirms a hold a majority does not is left over from a hold that
-// ended; either token was drawn before holds other owners may have had since, and must
-// not be handed out. Every granting server that has not confirmed the token is told it
+// server yet, and it keeps the highest confirmed token (see current). When none of them
+// confirmed a token, the same holds of the token they took as proposed: a hold whose
+// servers all took its proposal needed no write-back. Any other hold is fresh: its token
+// is the highest of all the grants' — a server that reports a hold of the owner's nobody
+// confirmed is left over from an attempt of the owner's that failed, and one that
+// confirms a hold a majority does not is left over from a hold that ended; either token
+// was drawn before holds other owners may have had since, and must not be handed out.
+// Every granting server that does not carry the token yet (see carries) is told it
 // (raise.lua, which also raises its fence); the attempt fails, and is undone, when
 // fewer than a majority carry it afterwards.
-func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants []quorumGrant) (int64, any, error) {
+func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, proposal int64, grants []quorumGrant) (int64, any, error) {
 	q := l.q
 	top, holds, holder := l.q.settle(grants)
 	var reply any = top
@@ -678,19 +723,7 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants 
 		l.rekey(h, holder)
 		l.mu.Unlock()
 	}
-	errs := make([]error, len(q.nodes))
-	var wg sync.WaitGroup
-	for _, g := range grants {
-		if g.token == top && g.confirmed == top {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[g.i] = l.raiseOn(ctx, q.nodes[g.i], h, top)
-		}()
-	}
-	wg.Wait()
+	errs := l.writeBack(ctx, h, top, proposal, grants)
 	carried := 0
 	h.qh = &quorumHold{nonce: nonce}
 	for _, g := range grants {
@@ -714,34 +747,94 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants 
 	return top, reply, nil
 }
 
+// writeBack tells top, at once, to every granting server that does not carry it yet, and
+// returns each server's error (nil where it carries top now, or did already).
+func (l *Locker) writeBack(ctx context.Context, h *held, top, proposal int64, grants []quorumGrant) []error {
+	errs := make([]error, len(l.q.nodes))
+	var wg sync.WaitGroup
+	for _, g := range grants {
+		if g.carries(top, proposal) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[g.i] = l.raiseOn(ctx, l.q.nodes[g.i], h, top)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// carries reports whether grant g's server carries the hold's token top already, and
+// needs no write-back: its hold's token is top, and a quorum confirmed it there, or the
+// server took it as proposed — a reentry's record of that (quorum.lua), or the attempt's
+// own grant of its proposal (acquire.lua). Any two majorities share a server, so a token
+// that a majority's servers each drew above their last one (their fences) already
+// exceeds every earlier hold's: only servers whose tokens differ from the hold's need
+// it written back.
+func (g quorumGrant) carries(top, proposal int64) bool {
+	return g.token == top && (g.confirmed == top || g.proposed == top || g.holds == 1 && top == proposal)
+}
+
 // settle reads the token, the hold count and the holder of a hold a majority granted
-// (see raiseQuorum): the owner's current hold keeps its highest confirmed token and
-// count, and its holder when that is a section the owner is in; a fresh hold takes the
-// highest token granted, with one hold.
+// (see raiseQuorum): the owner's current hold keeps its highest confirmed token (or,
+// where none is confirmed, proposed token) and count, and its holder when that is a
+// section the owner is in; a fresh hold takes the highest token granted, with one hold.
 func (q *quorum) settle(grants []quorumGrant) (top, holds int64, holder ctxid.ID) {
 	holds = 1
-	confirmed, held := 0, 0
+	confirmed, proposed, held := 0, 0, 0
 	for _, g := range grants {
 		if g.confirmed > 0 {
 			confirmed++
+		}
+		if g.proposed > 0 {
+			proposed++
 		}
 		if g.holds > 1 {
 			held++
 		}
 	}
-	current := q.current(confirmed, held)
+	how := q.reentered(confirmed, proposed, held)
 	for _, g := range grants {
 		switch {
-		case !current:
+		case how == reenteredNot:
 			top = max(top, g.token)
-		case g.confirmed > 0:
+			continue
+		case how == reenteredConfirmed && g.confirmed > 0:
 			top, holds = max(top, g.confirmed), max(holds, g.holds)
+		case how == reenteredProposed && g.proposed > 0:
+			top, holds = max(top, g.proposed), max(holds, g.holds)
 		}
-		if current && holder == "" && g.holds > 1 {
+		if holder == "" && g.holds > 1 {
 			holder = g.holder
 		}
 	}
 	return top, holds, holder
+}
+
+// Whether an attempt's grants reenter the owner's current hold (see reentered).
+const (
+	reenteredNot       = iota // a fresh hold
+	reenteredConfirmed        // the current hold, whose token a quorum confirmed
+	reenteredProposed         // the current hold, whose token its servers took as proposed
+)
+
+// reentered says whether an attempt's grants, of which confirmed carried a confirmed
+// token, proposed a proposed one and held were reentries (the owner held the lock there
+// already), are the owner's current hold rather than a fresh one (see current): by
+// their confirmed tokens, or, when none was confirmed, by their proposed ones. A hold
+// whose write-back was needed was confirmed on a majority before its lease was handed
+// out, so any majority of its holders shows a confirmed token; a proposed token that a
+// late write-back has not yet replaced (the hold took another) is never alone there.
+func (q *quorum) reentered(confirmed, proposed, held int) int {
+	switch {
+	case q.current(confirmed, held):
+		return reenteredConfirmed
+	case confirmed == 0 && q.current(proposed, held):
+		return reenteredProposed
+	}
+	return reenteredNot
 }
 
 // current reports whether an attempt's grants, of which confirmed carried a confirmed
@@ -830,13 +923,14 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	// (within the round's patience): the owner's next attempt, on other connections, must
 	// not reach one of them before the release does and find the lock still held.
 	carriers := h.qh.carry.Load()
-	all := carriers
-	// A carrier whose call failed without a server's answer (a timeout: the command may
-	// have been dropped with its connection) is sent the release once more, aside, with
-	// the same nonce, which makes it a no-op where the first one ran: a hold count left
-	// there would outlive the release until its TTL.
+	// A server whose call failed without its answer (a timeout: the command may have
+	// been dropped with its connection) is sent the release once more, aside, with the
+	// same nonce, which makes it a no-op where the first one ran: a hold count left there
+	// would outlive the release until its TTL. That is also so of a server not yet known
+	// to carry the hold: a grant of the winning attempt that answered late may be there
+	// (see lateGrant).
 	resend := func(r nodeReply) {
-		if r.err != nil && r.err != errSilent && !isServerError(r.err) && all&(1<<r.i) != 0 {
+		if r.err != nil && r.err != errSilent && !isServerError(r.err) {
 			l.each(onlyAt(n, r.i), false, func(ctx context.Context, c *conn) error {
 				_, err := call(ctx, c)
 				return err
@@ -1036,7 +1130,7 @@ func (l *Locker) repairQuorum(h *held, i int) {
 		defer cancel()
 		nonce := l.newNonce()
 		s, args := l.q.acquireCall(h, nonce, mannerTry)
-		v, err := nodeAttempt(ctx, c, s, args, h.rk.lock, confirmFields(h))
+		v, err := nodeAttempt(ctx, c, s, args)
 		if err != nil {
 			if !isServerError(err) {
 				l.undoQuorum(h, nonce, onlyAt(len(l.q.nodes), i))

@@ -717,54 +717,71 @@ func TestQuorumCancelledLeavesNothing(t *testing.T) {
 // TestQuorumReentryWhileConfirmationInFlight: a hold whose write-back has reached only a
 // minority of its servers — here server 1 still carries its own drawn token, unconfirmed,
 // as when its grant answered after the majority and the late write-back is on its way —
-// and whose other confirming server stops answering. A reentry through another Locker
-// finds the owner's hold on a majority (servers 0 and 1) but the token confirmed on one
-// only. It is still a reentry: it must get the lease's token and leave that token on the
-// servers, not draw a fresh one over the holder's (the fault suite saw that happen).
+// and whose other server that carries the token stops answering. A reentry through
+// another Locker finds the owner's hold on a majority (servers 0 and 1) but the token
+// carried by one only: confirmed there by a write-back (raise.lua), or taken there as the
+// attempt's proposal (acquire.lua). It is still a reentry: it must get the lease's token
+// and leave that token on the servers, not draw a fresh one over the holder's (the fault
+// suite saw that happen).
 func TestQuorumReentryWhileConfirmationInFlight(t *testing.T) {
-	r := startQuorum(t, 3, false)
-	a := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
-	b := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
-	ctx := ctxTimeout(t, 20*time.Second)
+	for _, carried := range []string{"confirmed", "proposed"} {
+		t.Run(carried, func(t *testing.T) {
+			r := startQuorum(t, 3, false)
+			a := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
+			b := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
+			ctx := ctxTimeout(t, 20*time.Second)
+			key := "inflight-" + carried
+			le := mustAcquire(t, a, ctx, key)
+			tok := strconv.FormatInt(le.Token(), 10)
+			for _, s := range r.servers {
+				c := s.Client(t)
+				waitUntil(t, 2*time.Second, "the lease's token on "+s.String(), func() bool {
+					return c.HGet(ctx, lockName(key), "#t").Val() == tok
+				})
+				_ = c.Close()
+			}
+			// Server 0 carries the token as confirmed or as proposed, not both.
+			c0 := r.servers[0].Client(t)
+			if err := c0.HDel(ctx, lockName(key), "#tq", "#tp").Err(); err != nil {
+				t.Fatal(err)
+			}
+			field := map[string]string{"confirmed": "#tq", "proposed": "#tp"}[carried]
+			if err := c0.HSet(ctx, lockName(key), field, tok).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_ = c0.Close()
+			// Server 1 as before its late write-back: its own, higher token, neither
+			// confirmed nor proposed.
+			c1 := r.servers[1].Client(t)
+			own := strconv.FormatInt(le.Token()+4000, 10)
+			if err := c1.HSet(ctx, lockName(key), "#t", own).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c1.HDel(ctx, lockName(key), "#tq", "#tp").Err(); err != nil {
+				t.Fatal(err)
+			}
+			_ = c1.Close()
+			r.servers[2].Pause(t)
 
-	le := mustAcquire(t, a, ctx, "inflight")
-	tok := strconv.FormatInt(le.Token(), 10)
-	c1 := r.servers[1].Client(t)
-	for _, s := range r.servers {
-		c := s.Client(t)
-		waitUntil(t, 2*time.Second, "the write-back on "+s.String(), func() bool {
-			return c.HGet(ctx, lockName("inflight"), "#tq").Val() == tok
+			inner, err := b.Acquire(le.Context(), key, guard.Retry(guard.Attempts(20, guard.Fixed(50*time.Millisecond, 0))))
+			if err != nil {
+				t.Fatalf("reentry: %v", err)
+			}
+			if !inner.Reentrant() || inner.Token() != le.Token() {
+				t.Fatalf("reentry: reentrant %v, token %d; want the lease's %d", inner.Reentrant(), inner.Token(), le.Token())
+			}
+			for _, s := range r.servers[:2] {
+				c := s.Client(t)
+				if got := c.HGet(ctx, lockName(key), "#t").Val(); got != tok {
+					t.Fatalf("%s carries token %s for the hold, want the lease's %s", s, got, tok)
+				}
+				_ = c.Close()
+			}
+			mustRelease(t, inner)
+			r.servers[2].Resume(t)
+			mustRelease(t, le)
 		})
-		_ = c.Close()
 	}
-	// Server 1 as before its late write-back: its own, higher token, not confirmed.
-	own := strconv.FormatInt(le.Token()+4000, 10)
-	if err := c1.HSet(ctx, lockName("inflight"), "#t", own).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c1.HDel(ctx, lockName("inflight"), "#tq").Err(); err != nil {
-		t.Fatal(err)
-	}
-	_ = c1.Close()
-	r.servers[2].Pause(t)
-
-	inner, err := b.Acquire(le.Context(), "inflight", guard.Retry(guard.Attempts(20, guard.Fixed(50*time.Millisecond, 0))))
-	if err != nil {
-		t.Fatalf("reentry: %v", err)
-	}
-	if !inner.Reentrant() || inner.Token() != le.Token() {
-		t.Fatalf("reentry: reentrant %v, token %d; want the lease's %d", inner.Reentrant(), inner.Token(), le.Token())
-	}
-	for _, s := range r.servers[:2] {
-		c := s.Client(t)
-		if got := c.HGet(ctx, lockName("inflight"), "#t").Val(); got != tok {
-			t.Fatalf("%s carries token %s for the hold, want the lease's %s", s, got, tok)
-		}
-		_ = c.Close()
-	}
-	mustRelease(t, inner)
-	r.servers[2].Resume(t)
-	mustRelease(t, le)
 }
 
 // TestQuorumPausedServer: with one of three servers paused (SIGSTOP), two Lockers that
@@ -892,4 +909,45 @@ func TestQuorumRepair(t *testing.T) {
 	if err := le.Err(); err != nil {
 		t.Fatalf("lease after a second server paused past the TTL: %v, want it held on the repaired server and the third", err)
 	}
+}
+
+// BenchmarkQuorumAcquireRelease: uncontended TryAcquire + Release on a quorum of 3, one
+// key per goroutine, with the round trips each pair makes to the servers.
+func BenchmarkQuorumAcquireRelease(b *testing.B) {
+	servers := redistest.StartN(b, 3)
+	counter := redistest.NewCounter()
+	var cs []redis.UniversalClient
+	for _, s := range servers {
+		c := s.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+		c.AddHook(counter)
+		cs = append(cs, c)
+	}
+	l, err := guard.NewQuorum(cs, guard.RestartDelay(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	mustRelease(b, mustAcquire(b, l, ctx, "warm-up"))
+	var id atomic.Int64
+	b.ReportAllocs()
+	counter.Reset()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		key := "bench:" + strconv.FormatInt(id.Add(1), 10)
+		for pb.Next() {
+			le, err := l.TryAcquire(ctx, key)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := le.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	reportRoundTrips(b, counter, b.N)
+	b.ReportMetric(float64(counter.Calls("evalsha"))/float64(b.N), "evalsha/op")
 }

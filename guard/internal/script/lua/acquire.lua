@@ -3,7 +3,8 @@
 -- KEYS[1] lock hash:  <owner> = hold count; <owner>#a = nonces of the owner's last applied
 --                     acquires, newest first, space-separated (within 100 bytes); #t =
 --                     fencing token (#tq: the same, once a quorum Locker confirmed it, see
---                     raise.lua); #w = present once someone had to wait
+--                     raise.lua; #tp: the same, when it is the quorum Locker's proposal,
+--                     ARGV[8]); #w = present once someone had to wait
 -- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
 --                     releases and ":!<nonce>" for each attempt undone before it was
 --                     applied, oldest first (see release.lua): such an attempt is refused
@@ -19,6 +20,11 @@
 -- ARGV[6] the ID of the calling Locker, queued when the lock is busy
 -- ARGV[7] optional: the hold's label, "<Locker ID> <text>" (option Label), kept in the
 --         field <owner>#l of a new hold; absent or "" for none
+-- ARGV[8] optional: a quorum Locker's proposed token (see NewQuorum), in decimal; absent
+--         or "" for none. A new hold takes it instead of the server clock when the two
+--         differ by at most a tenth of the TTL (or of the fence retention, if shorter)
+--         and it is above the last token; the hold then records it as #tp as well, so
+--         that servers that all took it carry the quorum's token without a write-back.
 --
 -- Returns token             (an integer) when the owner took the free lock: one hold,
 --         {1, token, holds} when the owner held it already (token as a string),
@@ -97,6 +103,12 @@ local now = redis.call('TIME')
 -- The clock in microseconds as digits, built from TIME's two replies (seconds, then
 -- microseconds padded to six) without number formatting, which costs Redis a printf.
 local t = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+-- A quorum Locker's proposal (ARGV[8]) replaces the clock when the two differ by at most
+-- a tenth of the TTL, or of the retention if shorter (in microseconds: 100 per ms).
+local p = ARGV[8]
+if p and p ~= '' and #p == #t and math.abs(tonumber(p) - tonumber(t)) <= 100 * math.min(tonumber(ARGV[2]), tonumber(ARGV[4])) then
+  t = p
+end
 local last = f and string.match(f, '^%d+')
 -- Digit strings compare as their numbers when their widths are equal.
 if last and (#last > #t or (#last == #t and last >= t)) then
@@ -110,7 +122,11 @@ else
   local rest = string.match(f or '', '^%d*(.*)$')
   redis.call('SET', fence, t .. rest, 'PX', ARGV[4])
 end
-redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t)
+if t == p then
+  redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t, '#tp', t)
+else
+  redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], '#t', t)
+end
 if ARGV[7] and ARGV[7] ~= '' then
   redis.call('HSET', lock, owner .. '#l', ARGV[7])
 end

@@ -6,11 +6,12 @@
 --                      applied acquires, <owner>#r = of its last releases that left it
 --                      holding (newest first, within 100 bytes); <owner>#t = the fencing
 --                      token of its hold (<owner>#tq: the same, once a quorum Locker
---                      confirmed it: see raise.lua); <owner>#l = the hold's label, when it
+--                      confirmed it: see raise.lua; <owner>#tp: the same, when it is the
+--                      quorum Locker's proposal); <owner>#l = the hold's label, when it
 --                      has one (ARGV[9], see label); #w = present once someone had to wait.
 --                      The read-write lock keeps its writer apart: #W = the writer's owner,
 --                      #Wn its hold count, #Wa and #Wr its nonces, #t its token (#tq
---                      once confirmed), #Wl its label, and #ww =
+--                      once confirmed, #tp when proposed), #Wl its label, and #ww =
 --                      until when (server time, ms) a waiting writer keeps new readers out.
 --                      The fair lock is the exclusive lock's hash (acquire.lua) plus #g =
 --                      the owner the lock was granted to and that has not yet claimed it.
@@ -32,12 +33,16 @@ local function clock()
 end
 
 -- new_token draws the key's next fencing token (as acquire.lua does): one more than the
--- last, never below the server clock in microseconds. t is the reply of TIME.
-local function new_token(t)
+-- last, never below the server clock in microseconds. t is the reply of TIME; p, optional,
+-- a quorum Locker's proposal (acquire.lua's ARGV[8]), taken under the same conditions.
+local function new_token(t, p)
   local fence = KEYS[2]
   -- The clock's digits from TIME's two replies; digit strings of one width compare as
   -- their numbers, so a number is formatted only when the clock is behind the last token.
   local s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  if p and p ~= '' and #p == #s and math.abs(tonumber(p) - tonumber(s)) <= 100 * math.min(tonumber(ARGV[2]), tonumber(ARGV[4])) then
+    s = p
+  end
   local last = string.match(redis.call('GETRANGE', fence, 0, 23), '^%d+')
   if last and (#last > #s or (#last == #s and last >= s)) then
     s = string.format('%.0f', tonumber(last) + 1)
@@ -84,9 +89,9 @@ local function prune(now)
   local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
   for _, o in ipairs(dead) do
     if o == '#W' then
-      redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
+      redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#tp', '#Wl')
     else
-      redis.call('HDEL', lock, o, o .. '#a', o .. '#r', o .. '#t', o .. '#tq', o .. '#l')
+      redis.call('HDEL', lock, o, o .. '#a', o .. '#r', o .. '#t', o .. '#tq', o .. '#tp', o .. '#l')
     end
   end
   if #dead > 0 then
@@ -165,7 +170,7 @@ local function drop(count, nonces, rnonces, token, member, lbl)
     redis.call('HSET', lock, rnonces, remember(v[3], nonce))
     return 2
   end
-  redis.call('HDEL', lock, count, nonces, rnonces, token, token .. 'q', lbl)
+  redis.call('HDEL', lock, count, nonces, rnonces, token, token .. 'q', token .. 'p', lbl)
   redis.call('ZREM', KEYS[4], member)
   record_release(v[4], nonce)
   return 1

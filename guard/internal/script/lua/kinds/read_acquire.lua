@@ -21,8 +21,11 @@ v = {false, v[n + 1], v[n + 2]}
 if v[2] and not within(owner, v[2]) or not v[2] and tonumber(v[3] or 0) > now then
   return busy(redis.call('PTTL', lock))
 end
-local token = new_token(t)
+local token = new_token(t, ARGV[10])
 redis.call('HSET', lock, owner, 1, owner .. '#a', ARGV[3], owner .. '#t', token)
+if token == ARGV[10] then
+  redis.call('HSET', lock, owner .. '#tp', token) -- a quorum Locker's proposal (acquire.lua's ARGV[8])
+end
 label(owner .. '#l')
 lease(owner, now)
 return tonumber(token)

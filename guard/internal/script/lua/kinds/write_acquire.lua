@@ -37,8 +37,11 @@ if ARGV[5] == '1' then
   enqueue() -- polite: the lock is free, but others of this process are ahead
   return {0, -1}
 end
-local token = new_token(t)
+local token = new_token(t, ARGV[10])
 redis.call('HSET', lock, '#W', owner, '#Wn', 1, '#Wa', ARGV[3], '#t', token)
+if token == ARGV[10] then
+  redis.call('HSET', lock, '#tp', token) -- a quorum Locker's proposal (acquire.lua's ARGV[8])
+end
 label('#Wl')
 redis.call('HDEL', lock, '#ww')
 lease('#W', now)
