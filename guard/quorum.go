@@ -34,6 +34,8 @@ type quorum struct {
 	fixed    time.Duration // ReplyBudget; 0: derived from rtt
 	rtt      atomic.Int64  // smoothed round trip of a server's reply, ns
 	proposed atomic.Int64  // the last token proposed (see propose), µs
+
+	calls chan roundCall // to an idle worker (see dispatch)
 }
 
 // quorumHold is what a quorum Locker keeps of a hold besides held's fields (apart, so
@@ -143,7 +145,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 	if n < 3 || n%2 == 0 || n > maxQuorum {
 		return nil, &ConfigError{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 to %d, got %d", maxQuorum, n)}
 	}
-	q := &quorum{need: n/2 + 1, scripts: make(map[*script.Script]*script.Script)}
+	q := &quorum{need: n/2 + 1, scripts: make(map[*script.Script]*script.Script), calls: make(chan roundCall)}
 	seen := make(map[string]int)
 	for i, c := range clients {
 		field := "clients[" + strconv.Itoa(i) + "]"
@@ -327,11 +329,54 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limit
 	rs := &roundRun{q: l.q, cancel: cancel, lim: lim, call: call, take: take, late: late,
 		left: len(nodes), answered: make([]bool, len(nodes)), finished: make(chan struct{}), start: time.Now()}
 	for i := range nodes {
-		if !l.background(func() { rs.one(ctx, i) }) {
+		if !l.dispatch(roundCall{rs: rs, ctx: ctx, i: i}) {
 			rs.one(ctx, i)
 		}
 	}
 	rs.await()
+}
+
+// roundCall is one server's call in a round, for a worker (see dispatch).
+type roundCall struct {
+	rs  *roundRun
+	ctx context.Context
+	i   int
+}
+
+// workerIdle is how long a worker waits for another call before it ends (see dispatch).
+const workerIdle = 250 * time.Millisecond
+
+// dispatch makes call c on an idle worker, or on a new one, and reports false, making
+// nothing, once the Locker is closed. A worker is a goroutine that Close waits for and
+// that takes the next call of any round for a while after its own: a round that started
+// a goroutine per server would grow each one's stack for the client's call, anew every
+// time, which costs more than the call itself.
+func (l *Locker) dispatch(c roundCall) bool {
+	select {
+	case l.q.calls <- c:
+		return true
+	default:
+	}
+	return l.background(func() { l.q.work(c, l.done) })
+}
+
+// work makes call c, then the calls dispatched to it until it has been idle for
+// workerIdle or the Locker closes (done).
+func (q *quorum) work(c roundCall, done <-chan struct{}) {
+	c.rs.one(c.ctx, c.i)
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case c = <-q.calls:
+			c.rs.one(c.ctx, c.i)
+			idle.Reset(workerIdle)
+		case <-idle.C:
+			return
+		case <-done:
+			return
+		}
+	}
 }
 
 // roundRun is one round in progress (see round).
