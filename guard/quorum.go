@@ -72,11 +72,10 @@ func (q *quorum) patience(s *settings) time.Duration {
 	return max(min(max(budgetTrips*b, time.Second), s.ttl-s.driftMargin()), b)
 }
 
-// limits bounds a round's wait for silent servers: past budget when contested reports
-// true (mu of the round held), past patience in any case; zero patience: no bound.
+// limits bounds a round's wait for silent servers: past budget when the replies so far
+// contest the round (see roundOps), past patience in any case; zero: no bound.
 type limits struct {
 	budget, patience time.Duration
-	contested        func() bool
 }
 
 // jitter sleeps a random time below the reply budget, or until ctx ends.
@@ -317,17 +316,29 @@ type nodeReply struct {
 	err error
 }
 
-// round runs call on every server of the quorum at once and hands the replies to take,
-// in arrival order and one at a time, until take reports the round decided; replies that
-// come later go to late (nil: dropped), on the goroutine that received them. A server
-// still silent past lim (see limits) is handed to take as failed (errSilent), and its
-// reply, when it comes, goes to late. round returns once the round
-// is decided or every server answered; the calls still running go on aside (Close waits
-// for them), and cancel is called when the last one returns.
-func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limits, call func(context.Context, *conn) (any, error), take func(nodeReply) bool, late func(nodeReply)) {
+// roundOps is what a round does (see round): call makes the call on server i; take is
+// handed each reply while the round is undecided, the round's lock held, and reports
+// whether it decided the round; late is handed, on the goroutine that received it, each
+// reply that came after; contested reports, the lock held, whether the replies taken so
+// far contest the round (limits.budget then applies).
+type roundOps interface {
+	call(ctx context.Context, i int) (any, error)
+	take(r nodeReply) bool
+	late(r nodeReply)
+	contested() bool
+}
+
+// round makes ops' call on every server of the quorum at once and hands the replies to
+// ops.take, in arrival order and one at a time, until it reports the round decided;
+// replies that come later go to ops.late. A server still silent past lim (see limits) is
+// handed to take as failed (errSilent), and its reply, when it comes, goes to late. rs is
+// the round's zero record, kept by the caller. round returns once the round is decided
+// or every server answered; the calls still running go on aside (Close waits for them),
+// and cancel is called when the last one returns.
+func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limits, rs *roundRun, ops roundOps) {
 	nodes := l.q.nodes
-	rs := &roundRun{q: l.q, cancel: cancel, lim: lim, call: call, take: take, late: late,
-		left: len(nodes), answered: make([]bool, len(nodes)), finished: make(chan struct{}), start: time.Now()}
+	rs.q, rs.cancel, rs.lim, rs.ops = l.q, cancel, lim, ops
+	rs.left, rs.finished, rs.start = len(nodes), make(chan struct{}), time.Now()
 	for i := range nodes {
 		if !l.dispatch(roundCall{rs: rs, ctx: ctx, i: i}) {
 			rs.one(ctx, i)
@@ -384,26 +395,24 @@ type roundRun struct {
 	q      *quorum
 	cancel context.CancelFunc
 	lim    limits
-	call   func(context.Context, *conn) (any, error)
-	take   func(nodeReply) bool
-	late   func(nodeReply)
+	ops    roundOps
 	start  time.Time
 
 	finished chan struct{} // closed once the round is decided
 	mu       sync.Mutex
 	decided  bool
-	overdue  bool // past the budget: a contested round gives up on its silent servers
-	left     int  // calls still running
-	answered []bool
+	overdue  bool   // past the budget: a contested round gives up on its silent servers
+	left     int    // calls still running
+	answered uint64 // the servers that answered (bit i: server i)
 }
 
 // decide hands r to take; mu is held. It reports whether the round just ended.
 func (rs *roundRun) decide(r nodeReply) bool {
-	rs.answered[r.i] = true
+	rs.answered |= 1 << r.i
 	if rs.decided {
 		return false
 	}
-	rs.decided = rs.take(r)
+	rs.decided = rs.ops.take(r)
 	return rs.decided
 }
 
@@ -411,12 +420,12 @@ func (rs *roundRun) decide(r nodeReply) bool {
 // patience (all) or past its budget and contested; mu is held. It reports whether the
 // round just ended.
 func (rs *roundRun) giveUp(all bool) bool {
-	if rs.decided || !all && !(rs.overdue && rs.lim.contested != nil && rs.lim.contested()) {
+	if rs.decided || !all && !(rs.overdue && rs.ops.contested()) {
 		return false
 	}
 	ended := false
-	for i := range rs.answered {
-		if !rs.answered[i] && !rs.decided {
+	for i := range rs.q.nodes {
+		if rs.answered&(1<<i) == 0 && !rs.decided {
 			ended = rs.decide(nodeReply{i: i, err: errSilent})
 		}
 	}
@@ -425,13 +434,13 @@ func (rs *roundRun) giveUp(all bool) bool {
 
 // one makes the call on server i and hands its reply on.
 func (rs *roundRun) one(ctx context.Context, i int) {
-	v, err := rs.call(ctx, rs.q.nodes[i])
+	v, err := rs.ops.call(ctx, i)
 	if err == nil {
 		rs.q.observe(time.Since(rs.start))
 	}
 	r := nodeReply{i: i, v: v, err: err}
 	rs.mu.Lock()
-	was := rs.answered[i] || rs.decided
+	was := rs.answered&(1<<i) != 0 || rs.decided
 	ended := rs.decide(r) || rs.giveUp(false)
 	rs.left--
 	last := rs.left == 0
@@ -442,8 +451,8 @@ func (rs *roundRun) one(ctx context.Context, i int) {
 	if ended {
 		close(rs.finished)
 	}
-	if was && rs.late != nil {
-		rs.late(r)
+	if was {
+		rs.ops.late(r)
 	}
 	if last {
 		rs.cancel()
@@ -471,28 +480,54 @@ func (rs *roundRun) await() {
 		return
 	}
 	wait := lim.patience
-	if lim.budget > 0 && lim.budget < lim.patience && lim.contested != nil {
-		t := time.NewTimer(lim.budget)
+	if lim.budget > 0 && lim.budget < lim.patience {
+		t := getTimer(lim.budget)
 		select {
 		case <-rs.finished:
-			t.Stop()
+			putTimer(t)
 			return
 		case <-t.C:
 		}
+		putTimer(t)
 		if rs.timeUp(false) {
 			<-rs.finished
 			return
 		}
 		wait -= lim.budget
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	t := getTimer(wait)
+	defer putTimer(t)
 	select {
 	case <-rs.finished:
 	case <-t.C:
 		rs.timeUp(true)
 		<-rs.finished
 	}
+}
+
+// timers are stopped timers for rounds to wait with (see getTimer).
+var timers sync.Pool
+
+// getTimer returns a timer that fires after d, from timers when one is there; putTimer
+// stops it and gives it back.
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func putTimer(t *time.Timer) {
+	if !t.Stop() {
+		// Fired, and maybe not received: a program built for Go before 1.23 keeps the
+		// value in the channel, where the next user would find it.
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	timers.Put(t)
 }
 
 // quorumGrant is one server's grant in an attempt.
@@ -512,15 +547,14 @@ type attemptReply struct {
 	confirmed, proposed int64
 }
 
-// nodeAttempt runs an attempt on one server and splits its reply (see quorum.lua).
-func nodeAttempt(ctx context.Context, c *conn, s *script.Script, args []any) (any, error) {
-	// runScript fills the command's first two slots: each server's call has its own.
-	v, err := c.runScript(ctx, s, append([]any(nil), args...), true).Slice()
-	if err != nil {
-		return nil, err
-	}
-	if len(v) == 0 {
-		return nil, fmt.Errorf("unexpected acquire reply %v", v)
+// parseAttempt splits the reply of an attempt's call on one server (see quorum.lua).
+func parseAttempt(cmd *redis.Cmd) (attemptReply, error) {
+	v, err := cmd.Slice()
+	switch {
+	case err != nil:
+		return attemptReply{}, err
+	case len(v) == 0:
+		return attemptReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
 	r := attemptReply{v: v[0]}
 	if len(v) == 3 {
@@ -555,24 +589,17 @@ const (
 
 // acquireQuorum makes one attempt on every server and merges their replies into one
 // acquire reply, as parseGranted reads it: a grant by a majority (its token written back
-// to the granting servers), busy, refused, or a *QuorumError when too few answered.
+// to the granting servers that do not carry it), busy, refused, or a *QuorumError when
+// too few answered.
 func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner string) acquireReply {
 	q := l.q
-	n := len(q.nodes)
-	a := &quorumAttempt{q: q, errs: make([]error, n), undo: make([]bool, n),
-		pttl: -1, settled: make(chan struct{}), proposal: q.propose()}
-	s, args := q.proposeCall(h, nonce, manner, a.proposal)
+	a := l.newAttempt(h, nonce, manner)
 	// The round's context ends when its last call returns; the write-back of a fresh
 	// hold's token, when one is needed, runs after that, within the caller's.
 	callerCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
 	defer close(a.settled)
-	call := func(ctx context.Context, c *conn) (any, error) {
-		return nodeAttempt(ctx, c, s, args)
-	}
-	contested := func() bool { return a.busy > 0 || a.refused }
-	late := func(r nodeReply) { l.lateGrant(h, nonce, a, r) }
-	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s), contested}, call, a.take, late)
+	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s)}, &a.rs, a)
 
 	if a.outcome.Load() == attemptWon {
 		var v any
@@ -585,7 +612,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		return acquireReply{err: err}
 	}
 	a.outcome.Store(attemptLost) // also when every server answered without a decision
-	l.undoQuorum(h, nonce, a.undo)
+	l.undoQuorum(h, nonce, a.undoOn())
 	if len(a.grants) > 0 && a.busy > 0 && manner != mannerTry {
 		// A split vote: contenders that each won some servers undo at once, and the
 		// undo's announcement wakes them all together. A pause of up to a budget, drawn
@@ -596,14 +623,38 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	return a.lost()
 }
 
+// newAttempt returns attempt nonce of h, proposing a token, with each server's command
+// line (one allocation for all: a call fills its first two slots, see runScript).
+func (l *Locker) newAttempt(h *held, nonce, manner string) *quorumAttempt {
+	q := l.q
+	n := len(q.nodes)
+	a := &quorumAttempt{q: q, l: l, h: h, nonce: nonce, pttl: -1, settled: make(chan struct{}), proposal: q.propose()}
+	s, line := q.proposeCall(h, nonce, manner, a.proposal)
+	w := len(line)
+	all := make([]any, n*w)
+	for i := range n {
+		copy(all[i*w:(i+1)*w], line)
+	}
+	a.script, a.lines, a.width = s, all, w
+	a.grants = make([]quorumGrant, 0, n)
+	return a
+}
+
 // quorumAttempt is one attempt of acquireQuorum in progress: the replies taken so far.
 // take runs under the round's lock; late runs once the attempt is settled.
 type quorumAttempt struct {
+	rs       roundRun
 	q        *quorum
+	l        *Locker
+	h        *held
+	nonce    string
+	script   *script.Script
+	lines    []any // each server's command line, width long, one after the other
+	width    int
 	grants   []quorumGrant
-	errs     []error
-	undo     []bool // the server may hold a grant of this attempt
-	failed   int    // servers that answered with an error, or not at all
+	errs     []error // per server, once one failed or refused (see fail)
+	undo     uint64  // the servers that may hold a grant of this attempt (bit i: server i)
+	failed   int     // servers that answered with an error, or not at all
 	refused  bool
 	pttl     int64 // the shortest TTL among the busy servers' holders, ms; -1: none
 	outcome  atomic.Int32
@@ -614,15 +665,50 @@ type quorumAttempt struct {
 	replied, confirmed, proposed, held, busy int
 }
 
+// call makes the attempt on server i (see roundOps).
+func (a *quorumAttempt) call(ctx context.Context, i int) (any, error) {
+	cmd := a.q.nodes[i].runScript(ctx, a.script, a.lines[i*a.width:(i+1)*a.width:(i+1)*a.width], true)
+	return cmd, cmd.Err()
+}
+
+// late handles a reply that came after the attempt was decided (see lateGrant).
+func (a *quorumAttempt) late(r nodeReply) { a.l.lateGrant(a.h, a.nonce, a, r) }
+
+// contested reports whether another owner's hold, or a refusal, contests the attempt.
+func (a *quorumAttempt) contested() bool { return a.busy > 0 || a.refused }
+
+// fail records what server i answered instead of a grant.
+func (a *quorumAttempt) fail(i int, err error) {
+	if a.errs == nil {
+		a.errs = make([]error, len(a.q.nodes))
+	}
+	a.errs[i] = err
+}
+
+// undoOn returns the servers that may hold a grant of the attempt, as each takes them.
+func (a *quorumAttempt) undoOn() []bool {
+	on := make([]bool, len(a.q.nodes))
+	for i := range on {
+		on[i] = a.undo&(1<<i) != 0
+	}
+	return on
+}
+
 // take records one server's reply and reports whether the attempt is decided.
 func (a *quorumAttempt) take(r nodeReply) bool {
 	a.replied++
+	var ar attemptReply
+	if r.err == nil {
+		ar, r.err = parseAttempt(r.v.(*redis.Cmd))
+	}
 	if r.err != nil {
-		a.errs[r.i] = r.err
-		a.undo[r.i] = !isServerError(r.err)
+		a.fail(r.i, r.err)
+		if !isServerError(r.err) {
+			a.undo |= 1 << r.i
+		}
 		a.failed++
 	} else {
-		a.reply(r.i, r.v.(attemptReply))
+		a.reply(r.i, ar)
 	}
 	// A hold the owner has on a majority already is a reentry: its servers confirmed its
 	// token, or hold it and one of them confirmed the token (the others' write-back may
@@ -631,7 +717,7 @@ func (a *quorumAttempt) take(r nodeReply) bool {
 	// of both sorts wait for every server's answer: the owner's hold may be on a majority
 	// whose last server has not answered yet, or be left over on a minority from a hold
 	// that ended, which must not lend its older token (see raiseQuorum).
-	q, n := a.q, len(a.errs)
+	q, n := a.q, len(a.q.nodes)
 	switch {
 	case a.refused:
 	case q.reentered(a.confirmed, a.proposed, a.held) != reenteredNot,
@@ -650,10 +736,10 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 	g, err := parseGranted(r.v)
 	switch {
 	case err != nil:
-		a.errs[i] = err
+		a.fail(i, err)
 		a.failed++
 	case g.acquired:
-		a.undo[i] = true
+		a.undo |= 1 << i
 		a.grants = append(a.grants, quorumGrant{i: i, token: g.token, holds: g.holds, confirmed: r.confirmed, proposed: r.proposed, holder: g.holder})
 		if r.confirmed > 0 {
 			a.confirmed++
@@ -666,9 +752,9 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 		}
 	case g.upgrade:
 		a.refused = true
-		a.errs[i] = ErrUpgrade
+		a.fail(i, ErrUpgrade)
 	default:
-		a.errs[i] = errNotGranted
+		a.fail(i, errNotGranted)
 		a.busy++
 		if ms := g.pttl.Milliseconds(); ms >= 0 && (a.pttl < 0 || ms < a.pttl) {
 			a.pttl = ms
@@ -681,19 +767,21 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply) {
 	<-a.settled
 	var g granted
+	var ar attemptReply
 	var err error
 	if r.err == nil {
-		g, err = parseGranted(r.v.(attemptReply).v)
+		if ar, r.err = parseAttempt(r.v.(*redis.Cmd)); r.err == nil {
+			g, err = parseGranted(ar.v)
+		}
 	}
 	var late quorumGrant
 	if r.err == nil && err == nil {
-		ar := r.v.(attemptReply)
 		late = quorumGrant{token: g.token, holds: g.holds, confirmed: ar.confirmed, proposed: ar.proposed}
 	}
 	switch {
 	case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
 	case a.outcome.Load() == attemptLost:
-		l.undoQuorum(h, nonce, onlyAt(len(a.errs), r.i)) // the attempt lost: undone
+		l.undoQuorum(h, nonce, onlyAt(len(a.q.nodes), r.i)) // the attempt lost: undone
 	case r.err == nil && late.holds == 1 && late.carries(a.top, a.proposal):
 		// A fresh grant after the majority's that took the proposal that became the
 		// hold's token: part of the hold (renewed and released with the others) as it
@@ -704,7 +792,7 @@ func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply)
 	case r.err == nil && l.gone(h):
 		// Undone: its grant on this server came after the acquisition was given up or
 		// the hold's release reached the server, and would stay there until its TTL.
-		l.undoQuorum(h, nonce, onlyAt(len(a.errs), r.i))
+		l.undoQuorum(h, nonce, onlyAt(len(a.q.nodes), r.i))
 	case r.err == nil:
 		// A grant after the majority's: part of the hold, once told the hold's token.
 		if late.carries(a.top, a.proposal) || l.raiseOn(context.Background(), l.q.nodes[r.i], h, a.top) == nil {
@@ -720,15 +808,18 @@ func (a *quorumAttempt) lost() acquireReply {
 	switch {
 	case a.refused:
 		return acquireReply{v: []any{int64(acquireRefused)}}
-	case a.failed <= len(a.errs)-q.need:
+	case a.failed <= len(q.nodes)-q.need:
 		// Busy: enough servers answered, or may still, for a majority to be reached
 		// once the lock is free.
 		return acquireReply{v: []any{int64(acquireBusy), a.pttl}}
 	}
+	if a.errs == nil {
+		a.errs = make([]error, len(q.nodes))
+	}
 	for i := range a.errs {
 		switch {
 		case a.errs[i] != nil:
-		case a.undo[i]:
+		case a.undo&(1<<i) != 0:
 			a.errs[i] = errUndone
 		default:
 			a.errs[i] = errNoAnswer
@@ -772,7 +863,7 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, proposa
 	carried := 0
 	h.qh = &quorumHold{nonce: nonce}
 	for _, g := range grants {
-		if errs[g.i] == nil {
+		if errs == nil || errs[g.i] == nil {
 			carried++
 			h.qh.carry.Or(1 << g.i)
 		} else if !reentry {
@@ -793,8 +884,12 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, proposa
 }
 
 // writeBack tells top, at once, to every granting server that does not carry it yet, and
-// returns each server's error (nil where it carries top now, or did already).
+// returns each server's error (nil where it carries top now, or did already; nil for
+// all when none needed it).
 func (l *Locker) writeBack(ctx context.Context, h *held, top, proposal int64, grants []quorumGrant) []error {
+	if !slices.ContainsFunc(grants, func(g quorumGrant) bool { return !g.carries(top, proposal) }) {
+		return nil
+	}
 	errs := make([]error, len(l.q.nodes))
 	var wg sync.WaitGroup
 	for _, g := range grants {
@@ -954,45 +1049,16 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	n := len(q.nodes)
 	// A server without the hold is told the winning attempt's nonce: its copy of the
 	// attempt may still be on its way, and must not take the lock after this release.
-	args := append(h.releaseArgs(nonce, ""), h.qh.nonce)
-	var (
-		codes  = make([]releaseReply, n)
-		errs   = make([]error, n)
-		ok, ko int
-	)
-	call := func(ctx context.Context, c *conn) (any, error) {
-		code, err := decodeRelease(c.runScript(ctx, h.s.spec.release, append([]any(nil), args...), true))
-		return code, err
-	}
-	// The release waits for every server known to carry the hold besides a majority
-	// (within the round's patience): the owner's next attempt, on other connections, must
-	// not reach one of them before the release does and find the lock still held.
-	carriers := h.qh.carry.Load()
-	// A server whose call failed without its answer (a timeout: the command may have
-	// been dropped with its connection) is sent the release once more, aside, with the
-	// same nonce, which makes it a no-op where the first one ran: a hold count left there
-	// would outlive the release until its TTL. That is also so of a server not yet known
-	// to carry the hold: a grant of the winning attempt that answered late may be there
-	// (see lateGrant).
-	resend := func(r nodeReply) {
-		if r.err != nil && r.err != errSilent && !isServerError(r.err) {
-			l.each(onlyAt(n, r.i), false, func(ctx context.Context, c *conn) error {
-				_, err := call(ctx, c)
-				return err
-			})
-		}
-	}
-	take := func(r nodeReply) bool {
-		carriers &^= 1 << r.i
-		resend(r)
-		if r.err != nil {
-			errs[r.i] = r.err
-			ko++
-		} else {
-			codes[r.i] = r.v.(releaseReply)
-			ok++
-		}
-		return ok >= q.need && carriers == 0 || ko > n-q.need
+	line := h.releaseArgs(nonce, "")
+	w := len(line) + 1
+	rr := &releaseRound{l: l, h: h, width: w, lines: make([]any, n*w), slots: make([]releaseSlot, n),
+		// The release waits for every server known to carry the hold besides a majority
+		// (within the round's patience): the owner's next attempt, on other connections,
+		// must not reach one of them before the release does and find the lock held.
+		carriers: h.qh.carry.Load()}
+	for i := range n {
+		copy(rr.lines[i*w:], line)
+		rr.lines[i*w+w-1] = h.qh.nonce
 	}
 	// The calls still running when a majority answered go on past the caller's return,
 	// within its deadline: a release that reaches the last server frees it there too.
@@ -1001,21 +1067,88 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 		d = time.Now().Add(l.cfg.releaseTimeout)
 	}
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
-	l.round(rctx, cancel, limits{patience: q.patience(h.s)}, call, take, resend)
-	if ok < q.need {
+	l.round(rctx, cancel, limits{patience: q.patience(h.s)}, &rr.rs, rr)
+	if rr.ok < q.need {
+		errs := make([]error, n)
+		for i := range errs {
+			errs[i] = rr.slots[i].err
+		}
 		return 0, &QuorumError{Op: "release", Need: q.need, Addrs: q.addrs, Errs: errs}
 	}
-	return q.mergeRelease(codes, errs), nil
+	return q.mergeRelease(rr.slots), nil
 }
+
+// releaseRound is one release of releaseQuorum in progress: the replies taken so far.
+type releaseRound struct {
+	rs       roundRun
+	l        *Locker
+	h        *held
+	lines    []any // each server's command line, width long, one after the other
+	width    int
+	slots    []releaseSlot
+	carriers uint64 // the servers known to carry the hold that have not answered
+	ok, ko   int
+}
+
+// releaseSlot is one server's answer to a release.
+type releaseSlot struct {
+	code releaseReply
+	err  error
+}
+
+// call makes the release on server i (see roundOps).
+func (rr *releaseRound) call(ctx context.Context, i int) (any, error) {
+	w := rr.width
+	cmd := rr.l.q.nodes[i].runScript(ctx, rr.h.s.spec.release, rr.lines[i*w:(i+1)*w:(i+1)*w], true)
+	return cmd, cmd.Err()
+}
+
+// take records one server's reply and reports whether the release is decided.
+func (rr *releaseRound) take(r nodeReply) bool {
+	rr.carriers &^= 1 << r.i
+	rr.late(r)
+	var code releaseReply
+	if r.err == nil {
+		code, r.err = decodeRelease(r.v.(*redis.Cmd))
+	}
+	if r.err != nil {
+		rr.slots[r.i].err = r.err
+		rr.ko++
+	} else {
+		rr.slots[r.i].code = code
+		rr.ok++
+	}
+	need := rr.l.q.need
+	return rr.ok >= need && rr.carriers == 0 || rr.ko > len(rr.slots)-need
+}
+
+// late sends the release once more, aside, to a server whose call failed without its
+// answer (a timeout: the command may have been dropped with its connection), with the
+// same nonce, which makes it a no-op where the first one ran: a hold count left there
+// would outlive the release until its TTL. That is also so of a server not yet known to
+// carry the hold: a grant of the winning attempt that answered late may be there (see
+// lateGrant).
+func (rr *releaseRound) late(r nodeReply) {
+	if r.err != nil && r.err != errSilent && !isServerError(r.err) {
+		w := rr.width
+		line := rr.lines[r.i*w : (r.i+1)*w]
+		rr.l.each(onlyAt(len(rr.slots), r.i), false, func(ctx context.Context, c *conn) error {
+			return c.runScript(ctx, rr.h.s.spec.release, slices.Clone(line), true).Err()
+		})
+	}
+}
+
+// contested is false: a release waits out its patience.
+func (rr *releaseRound) contested() bool { return false }
 
 // mergeRelease merges the servers' release replies (those without an error) into one:
 // still held where a majority still holds it, else freed (with the turn's news, when a
 // server had any), else not held or expired.
-func (q *quorum) mergeRelease(codes []releaseReply, errs []error) releaseReply {
+func (q *quorum) mergeRelease(slots []releaseSlot) releaseReply {
 	var count [releaseOwnTurn - releaseNotHeld + 1]int
-	for i := range codes {
-		if errs[i] == nil {
-			count[codes[i]-releaseNotHeld]++
+	for _, s := range slots {
+		if s.err == nil {
+			count[s.code-releaseNotHeld]++
 		}
 	}
 	at := func(c releaseReply) int { return count[c-releaseNotHeld] }
@@ -1086,7 +1219,8 @@ func (l *Locker) renewQuorum(timeout time.Duration, batch []*held, idx []int, tt
 			}
 		}
 	}
-	l.round(ctx, cancel, limits{}, call, qr.take, late)
+	var rs roundRun
+	l.round(ctx, cancel, limits{}, &rs, funcOps{callF: call, takeF: qr.take, lateF: late, q: q})
 	// The servers that reported a renewed hold gone get it back.
 	for _, i := range idx {
 		if errs[i] != nil {
@@ -1099,6 +1233,19 @@ func (l *Locker) renewQuorum(timeout time.Duration, batch []*held, idx []int, tt
 		}
 	}
 }
+
+// funcOps is a round's ops made of functions, never contested.
+type funcOps struct {
+	callF func(context.Context, *conn) (any, error)
+	takeF func(nodeReply) bool
+	lateF func(nodeReply)
+	q     *quorum
+}
+
+func (f funcOps) call(ctx context.Context, i int) (any, error) { return f.callF(ctx, f.q.nodes[i]) }
+func (f funcOps) take(r nodeReply) bool                        { return f.takeF(r) }
+func (f funcOps) late(r nodeReply)                             { f.lateF(r) }
+func (f funcOps) contested() bool                              { return false }
 
 // quorumRenewal is one batch's renewal on a quorum in progress (see renewQuorum): per
 // lease of the batch, the servers' answers so far.
@@ -1175,14 +1322,14 @@ func (l *Locker) repairQuorum(h *held, i int) {
 		defer cancel()
 		nonce := l.newNonce()
 		s, args := l.q.acquireCall(h, nonce, mannerTry)
-		v, err := nodeAttempt(ctx, c, s, args)
+		ar, err := parseAttempt(c.runScript(ctx, s, args, true))
 		if err != nil {
 			if !isServerError(err) {
 				l.undoQuorum(h, nonce, onlyAt(len(l.q.nodes), i))
 			}
 			return
 		}
-		g, err := parseGranted(v.(attemptReply).v)
+		g, err := parseGranted(ar.v)
 		if err != nil || !g.acquired {
 			return
 		}
