@@ -35,7 +35,8 @@ type quorum struct {
 	rtt      atomic.Int64  // smoothed round trip of a server's reply, ns
 	proposed atomic.Int64  // the last token proposed (see propose), µs
 
-	calls chan roundCall // to an idle worker (see dispatch)
+	calls   chan roundCall // to an idle worker (see dispatch)
+	batches []batch        // per server (see enqueue)
 }
 
 // quorumHold is what a quorum Locker keeps of a hold besides held's fields (apart, so
@@ -165,6 +166,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 		}
 		q.nodes = append(q.nodes, &conn{client: c, honoursDeadlines: honoursDeadlines(c)})
 	}
+	q.batches = make([]batch, n)
 	l, err := newLocker(nil, q, opts)
 	if err != nil {
 		return nil, err
@@ -316,16 +318,28 @@ type nodeReply struct {
 	err error
 }
 
-// roundOps is what a round does (see round): call makes the call on server i; take is
-// handed each reply while the round is undecided, the round's lock held, and reports
-// whether it decided the round; late is handed, on the goroutine that received it, each
-// reply that came after; contested reports, the lock held, whether the replies taken so
+// roundOps is what a round does (see round), besides its calls (scriptCall, funcCall):
+// take is handed each reply while the round is undecided, the round's lock held, and
+// reports whether it decided the round; late is handed each reply that came after, and
+// must not block (it runs on the goroutine that received the reply, which may have other
+// replies to hand on); contested reports, the lock held, whether the replies taken so
 // far contest the round (limits.budget then applies).
 type roundOps interface {
-	call(ctx context.Context, i int) (any, error)
 	take(r nodeReply) bool
 	late(r nodeReply)
 	contested() bool
+}
+
+// scriptCall is a round's ops whose call on server i runs script s with args (whose
+// first two slots the call fills): the calls go out in the servers' batches (see batch),
+// and each reply is a *redis.Cmd.
+type scriptCall interface {
+	line(i int) (s *script.Script, args []any)
+}
+
+// funcCall is a round's ops whose call on server i is a function, made on a worker.
+type funcCall interface {
+	call(ctx context.Context, i int) (any, error)
 }
 
 // round makes ops' call on every server of the quorum at once and hands the replies to
@@ -340,26 +354,39 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limit
 	rs.q, rs.cancel, rs.lim, rs.ops = l.q, cancel, lim, ops
 	rs.left, rs.finished, rs.start = len(nodes), make(chan struct{}), time.Now()
 	for i := range nodes {
-		if !l.dispatch(roundCall{rs: rs, ctx: ctx, i: i}) {
+		if sc, ok := ops.(scriptCall); ok {
+			s, args := sc.line(i)
+			l.enqueue(i, queued{rs: rs, ctx: ctx, s: s, args: args})
+		} else if !l.dispatch(roundCall{rs: rs, ctx: ctx, i: i}) {
 			rs.one(ctx, i)
 		}
 	}
 	rs.await()
 }
 
-// roundCall is one server's call in a round, for a worker (see dispatch).
+// roundCall is a job for a worker (see dispatch): a funcCall's call on server i in round
+// rs, or, without rs, sending server i's batches (see drain).
 type roundCall struct {
 	rs  *roundRun
 	ctx context.Context
 	i   int
 }
 
-// workerIdle is how long a worker waits for another call before it ends (see dispatch).
+// run does the job.
+func (c roundCall) run(q *quorum) {
+	if c.rs == nil {
+		q.drain(c.i)
+		return
+	}
+	c.rs.one(c.ctx, c.i)
+}
+
+// workerIdle is how long a worker waits for another job before it ends (see dispatch).
 const workerIdle = 250 * time.Millisecond
 
-// dispatch makes call c on an idle worker, or on a new one, and reports false, making
+// dispatch runs job c on an idle worker, or on a new one, and reports false, running
 // nothing, once the Locker is closed. A worker is a goroutine that Close waits for and
-// that takes the next call of any round for a while after its own: a round that started
+// that takes the next job of any round for a while after its own: a round that started
 // a goroutine per server would grow each one's stack for the client's call, anew every
 // time, which costs more than the call itself.
 func (l *Locker) dispatch(c roundCall) bool {
@@ -371,22 +398,141 @@ func (l *Locker) dispatch(c roundCall) bool {
 	return l.background(func() { l.q.work(c, l.done) })
 }
 
-// work makes call c, then the calls dispatched to it until it has been idle for
-// workerIdle or the Locker closes (done).
+// work runs job c, then the jobs dispatched to it until it has been idle for workerIdle
+// or the Locker closes (done).
 func (q *quorum) work(c roundCall, done <-chan struct{}) {
-	c.rs.one(c.ctx, c.i)
+	c.run(q)
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
 		select {
 		case c = <-q.calls:
-			c.rs.one(c.ctx, c.i)
+			c.run(q)
 			idle.Reset(workerIdle)
 		case <-idle.C:
 			return
 		case <-done:
 			return
 		}
+	}
+}
+
+// batch is one server's script calls waiting to go out. At most maxSenders of its
+// batches are in flight at once: the calls made meanwhile wait, and go out together in
+// the next, one pipeline — as many rounds in flight at once cost the client and the
+// server one write and one read each, not one per round.
+type batch struct {
+	mu      sync.Mutex
+	queue   []queued
+	spare   []queued // an empty queue's storage, kept for the next
+	senders int      // batches being sent (see drain)
+}
+
+// maxSenders is the most batches of one server in flight at once.
+const maxSenders = 2
+
+// queued is one script call waiting in a batch.
+type queued struct {
+	rs   *roundRun
+	ctx  context.Context
+	s    *script.Script
+	args []any
+}
+
+// enqueue puts call c on server i in its batch, and starts sending the batch unless
+// maxSenders are at it (on the caller's goroutine once the Locker is closed).
+func (l *Locker) enqueue(i int, c queued) {
+	b := &l.q.batches[i]
+	b.mu.Lock()
+	if b.queue == nil {
+		b.queue, b.spare = b.spare, nil
+	}
+	b.queue = append(b.queue, c)
+	start := b.senders < maxSenders
+	if start {
+		b.senders++
+	}
+	b.mu.Unlock()
+	if start && !l.dispatch(roundCall{i: i}) {
+		l.q.drain(i)
+	}
+}
+
+// drain sends server i's batches until its queue is empty.
+func (q *quorum) drain(i int) {
+	b := &q.batches[i]
+	var buf []queued
+	for {
+		b.mu.Lock()
+		calls := b.queue
+		if len(calls) == 0 {
+			b.senders--
+			if b.spare == nil {
+				b.spare = buf
+			}
+			b.mu.Unlock()
+			return
+		}
+		b.queue = buf
+		b.mu.Unlock()
+		q.send(i, calls)
+		clear(calls)
+		buf = calls[:0]
+	}
+}
+
+// send makes calls on server i: alone, or in one pipeline bounded by the latest of their
+// deadlines. A call whose context ended before it went out is not sent. A reply of
+// NOSCRIPT (the server does not have the script yet) makes that call again alone (see
+// runScript).
+func (q *quorum) send(i int, calls []queued) {
+	c := q.nodes[i]
+	live := 0
+	var last time.Time
+	bounded := true
+	for k, qc := range calls {
+		if err := qc.ctx.Err(); err != nil {
+			qc.rs.reply(i, nil, err)
+			continue
+		}
+		calls[live] = calls[k]
+		live++
+		d, ok := qc.ctx.Deadline()
+		bounded = bounded && ok
+		if d.After(last) {
+			last = d
+		}
+	}
+	calls = calls[:live]
+	if live == 1 {
+		cmd := c.runScript(calls[0].ctx, calls[0].s, calls[0].args, true)
+		calls[0].rs.reply(i, cmd, cmd.Err())
+		return
+	}
+	if live == 0 {
+		return
+	}
+	ctx := context.Background()
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, last)
+		defer cancel()
+	}
+	legacy := c.legacy.Load()
+	pipe := c.client.Pipeline()
+	cmds := make([]*redis.Cmd, live)
+	for k, qc := range calls {
+		sha, _ := qc.s.Form(legacy)
+		qc.args[0], qc.args[1] = "evalsha", sha
+		cmds[k] = pipe.Do(ctx, qc.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for k, qc := range calls {
+		cmd := cmds[k]
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmd = c.runScript(qc.ctx, qc.s, qc.args, true)
+		}
+		qc.rs.reply(i, cmd, cmd.Err())
 	}
 }
 
@@ -432,9 +578,14 @@ func (rs *roundRun) giveUp(all bool) bool {
 	return ended
 }
 
-// one makes the call on server i and hands its reply on.
+// one makes the funcCall's call on server i and hands its reply on.
 func (rs *roundRun) one(ctx context.Context, i int) {
-	v, err := rs.ops.call(ctx, i)
+	v, err := rs.ops.(funcCall).call(ctx, i)
+	rs.reply(i, v, err)
+}
+
+// reply hands server i's reply on: to take while the round is undecided, else to late.
+func (rs *roundRun) reply(i int, v any, err error) {
 	if err == nil {
 		rs.q.observe(time.Since(rs.start))
 	}
@@ -598,7 +749,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	// hold's token, when one is needed, runs after that, within the caller's.
 	callerCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
-	defer close(a.settled)
+	defer a.settle()
 	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s)}, &a.rs, a)
 
 	if a.outcome.Load() == attemptWon {
@@ -628,7 +779,8 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 func (l *Locker) newAttempt(h *held, nonce, manner string) *quorumAttempt {
 	q := l.q
 	n := len(q.nodes)
-	a := &quorumAttempt{q: q, l: l, h: h, nonce: nonce, pttl: -1, settled: make(chan struct{}), proposal: q.propose()}
+	a := &quorumAttempt{q: q, l: l, h: h, nonce: nonce, pttl: -1, proposal: q.propose()}
+	a.pending = a.pendingBuf[:0]
 	s, line := q.proposeCall(h, nonce, manner, a.proposal)
 	w := len(line)
 	all := make([]any, n*w)
@@ -658,21 +810,47 @@ type quorumAttempt struct {
 	refused  bool
 	pttl     int64 // the shortest TTL among the busy servers' holders, ms; -1: none
 	outcome  atomic.Int32
-	proposal int64         // the token proposed to the servers (see propose)
-	top      int64         // the hold's token, once settled
-	settled  chan struct{} // closed when acquireQuorum returns
+	proposal int64 // the token proposed to the servers (see propose)
+	top      int64 // the hold's token, once settled
+
+	lateMu     sync.Mutex
+	settled    bool        // acquireQuorum is done with the attempt (see settle)
+	pending    []nodeReply // late replies that came before (in pendingBuf)
+	pendingBuf [4]nodeReply
 
 	replied, confirmed, proposed, held, busy int
 }
 
-// call makes the attempt on server i (see roundOps).
-func (a *quorumAttempt) call(ctx context.Context, i int) (any, error) {
-	cmd := a.q.nodes[i].runScript(ctx, a.script, a.lines[i*a.width:(i+1)*a.width:(i+1)*a.width], true)
-	return cmd, cmd.Err()
+// line returns the script and command line of the attempt on server i (see scriptCall).
+func (a *quorumAttempt) line(i int) (*script.Script, []any) {
+	return a.script, a.lines[i*a.width : (i+1)*a.width : (i+1)*a.width]
 }
 
-// late handles a reply that came after the attempt was decided (see lateGrant).
-func (a *quorumAttempt) late(r nodeReply) { a.l.lateGrant(a.h, a.nonce, a, r) }
+// late handles a reply that came after the attempt was decided (see lateGrant): at once
+// once the attempt is settled, else when it is (see settle).
+func (a *quorumAttempt) late(r nodeReply) {
+	a.lateMu.Lock()
+	if !a.settled {
+		a.pending = append(a.pending, r)
+		a.lateMu.Unlock()
+		return
+	}
+	a.lateMu.Unlock()
+	a.l.lateGrant(a.h, a.nonce, a, r)
+}
+
+// settle marks the attempt settled (its outcome, and a won hold's token, final) and
+// handles the replies that came late before.
+func (a *quorumAttempt) settle() {
+	a.lateMu.Lock()
+	a.settled = true
+	pending := a.pending
+	a.pending = nil
+	a.lateMu.Unlock()
+	for _, r := range pending {
+		a.l.lateGrant(a.h, a.nonce, a, r)
+	}
+}
 
 // contested reports whether another owner's hold, or a refusal, contests the attempt.
 func (a *quorumAttempt) contested() bool { return a.busy > 0 || a.refused }
@@ -765,7 +943,6 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 // lateGrant handles a reply to attempt a, with nonce, for h that came after a was
 // decided, once a is settled.
 func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply) {
-	<-a.settled
 	var g granted
 	var ar attemptReply
 	var err error
@@ -793,10 +970,18 @@ func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply)
 		// Undone: its grant on this server came after the acquisition was given up or
 		// the hold's release reached the server, and would stay there until its TTL.
 		l.undoQuorum(h, nonce, onlyAt(len(a.q.nodes), r.i))
+	case late.carries(a.top, a.proposal):
+		h.qh.carry.Or(1 << r.i) // a grant after the majority's: part of the hold
 	case r.err == nil:
-		// A grant after the majority's: part of the hold, once told the hold's token.
-		if late.carries(a.top, a.proposal) || l.raiseOn(context.Background(), l.q.nodes[r.i], h, a.top) == nil {
-			h.qh.carry.Or(1 << r.i)
+		// A grant after the majority's: part of the hold, once told the hold's token
+		// (aside: the reply's goroutine may have others to hand on).
+		raise := func() {
+			if l.raiseOn(context.Background(), l.q.nodes[r.i], h, a.top) == nil {
+				h.qh.carry.Or(1 << r.i)
+			}
+		}
+		if !l.background(raise) {
+			raise()
 		}
 	}
 }
@@ -1096,11 +1281,10 @@ type releaseSlot struct {
 	err  error
 }
 
-// call makes the release on server i (see roundOps).
-func (rr *releaseRound) call(ctx context.Context, i int) (any, error) {
+// line returns the script and command line of the release on server i (see scriptCall).
+func (rr *releaseRound) line(i int) (*script.Script, []any) {
 	w := rr.width
-	cmd := rr.l.q.nodes[i].runScript(ctx, rr.h.s.spec.release, rr.lines[i*w:(i+1)*w:(i+1)*w], true)
-	return cmd, cmd.Err()
+	return rr.h.s.spec.release, rr.lines[i*w : (i+1)*w : (i+1)*w]
 }
 
 // take records one server's reply and reports whether the release is decided.

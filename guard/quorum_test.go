@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -912,7 +913,8 @@ func TestQuorumRepair(t *testing.T) {
 }
 
 // BenchmarkQuorumAcquireRelease: uncontended TryAcquire + Release on a quorum of 3, one
-// key per goroutine, with the round trips each pair makes to the servers.
+// key per goroutine (G of them), with the round trips each pair makes to the servers (a
+// pipeline counts once) and the scripts it runs there.
 func BenchmarkQuorumAcquireRelease(b *testing.B) {
 	servers := redistest.StartN(b, 3)
 	counter := redistest.NewCounter()
@@ -930,24 +932,35 @@ func BenchmarkQuorumAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	mustRelease(b, mustAcquire(b, l, ctx, "warm-up"))
 	var id atomic.Int64
-	b.ReportAllocs()
-	counter.Reset()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		key := "bench:" + strconv.FormatInt(id.Add(1), 10)
-		for pb.Next() {
-			le, err := l.TryAcquire(ctx, key)
-			if err != nil {
-				b.Error(err)
-				return
+	for _, g := range []int{1, 16} {
+		b.Run("G="+strconv.Itoa(g), func(b *testing.B) {
+			b.ReportAllocs()
+			counter.Reset()
+			pair := func(key string) bool {
+				le, err := l.TryAcquire(ctx, key)
+				if err == nil {
+					err = le.Release(ctx)
+				}
+				if err != nil {
+					b.Error(err)
+				}
+				return err == nil
 			}
-			if err := le.Release(ctx); err != nil {
-				b.Error(err)
-				return
+			b.ResetTimer()
+			if g == 1 {
+				for i := 0; i < b.N && pair("bench:1"); i++ {
+				}
+			} else {
+				b.SetParallelism((g + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+				b.RunParallel(func(pb *testing.PB) {
+					key := "bench:" + strconv.FormatInt(id.Add(1), 10)
+					for pb.Next() && pair(key) {
+					}
+				})
 			}
-		}
-	})
-	b.StopTimer()
-	reportRoundTrips(b, counter, b.N)
-	b.ReportMetric(float64(counter.Calls("evalsha"))/float64(b.N), "evalsha/op")
+			b.StopTimer()
+			reportRoundTrips(b, counter, b.N)
+			b.ReportMetric(float64(counter.Calls("evalsha"))/float64(b.N), "evalsha/op")
+		})
+	}
 }
