@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sort"
 	"strconv"
@@ -581,6 +582,135 @@ func TestQuorumTokensRise(t *testing.T) {
 			last = tok
 		}
 	})
+}
+
+// TestQuorumWriteBack: a fresh hold's token is written back to the granting servers only
+// when their tokens differ. When every server takes the attempt's proposed token, each
+// runs one script for the acquisition, the attempt: no write-back round trip. When one
+// server's counter is ahead (its token is its own, above the proposal), the hold takes
+// the highest token and every granting server is told it, so that a later hold granted
+// by the other servers alone still gets a higher token.
+func TestQuorumWriteBack(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	cs := r.clients(t)
+	counters := make([]*keyScripts, len(cs))
+	for i, c := range cs {
+		counters[i] = &keyScripts{}
+		c.AddHook(counters[i])
+	}
+	l, err := guard.NewQuorum(cs, guard.RestartDelay(0), guard.TTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := ctxTimeout(t, 30*time.Second)
+	mustRelease(t, mustAcquire(t, l, ctx, "warm-up")) // the servers load the scripts
+	scripts := func(i int, key string) int { return counters[i].calls(lockName(key)) }
+	// carried waits until every server's hold of key carries token, confirmed or not.
+	carried := func(key string, token int64, confirmed bool) {
+		t.Helper()
+		tok := strconv.FormatInt(token, 10)
+		for _, s := range r.servers {
+			c := s.Client(t)
+			waitUntil(t, 2*time.Second, "the hold's token on "+s.String(), func() bool {
+				v := c.HMGet(ctx, lockName(key), "#t", "#tq").Val()
+				return len(v) == 2 && v[0] == tok && (!confirmed || v[1] == tok)
+			})
+			_ = c.Close()
+		}
+	}
+
+	t.Run("agree", func(t *testing.T) {
+		le := mustAcquire(t, l, ctx, "agree")
+		carried("agree", le.Token(), false)
+		for i := range counters {
+			if n := scripts(i, "agree"); n != 1 {
+				t.Errorf("server %d ran %d scripts for the acquisition, want 1 (the attempt, no write-back)", i, n)
+			}
+		}
+		mustRelease(t, le)
+	})
+
+	t.Run("differ", func(t *testing.T) {
+		// Another owner holds the lock on server 2, so that servers 0 and 1 grant it, and
+		// server 0's counter is an hour ahead: its token is its own, above the proposal.
+		c0 := r.servers[0].Client(t)
+		ahead := time.Now().Add(time.Hour).UnixMicro()
+		if err := c0.Set(ctx, lockName("differ")+":fence", strconv.FormatInt(ahead, 10), time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = c0.Close()
+		other := holdOn(t, r.servers[2], "differ")
+		le := mustAcquire(t, l, ctx, "differ")
+		if le.Token() <= ahead {
+			t.Fatalf("token %d, want above server 0's counter %d", le.Token(), ahead)
+		}
+		for i := range 2 {
+			if n := scripts(i, "differ"); n != 2 {
+				t.Errorf("server %d ran %d scripts for the acquisition, want 2 (the attempt and the write-back)", i, n)
+			}
+		}
+		mustRelease(t, le)
+		mustRelease(t, other)
+		// Now another owner holds it on server 0: the next hold is granted by 1 and 2, and
+		// gets a higher token only if the write-back raised server 1's counter.
+		other = holdOn(t, r.servers[0], "differ")
+		next := mustAcquire(t, l, ctx, "differ")
+		if next.Token() <= le.Token() {
+			t.Fatalf("token %d granted by servers 1 and 2 after %d: the write-back did not reach server 1", next.Token(), le.Token())
+		}
+		mustRelease(t, next)
+		mustRelease(t, other)
+	})
+}
+
+// keyScripts is a go-redis hook that counts the scripts a client ran (EVALSHA and EVAL,
+// alone or in a pipeline; not a call the server answered NOSCRIPT), by their first key.
+type keyScripts struct {
+	mu    sync.Mutex
+	byKey map[string]int
+}
+
+func (s *keyScripts) calls(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byKey[key]
+}
+
+func (s *keyScripts) count(err error, cmds ...redis.Cmder) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cmd := range cmds {
+		e := cmd.Err()
+		if e == nil && len(cmds) == 1 {
+			e = err // the hook may run before the command records its error
+		}
+		noScript := e != nil && redis.HasErrorPrefix(e, "NOSCRIPT")
+		if a := cmd.Args(); len(a) > 3 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && !noScript {
+			if s.byKey == nil {
+				s.byKey = map[string]int{}
+			}
+			s.byKey[fmt.Sprint(a[3])]++
+		}
+	}
+}
+
+func (s *keyScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *keyScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		s.count(err, cmd)
+		return err
+	}
+}
+
+func (s *keyScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		s.count(nil, cmds...)
+		return err
+	}
 }
 
 // TestQuorumWakeWithServerDown: with one server dead, a waiter is still woken by the
