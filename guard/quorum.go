@@ -417,10 +417,11 @@ func (q *quorum) work(c roundCall, done <-chan struct{}) {
 	}
 }
 
-// batch is one server's script calls waiting to go out. At most maxSenders of its
-// batches are in flight at once: the calls made meanwhile wait, and go out together in
+// batch is one server's script calls waiting to go out. One batch of a server is in
+// flight at a time (maxSenders): the calls made meanwhile wait, and go out together in
 // the next, one pipeline — as many rounds in flight at once cost the client and the
-// server one write and one read each, not one per round.
+// server one write and one read each, not one per round — and the server runs the calls
+// in the order they were made.
 type batch struct {
 	mu      sync.Mutex
 	queue   []queued
@@ -428,8 +429,10 @@ type batch struct {
 	senders int      // batches being sent (see drain)
 }
 
-// maxSenders is the most batches of one server in flight at once.
-const maxSenders = 2
+// maxSenders is the most batches of one server in flight at once: with one, a server
+// gets the calls of each batch after it answered the previous one, and batches are
+// largest.
+const maxSenders = 1
 
 // queued is one script call waiting in a batch.
 type queued struct {
