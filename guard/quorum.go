@@ -118,10 +118,15 @@ func (q *quorum) observe(d time.Duration) {
 //     outcome unknown, and counts as a busy attempt — or fails with ErrUnavailable, a
 //     *QuorumError in the chain, when so many servers failed that no majority could
 //     have answered.
-//   - The fencing token is the highest of the granting servers' tokens, written back to
-//     them (one more round trip per fresh hold) before the lease is handed out: any two
-//     majorities share a server, so every later hold's token exceeds it. A reentry
-//     through Redis reads the same token.
+//   - An attempt proposes its fencing token: the Locker's clock in microseconds, above
+//     every token it proposed before. A server takes it when its own clock is within a
+//     tenth of the TTL (or of FenceRetention, if shorter) of it and it exceeds the key's
+//     last token there; otherwise it draws its own, as on one server. When the granting
+//     servers all took it, it is the hold's token, with no further round trip; when their
+//     tokens differ, the highest is written back to them (one more round trip) before the
+//     lease is handed out. Either way every server of the granting majority carries the
+//     token above its last one, and any two majorities share a server, so every later
+//     hold's token exceeds it. A reentry through Redis reads the same token.
 //   - The watchdog renews on every server; a lease stays valid while a majority confirms
 //     it in time, and is lost (its context cancelled with ErrLeaseLost) as soon as a
 //     majority reports it gone, or when its validity runs out without a majority.
