@@ -366,7 +366,7 @@ func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limit
 			rs.one(ctx, i)
 		}
 	}
-	rs.await()
+	rs.await(ctx)
 }
 
 // roundCall is a job for a worker (see dispatch): a funcCall's call on server i in round
@@ -570,20 +570,23 @@ func (rs *roundRun) decide(r nodeReply) bool {
 	return rs.decided
 }
 
-// giveUp hands the servers still silent to take as failed, when the round is past its
-// patience (all) or past its budget and contested; mu is held. It reports whether the
-// round just ended.
-func (rs *roundRun) giveUp(all bool) bool {
+// giveUp hands the servers still silent to take as failed with err, when the round is
+// past its patience or its context ended (all), or past its budget and contested; mu is
+// held. It reports whether the round just ended (also undecided, once every server
+// answered or was given up).
+func (rs *roundRun) giveUp(all bool, err error) bool {
 	if rs.decided || !all && !(rs.overdue && rs.ops.contested()) {
 		return false
 	}
-	ended := false
 	for i := range rs.q.nodes {
 		if rs.answered&(1<<i) == 0 && !rs.decided {
-			ended = rs.decide(nodeReply{i: i, err: errSilent})
+			rs.decide(nodeReply{i: i, err: err})
 		}
 	}
-	return ended
+	if all {
+		rs.decided = true
+	}
+	return rs.decided
 }
 
 // one makes the funcCall's call on server i and hands its reply on.
@@ -600,7 +603,7 @@ func (rs *roundRun) reply(i int, v any, err error) {
 	r := nodeReply{i: i, v: v, err: err}
 	rs.mu.Lock()
 	was := rs.answered&(1<<i) != 0 || rs.decided
-	ended := rs.decide(r) || rs.giveUp(false)
+	ended := rs.decide(r) || rs.giveUp(false, errSilent)
 	rs.left--
 	last := rs.left == 0
 	if last && !was && !ended && !rs.decided {
@@ -618,49 +621,50 @@ func (rs *roundRun) reply(i int, v any, err error) {
 	}
 }
 
-// timeUp marks the round past its budget (or its patience, all set) and gives up what
-// that allows. It reports whether the round just ended.
-func (rs *roundRun) timeUp(all bool) bool {
+// timeUp marks the round past its budget (or its patience or context, all set) and gives
+// up what that allows, with err.
+func (rs *roundRun) timeUp(all bool, err error) {
 	rs.mu.Lock()
+	was := rs.decided
 	rs.overdue = true
-	ended := rs.giveUp(all)
+	ended := !was && rs.giveUp(all, err)
 	rs.mu.Unlock()
 	if ended {
 		close(rs.finished)
 	}
-	return ended
 }
 
-// await returns once the round is decided: by its replies, or by its limits.
-func (rs *roundRun) await() {
+// await returns once the round is decided: by its replies, by its limits, or by the end
+// of ctx, its calls' context — a call that waits in a batch (see batch) does not end
+// with it, and the servers still silent are then given up with its error.
+func (rs *roundRun) await(ctx context.Context) {
 	lim := rs.lim
-	if lim.patience <= 0 {
-		<-rs.finished
-		return
-	}
-	wait := lim.patience
+	var budget, patience <-chan time.Time
 	if lim.budget > 0 && lim.budget < lim.patience {
 		t := getTimer(lim.budget)
+		defer putTimer(t)
+		budget = t.C
+	}
+	if lim.patience > 0 {
+		t := getTimer(lim.patience)
+		defer putTimer(t)
+		patience = t.C
+	}
+	done := ctx.Done()
+	for {
 		select {
 		case <-rs.finished:
-			putTimer(t)
 			return
-		case <-t.C:
+		case <-budget:
+			budget = nil
+			rs.timeUp(false, errSilent)
+		case <-patience:
+			patience = nil
+			rs.timeUp(true, errSilent)
+		case <-done:
+			done = nil
+			rs.timeUp(true, ctx.Err())
 		}
-		putTimer(t)
-		if rs.timeUp(false) {
-			<-rs.finished
-			return
-		}
-		wait -= lim.budget
-	}
-	t := getTimer(wait)
-	defer putTimer(t)
-	select {
-	case <-rs.finished:
-	case <-t.C:
-		rs.timeUp(true)
-		<-rs.finished
 	}
 }
 
@@ -1455,28 +1459,41 @@ type quorumRenewal struct {
 
 // take records one server's replies and reports whether every lease is decided.
 func (qr *quorumRenewal) take(nr nodeReply) bool {
-	g := nr.v.(*renewGroup)
+	g, _ := nr.v.(*renewGroup)
+	if g == nil { // given up: the round's context ended
+		for i, pending := range qr.pending {
+			if pending {
+				qr.record(i, nr.i, 0, nr.err)
+			}
+		}
+		return qr.open == 0
+	}
 	for k, i := range g.idx {
-		if !qr.pending[i] {
-			continue
-		}
-		v, err := g.cmds[k].Int64()
-		switch {
-		case err != nil:
-			qr.failed[i][nr.i] = err
-		case v == 1:
-			qr.ok[i]++
-		default:
-			qr.gone[i]++
-			qr.missing[i] |= 1 << nr.i
-			qr.failed[i][nr.i] = errNotHeld
-		}
-		if qr.decide(i) {
-			qr.pending[i] = false
-			qr.open--
+		if qr.pending[i] {
+			v, err := g.cmds[k].Int64()
+			qr.record(i, nr.i, v, err)
 		}
 	}
 	return qr.open == 0
+}
+
+// record takes server j's reply v (or err) about lease i, and settles the lease when
+// that decides it.
+func (qr *quorumRenewal) record(i, j int, v int64, err error) {
+	switch {
+	case err != nil:
+		qr.failed[i][j] = err
+	case v == 1:
+		qr.ok[i]++
+	default:
+		qr.gone[i]++
+		qr.missing[i] |= 1 << j
+		qr.failed[i][j] = errNotHeld
+	}
+	if qr.decide(i) {
+		qr.pending[i] = false
+		qr.open--
+	}
 }
 
 // decide settles lease i's outcome when its servers' answers so far allow, and reports
