@@ -1326,10 +1326,13 @@ func (rr *releaseRound) take(r nodeReply) bool {
 // lateGrant).
 func (rr *releaseRound) late(r nodeReply) {
 	if r.err != nil && r.err != errSilent && !isServerError(r.err) {
+		// A line of its own: the first call may still be on its way (given up when the
+		// round's context ended), its first two slots being filled.
 		w := rr.width
-		line := rr.lines[r.i*w : (r.i+1)*w]
+		line := make([]any, w)
+		copy(line[2:], rr.lines[r.i*w+2:(r.i+1)*w])
 		rr.l.each(onlyAt(len(rr.slots), r.i), false, func(ctx context.Context, c *conn) error {
-			return c.runScript(ctx, rr.h.s.spec.release, slices.Clone(line), true).Err()
+			return c.runScript(ctx, rr.h.s.spec.release, line, true).Err()
 		})
 	}
 }
