@@ -314,6 +314,7 @@ var (
 	errUndone     = errors.New("granted, but no majority did: undone")
 	errNoAnswer   = errors.New("no answer before the outcome was decided")
 	errSilent     = errors.New("no answer within the reply budget")
+	errNotSent    = errors.New("not sent: the attempt was over before its turn")
 )
 
 // nodeReply is one server's answer in a round.
@@ -340,6 +341,12 @@ type roundOps interface {
 // and each reply is a *redis.Cmd.
 type scriptCall interface {
 	line(i int) (s *script.Script, args []any)
+}
+
+// staleCall is a scriptCall whose calls still waiting in a batch may be over: they are
+// not sent then (see send).
+type staleCall interface {
+	stale() bool
 }
 
 // funcCall is a round's ops whose call on server i is a function, made on a worker.
@@ -501,6 +508,10 @@ func (q *quorum) send(i int, calls []queued) {
 	for k, qc := range calls {
 		if err := qc.ctx.Err(); err != nil {
 			qc.rs.reply(i, nil, err)
+			continue
+		}
+		if st, ok := qc.rs.ops.(staleCall); ok && st.stale() {
+			qc.rs.reply(i, nil, errNotSent)
 			continue
 		}
 		calls[live] = calls[k]
@@ -864,6 +875,13 @@ func (a *quorumAttempt) settle() {
 	}
 }
 
+// stale reports whether the attempt is over — it lost, or its acquisition was given up
+// or its hold released — so that its calls still waiting in a batch are not sent: their
+// undo, or the hold's release, may have reached the server before them (see batch).
+func (a *quorumAttempt) stale() bool {
+	return a.outcome.Load() == attemptLost || a.l.gone(a.h)
+}
+
 // contested reports whether another owner's hold, or a refusal, contests the attempt.
 func (a *quorumAttempt) contested() bool { return a.busy > 0 || a.refused }
 
@@ -968,7 +986,7 @@ func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply)
 		late = quorumGrant{token: g.token, holds: g.holds, confirmed: ar.confirmed, proposed: ar.proposed}
 	}
 	switch {
-	case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
+	case r.err == errNotSent, r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
 	case a.outcome.Load() == attemptLost:
 		l.undoQuorum(h, nonce, onlyAt(len(a.q.nodes), r.i)) // the attempt lost: undone
 	case r.err == nil && late.holds == 1 && late.carries(a.top, a.proposal):
