@@ -357,10 +357,11 @@ type funcCall interface {
 // round makes ops' call on every server of the quorum at once and hands the replies to
 // ops.take, in arrival order and one at a time, until it reports the round decided;
 // replies that come later go to ops.late. A server still silent past lim (see limits) is
-// handed to take as failed (errSilent), and its reply, when it comes, goes to late. rs is
-// the round's zero record, kept by the caller. round returns once the round is decided
-// or every server answered; the calls still running go on aside (Close waits for them),
-// and cancel is called when the last one returns.
+// handed to take as failed (errSilent), and one still silent when ctx ends with ctx's
+// error; its reply, when it comes, goes to late. rs is the round's zero record, kept by
+// the caller. round returns once the round is decided or every server answered; the
+// calls still running go on aside (Close waits for them), and cancel is called when the
+// last one returns.
 func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limits, rs *roundRun, ops roundOps) {
 	nodes := l.q.nodes
 	rs.q, rs.cancel, rs.lim, rs.ops = l.q, cancel, lim, ops

@@ -592,39 +592,15 @@ func TestQuorumTokensRise(t *testing.T) {
 // by the other servers alone still gets a higher token.
 func TestQuorumWriteBack(t *testing.T) {
 	r := startQuorum(t, 3, false)
-	cs := r.clients(t)
-	counters := make([]*keyScripts, len(cs))
-	for i, c := range cs {
-		counters[i] = &keyScripts{}
-		c.AddHook(counters[i])
-	}
-	l, err := guard.NewQuorum(cs, guard.RestartDelay(0), guard.TTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l, counters := countedQuorum(t, r)
 	ctx := ctxTimeout(t, 30*time.Second)
 	mustRelease(t, mustAcquire(t, l, ctx, "warm-up")) // the servers load the scripts
-	scripts := func(i int, key string) int { return counters[i].calls(lockName(key)) }
-	// carried waits until every server's hold of key carries token, confirmed or not.
-	carried := func(key string, token int64, confirmed bool) {
-		t.Helper()
-		tok := strconv.FormatInt(token, 10)
-		for _, s := range r.servers {
-			c := s.Client(t)
-			waitUntil(t, 2*time.Second, "the hold's token on "+s.String(), func() bool {
-				v := c.HMGet(ctx, lockName(key), "#t", "#tq").Val()
-				return len(v) == 2 && v[0] == tok && (!confirmed || v[1] == tok)
-			})
-			_ = c.Close()
-		}
-	}
 
 	t.Run("agree", func(t *testing.T) {
 		le := mustAcquire(t, l, ctx, "agree")
-		carried("agree", le.Token(), false)
-		for i := range counters {
-			if n := scripts(i, "agree"); n != 1 {
+		r.waitCarried(t, "agree", le.Token(), false)
+		for i, c := range counters {
+			if n := c.calls(lockName("agree")); n != 1 {
 				t.Errorf("server %d ran %d scripts for the acquisition, want 1 (the attempt, no write-back)", i, n)
 			}
 		}
@@ -646,7 +622,7 @@ func TestQuorumWriteBack(t *testing.T) {
 			t.Fatalf("token %d, want above server 0's counter %d", le.Token(), ahead)
 		}
 		for i := range 2 {
-			if n := scripts(i, "differ"); n != 2 {
+			if n := counters[i].calls(lockName("differ")); n != 2 {
 				t.Errorf("server %d ran %d scripts for the acquisition, want 2 (the attempt and the write-back)", i, n)
 			}
 		}
@@ -662,6 +638,39 @@ func TestQuorumWriteBack(t *testing.T) {
 		mustRelease(t, next)
 		mustRelease(t, other)
 	})
+}
+
+// countedQuorum returns a quorum Locker on r's servers, closed at cleanup, whose clients
+// count the scripts they run, one counter per server.
+func countedQuorum(t *testing.T, r *quorumRig) (*guard.Locker, []*keyScripts) {
+	t.Helper()
+	cs := r.clients(t)
+	counters := make([]*keyScripts, len(cs))
+	for i, c := range cs {
+		counters[i] = &keyScripts{}
+		c.AddHook(counters[i])
+	}
+	l, err := guard.NewQuorum(cs, guard.RestartDelay(0), guard.TTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, counters
+}
+
+// waitCarried waits until every server's hold of key carries token, as confirmed by a
+// write-back when confirmed is set.
+func (r *quorumRig) waitCarried(t *testing.T, key string, token int64, confirmed bool) {
+	t.Helper()
+	tok := strconv.FormatInt(token, 10)
+	for _, s := range r.servers {
+		c := s.Client(t)
+		waitUntil(t, 2*time.Second, "the hold's token on "+s.String(), func() bool {
+			v := c.HMGet(context.Background(), lockName(key), "#t", "#tq").Val()
+			return len(v) == 2 && v[0] == tok && (!confirmed || v[1] == tok)
+		})
+		_ = c.Close()
+	}
 }
 
 // keyScripts is a go-redis hook that counts the scripts a client ran (EVALSHA and EVAL,
