@@ -7,8 +7,10 @@ import (
 
 // TestQuorumVariants checks the quorum variants on three independent servers: each
 // acquires, excludes, releases and wakes a blocked Lock (guardkit's also reenters), and
-// an uncontended run of guardkit's makes the round trips section 8 explains: one per
-// server for the attempt, the write-back of the token and the release.
+// an uncontended run of guardkit's makes the round trips section 8 explains: at most one
+// per server for the attempt and for the release, no write-back (the servers take the
+// attempt's proposed token), fewer when the two goroutines' calls to a server share a
+// pipeline.
 func TestQuorumVariants(t *testing.T) {
 	e, stop, err := startQuorumEnv(&env{dur: tiny, ttl: 10 * time.Second})
 	if err != nil {
@@ -35,7 +37,7 @@ func TestQuorumVariants(t *testing.T) {
 	if m["errors"] != 0 || m["pairs_per_s"] <= 0 {
 		t.Errorf("uncontended: %v errors, %v pairs/s", m["errors"], m["pairs_per_s"])
 	}
-	// 3 per half and 3 for the write-back: 9, give or take a write-back that falls after
-	// the window or a left-over grant undone in it.
-	near(t, m, "rt_per_pair_hook", 3*quorumServers, 1)
+	// 3 per half at most, and one pipeline per server for the two goroutines' calls at
+	// least: between 3 and 6, give or take a call that falls after the window.
+	near(t, m, "rt_per_pair_hook", 1.5*quorumServers, 0.5*quorumServers+0.5)
 }

@@ -240,8 +240,9 @@
 // more) that holds each lock on a majority of them, the Redlock algorithm with this
 // package's guarantees: reentrancy, renewal with loss announced through the context,
 // wake-ups from any server, and fencing tokens that rise strictly per key however the
-// majority changes (the highest granting server's token, written back to the majority
-// before the lease is handed out). A server that restarted without its data stays out
+// majority changes (a token the attempt proposes and a majority takes, or the highest
+// granting server's, written back to the majority before the lease is handed out). A
+// server that restarted without its data stays out
 // for RestartDelay. It is used like a Locker made by New; the exclusive and read-write
 // kinds are served, the semaphore and the fair lock are not. Calls that a majority could
 // not confirm fail with a *RedisError (ErrUnavailable) whose Err says what each server

@@ -28,11 +28,15 @@ type quorum struct {
 	delay time.Duration // RestartDelay; 0: off
 	mark  any           // the key of the servers' ready mark (gate.lua)
 
-	mu    sync.Mutex
-	gated map[*script.Script]*script.Script // acquire scripts with gate.lua prepended
+	mu      sync.Mutex
+	scripts map[*script.Script]*script.Script // acquire scripts as a quorum sends them (see wrap)
 
-	fixed time.Duration // ReplyBudget; 0: derived from rtt
-	rtt   atomic.Int64  // smoothed round trip of a server's reply, ns
+	fixed    time.Duration // ReplyBudget; 0: derived from rtt
+	rtt      atomic.Int64  // smoothed round trip of a server's reply, ns
+	proposed atomic.Int64  // the last token proposed (see propose), µs
+
+	calls   chan roundCall // to an idle worker (see dispatch)
+	batches []batch        // per server (see enqueue)
 }
 
 // quorumHold is what a quorum Locker keeps of a hold besides held's fields (apart, so
@@ -69,11 +73,10 @@ func (q *quorum) patience(s *settings) time.Duration {
 	return max(min(max(budgetTrips*b, time.Second), s.ttl-s.driftMargin()), b)
 }
 
-// limits bounds a round's wait for silent servers: past budget when contested reports
-// true (mu of the round held), past patience in any case; zero patience: no bound.
+// limits bounds a round's wait for silent servers: past budget when the replies so far
+// contest the round (see roundOps), past patience in any case; zero: no bound.
 type limits struct {
 	budget, patience time.Duration
-	contested        func() bool
 }
 
 // jitter sleeps a random time below the reply budget, or until ctx ends.
@@ -115,10 +118,15 @@ func (q *quorum) observe(d time.Duration) {
 //     outcome unknown, and counts as a busy attempt — or fails with a *RedisError
 //     (ErrUnavailable) whose Err says what each server answered, when so many servers
 //     failed that no majority could have answered.
-//   - The fencing token is the highest of the granting servers' tokens, written back to
-//     them (one more round trip per fresh hold) before the lease is handed out: any two
-//     majorities share a server, so every later hold's token exceeds it. A reentry
-//     through Redis reads the same token.
+//   - An attempt proposes its fencing token: the Locker's clock in microseconds, above
+//     every token it proposed before. A server takes it when its own clock is within a
+//     tenth of the TTL (or of FenceRetention, if shorter) of it and it exceeds the key's
+//     last token there; otherwise it draws its own, as on one server. When the granting
+//     servers all took it, it is the hold's token, with no further round trip; when their
+//     tokens differ, the highest is written back to them (one more round trip) before the
+//     lease is handed out. Either way every server of the granting majority carries the
+//     token above its last one, and any two majorities share a server, so every later
+//     hold's token exceeds it. A reentry through Redis reads the same token.
 //   - The watchdog renews on every server; a lease stays valid while a majority confirms
 //     it in time, and is lost (its context cancelled with ErrLeaseLost) as soon as a
 //     majority reports it gone, or when its validity runs out without a majority.
@@ -142,7 +150,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 	if n < 3 || n%2 == 0 || n > maxQuorum {
 		return nil, &ConfigError{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 to %d, got %d", maxQuorum, n)}
 	}
-	q := &quorum{need: n/2 + 1, gated: make(map[*script.Script]*script.Script)}
+	q := &quorum{need: n/2 + 1, scripts: make(map[*script.Script]*script.Script), calls: make(chan roundCall)}
 	seen := make(map[string]int)
 	for i, c := range clients {
 		field := "clients[" + strconv.Itoa(i) + "]"
@@ -163,6 +171,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 		}
 		q.nodes = append(q.nodes, &conn{client: c, honoursDeadlines: honoursDeadlines(c)})
 	}
+	q.batches = make([]batch, n)
 	l, err := newLocker(nil, q, opts)
 	if err != nil {
 		return nil, err
@@ -188,33 +197,70 @@ func (q *quorum) admits(s *settings) error {
 	return nil
 }
 
-// gate returns s with gate.lua prepended.
-func (q *quorum) gate(s *script.Script) *script.Script {
+// wrap returns the acquire script s as a quorum sends it: run as a function, after the
+// restart gate (gate.lua) when the check is on, and followed by quorum.lua, which adds
+// to a reentry's reply the hold's confirmed and proposed tokens.
+func (q *quorum) wrap(s *script.Script) *script.Script {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	g := q.gated[s]
-	if g == nil {
-		g = script.Gated(s)
-		q.gated[s] = g
+	w := q.scripts[s]
+	if w == nil {
+		var b strings.Builder
+		// A reader's token fields are its holder's (see tokenFields).
+		fmt.Fprintf(&b, "local per_holder = %t\nlocal r = (function()\n", s == script.ReadAcquire)
+		if q.delay > 0 {
+			b.WriteString(script.Source("gate"))
+		}
+		b.WriteString(s.Body())
+		b.WriteString("\nend)()\n")
+		b.WriteString(script.Source("quorum"))
+		w = script.New(s.Flags(), b.String())
+		q.scripts[s] = w
 	}
-	return g
+	return w
 }
 
-// acquireCall returns the script and arguments of an acquire attempt on every server:
-// with the restart gate, its mark as one more key and the delay as one more argument.
+// acquireCall returns the script and arguments of an acquire call that proposes no token
+// (see proposeCall).
 func (q *quorum) acquireCall(h *held, nonce, manner string) (*script.Script, []any) {
+	return q.proposeCall(h, nonce, manner, argNoLabel)
+}
+
+// proposeCall returns the script and arguments of an acquire attempt on every server,
+// with proposal as the script's proposed token ("": none; see propose): with the restart
+// gate, its mark as one more key and the delay as one more argument.
+func (q *quorum) proposeCall(h *held, nonce, manner string, proposal any) (*script.Script, []any) {
 	args := h.acquireArgs(nonce, manner)
+	s := q.wrap(h.s.spec.acquire)
 	if q.delay <= 0 {
-		return h.s.spec.acquire, args
+		return s, append(args, proposal)
 	}
 	keys := args[2].(int)
-	out := make([]any, 0, len(args)+2)
+	out := make([]any, 0, len(args)+3)
 	out = append(out, args[:3+keys]...)
 	out[2] = keys + 1
 	out = append(out, q.mark)
 	out = append(out, args[3+keys:]...)
-	out = append(out, max(q.delay, h.s.ttl).Milliseconds())
-	return q.gate(h.s.spec.acquire), out
+	out = append(out, proposal, max(q.delay, h.s.ttl).Milliseconds())
+	return s, out
+}
+
+// propose returns the token a fresh attempt proposes to the servers: the clock in
+// microseconds, and above every token proposed before, so that it exceeds the key's last
+// token when this Locker drew that one even if the clock stepped back. A server takes it
+// when its own clock is within a tenth of the lock's TTL or fence retention of it
+// (acquire.lua): the servers that take it all carry the same token.
+func (q *quorum) propose() int64 {
+	p := time.Now().UnixMicro()
+	for {
+		last := q.proposed.Load()
+		if p <= last {
+			p = last + 1
+		}
+		if q.proposed.CompareAndSwap(last, p) {
+			return p
+		}
+	}
 }
 
 // quorumError reports a call of a quorum Locker (NewQuorum) that too few servers
@@ -281,6 +327,7 @@ var (
 	errUndone     = errors.New("granted, but no majority did: undone")
 	errNoAnswer   = errors.New("no answer before the outcome was decided")
 	errSilent     = errors.New("no answer within the reply budget")
+	errNotSent    = errors.New("not sent: the attempt was over before its turn")
 )
 
 // nodeReply is one server's answer in a round.
@@ -290,23 +337,236 @@ type nodeReply struct {
 	err error
 }
 
-// round runs call on every server of the quorum at once and hands the replies to take,
-// in arrival order and one at a time, until take reports the round decided; replies that
-// come later go to late (nil: dropped), on the goroutine that received them. A server
-// still silent past lim (see limits) is handed to take as failed (errSilent), and its
-// reply, when it comes, goes to late. round returns once the round
-// is decided or every server answered; the calls still running go on aside (Close waits
-// for them), and cancel is called when the last one returns.
-func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limits, call func(context.Context, *conn) (any, error), take func(nodeReply) bool, late func(nodeReply)) {
+// roundOps is what a round does (see round), besides its calls (scriptCall, funcCall):
+// take is handed each reply while the round is undecided, the round's lock held, and
+// reports whether it decided the round; late is handed each reply that came after, and
+// must not block (it runs on the goroutine that received the reply, which may have other
+// replies to hand on); contested reports, the lock held, whether the replies taken so
+// far contest the round (limits.budget then applies).
+type roundOps interface {
+	take(r nodeReply) bool
+	late(r nodeReply)
+	contested() bool
+}
+
+// scriptCall is a round's ops whose call on server i runs script s with args (whose
+// first two slots the call fills): the calls go out in the servers' batches (see batch),
+// and each reply is a *redis.Cmd.
+type scriptCall interface {
+	line(i int) (s *script.Script, args []any)
+}
+
+// staleCall is a scriptCall whose calls still waiting in a batch may be over: they are
+// not sent then (see send).
+type staleCall interface {
+	stale() bool
+}
+
+// funcCall is a round's ops whose call on server i is a function, made on a worker.
+type funcCall interface {
+	call(ctx context.Context, i int) (any, error)
+}
+
+// round makes ops' call on every server of the quorum at once and hands the replies to
+// ops.take, in arrival order and one at a time, until it reports the round decided;
+// replies that come later go to ops.late. A server still silent past lim (see limits) is
+// handed to take as failed (errSilent), and one still silent when ctx ends with ctx's
+// error; its reply, when it comes, goes to late. rs is the round's zero record, kept by
+// the caller. round returns once the round is decided or every server answered; the
+// calls still running go on aside (Close waits for them), and cancel is called when the
+// last one returns.
+func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limits, rs *roundRun, ops roundOps) {
 	nodes := l.q.nodes
-	rs := &roundRun{q: l.q, cancel: cancel, lim: lim, call: call, take: take, late: late,
-		left: len(nodes), answered: make([]bool, len(nodes)), finished: make(chan struct{}), start: time.Now()}
+	rs.q, rs.cancel, rs.lim, rs.ops = l.q, cancel, lim, ops
+	rs.left, rs.finished, rs.start = len(nodes), make(chan struct{}), time.Now()
 	for i := range nodes {
-		if !l.background(func() { rs.one(ctx, i) }) {
+		if sc, ok := ops.(scriptCall); ok {
+			s, args := sc.line(i)
+			l.enqueue(i, queued{rs: rs, ctx: ctx, s: s, args: args})
+		} else if !l.dispatch(roundCall{rs: rs, ctx: ctx, i: i}) {
 			rs.one(ctx, i)
 		}
 	}
-	rs.await()
+	rs.await(ctx)
+}
+
+// roundCall is a job for a worker (see dispatch): a funcCall's call on server i in round
+// rs, or, without rs, sending server i's batches (see drain).
+type roundCall struct {
+	rs  *roundRun
+	ctx context.Context
+	i   int
+}
+
+// run does the job.
+func (c roundCall) run(q *quorum) {
+	if c.rs == nil {
+		q.drain(c.i)
+		return
+	}
+	c.rs.one(c.ctx, c.i)
+}
+
+// workerIdle is how long a worker waits for another job before it ends (see dispatch).
+const workerIdle = 250 * time.Millisecond
+
+// dispatch runs job c on an idle worker, or on a new one, and reports false, running
+// nothing, once the Locker is closed. A worker is a goroutine that Close waits for and
+// that takes the next job of any round for a while after its own: a round that started
+// a goroutine per server would grow each one's stack for the client's call, anew every
+// time, which costs more than the call itself.
+func (l *Locker) dispatch(c roundCall) bool {
+	select {
+	case l.q.calls <- c:
+		return true
+	default:
+	}
+	return l.background(func() { l.q.work(c, l.done) })
+}
+
+// work runs job c, then the jobs dispatched to it until it has been idle for workerIdle
+// or the Locker closes (done).
+func (q *quorum) work(c roundCall, done <-chan struct{}) {
+	c.run(q)
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case c = <-q.calls:
+			c.run(q)
+			idle.Reset(workerIdle)
+		case <-idle.C:
+			return
+		case <-done:
+			return
+		}
+	}
+}
+
+// batch is one server's script calls waiting to go out. One batch of a server is in
+// flight at a time (maxSenders): the calls made meanwhile wait, and go out together in
+// the next, one pipeline — as many rounds in flight at once cost the client and the
+// server one write and one read each, not one per round — and the server runs the calls
+// in the order they were made.
+type batch struct {
+	mu      sync.Mutex
+	queue   []queued
+	spare   []queued // an empty queue's storage, kept for the next
+	senders int      // batches being sent (see drain)
+}
+
+// maxSenders is the most batches of one server in flight at once: with one, a server
+// gets the calls of each batch after it answered the previous one, and batches are
+// largest.
+const maxSenders = 1
+
+// queued is one script call waiting in a batch.
+type queued struct {
+	rs   *roundRun
+	ctx  context.Context
+	s    *script.Script
+	args []any
+}
+
+// enqueue puts call c on server i in its batch, and starts sending the batch unless
+// maxSenders are at it (on the caller's goroutine once the Locker is closed).
+func (l *Locker) enqueue(i int, c queued) {
+	b := &l.q.batches[i]
+	b.mu.Lock()
+	if b.queue == nil {
+		b.queue, b.spare = b.spare, nil
+	}
+	b.queue = append(b.queue, c)
+	start := b.senders < maxSenders
+	if start {
+		b.senders++
+	}
+	b.mu.Unlock()
+	if start && !l.dispatch(roundCall{i: i}) {
+		l.q.drain(i)
+	}
+}
+
+// drain sends server i's batches until its queue is empty.
+func (q *quorum) drain(i int) {
+	b := &q.batches[i]
+	var buf []queued
+	for {
+		b.mu.Lock()
+		calls := b.queue
+		if len(calls) == 0 {
+			b.senders--
+			if b.spare == nil {
+				b.spare = buf
+			}
+			b.mu.Unlock()
+			return
+		}
+		b.queue = buf
+		b.mu.Unlock()
+		q.send(i, calls)
+		clear(calls)
+		buf = calls[:0]
+	}
+}
+
+// send makes calls on server i: alone, or in one pipeline bounded by the latest of their
+// deadlines. A call whose context ended before it went out is not sent. A reply of
+// NOSCRIPT (the server does not have the script yet) makes that call again alone (see
+// runScript).
+func (q *quorum) send(i int, calls []queued) {
+	c := q.nodes[i]
+	live := 0
+	var last time.Time
+	bounded := true
+	for k, qc := range calls {
+		if err := qc.ctx.Err(); err != nil {
+			qc.rs.reply(i, nil, err)
+			continue
+		}
+		if st, ok := qc.rs.ops.(staleCall); ok && st.stale() {
+			qc.rs.reply(i, nil, errNotSent)
+			continue
+		}
+		calls[live] = calls[k]
+		live++
+		d, ok := qc.ctx.Deadline()
+		bounded = bounded && ok
+		if d.After(last) {
+			last = d
+		}
+	}
+	calls = calls[:live]
+	if live == 1 {
+		cmd := c.runScript(calls[0].ctx, calls[0].s, calls[0].args, true)
+		calls[0].rs.reply(i, cmd, cmd.Err())
+		return
+	}
+	if live == 0 {
+		return
+	}
+	ctx := context.Background()
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, last)
+		defer cancel()
+	}
+	legacy := c.legacy.Load()
+	pipe := c.client.Pipeline()
+	cmds := make([]*redis.Cmd, live)
+	for k, qc := range calls {
+		sha, _ := qc.s.Form(legacy)
+		qc.args[0], qc.args[1] = "evalsha", sha
+		cmds[k] = pipe.Do(ctx, qc.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for k, qc := range calls {
+		cmd := cmds[k]
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmd = c.runScript(qc.ctx, qc.s, qc.args, true)
+		}
+		qc.rs.reply(i, cmd, cmd.Err())
+	}
 }
 
 // roundRun is one round in progress (see round).
@@ -314,55 +574,61 @@ type roundRun struct {
 	q      *quorum
 	cancel context.CancelFunc
 	lim    limits
-	call   func(context.Context, *conn) (any, error)
-	take   func(nodeReply) bool
-	late   func(nodeReply)
+	ops    roundOps
 	start  time.Time
 
 	finished chan struct{} // closed once the round is decided
 	mu       sync.Mutex
 	decided  bool
-	overdue  bool // past the budget: a contested round gives up on its silent servers
-	left     int  // calls still running
-	answered []bool
+	overdue  bool   // past the budget: a contested round gives up on its silent servers
+	left     int    // calls still running
+	answered uint64 // the servers that answered (bit i: server i)
 }
 
 // decide hands r to take; mu is held. It reports whether the round just ended.
 func (rs *roundRun) decide(r nodeReply) bool {
-	rs.answered[r.i] = true
+	rs.answered |= 1 << r.i
 	if rs.decided {
 		return false
 	}
-	rs.decided = rs.take(r)
+	rs.decided = rs.ops.take(r)
 	return rs.decided
 }
 
-// giveUp hands the servers still silent to take as failed, when the round is past its
-// patience (all) or past its budget and contested; mu is held. It reports whether the
-// round just ended.
-func (rs *roundRun) giveUp(all bool) bool {
-	if rs.decided || !all && !(rs.overdue && rs.lim.contested != nil && rs.lim.contested()) {
+// giveUp hands the servers still silent to take as failed with err, when the round is
+// past its patience or its context ended (all), or past its budget and contested; mu is
+// held. It reports whether the round just ended (also undecided, once every server
+// answered or was given up).
+func (rs *roundRun) giveUp(all bool, err error) bool {
+	if rs.decided || !all && !(rs.overdue && rs.ops.contested()) {
 		return false
 	}
-	ended := false
-	for i := range rs.answered {
-		if !rs.answered[i] && !rs.decided {
-			ended = rs.decide(nodeReply{i: i, err: errSilent})
+	for i := range rs.q.nodes {
+		if rs.answered&(1<<i) == 0 && !rs.decided {
+			rs.decide(nodeReply{i: i, err: err})
 		}
 	}
-	return ended
+	if all {
+		rs.decided = true
+	}
+	return rs.decided
 }
 
-// one makes the call on server i and hands its reply on.
+// one makes the funcCall's call on server i and hands its reply on.
 func (rs *roundRun) one(ctx context.Context, i int) {
-	v, err := rs.call(ctx, rs.q.nodes[i])
+	v, err := rs.ops.(funcCall).call(ctx, i)
+	rs.reply(i, v, err)
+}
+
+// reply hands server i's reply on: to take while the round is undecided, else to late.
+func (rs *roundRun) reply(i int, v any, err error) {
 	if err == nil {
 		rs.q.observe(time.Since(rs.start))
 	}
 	r := nodeReply{i: i, v: v, err: err}
 	rs.mu.Lock()
-	was := rs.answered[i] || rs.decided
-	ended := rs.decide(r) || rs.giveUp(false)
+	was := rs.answered&(1<<i) != 0 || rs.decided
+	ended := rs.decide(r) || rs.giveUp(false, errSilent)
 	rs.left--
 	last := rs.left == 0
 	if last && !was && !ended && !rs.decided {
@@ -372,57 +638,84 @@ func (rs *roundRun) one(ctx context.Context, i int) {
 	if ended {
 		close(rs.finished)
 	}
-	if was && rs.late != nil {
-		rs.late(r)
+	if was {
+		rs.ops.late(r)
 	}
 	if last {
 		rs.cancel()
 	}
 }
 
-// timeUp marks the round past its budget (or its patience, all set) and gives up what
-// that allows. It reports whether the round just ended.
-func (rs *roundRun) timeUp(all bool) bool {
+// timeUp marks the round past its budget (or its patience or context, all set) and gives
+// up what that allows, with err.
+func (rs *roundRun) timeUp(all bool, err error) {
 	rs.mu.Lock()
+	was := rs.decided
 	rs.overdue = true
-	ended := rs.giveUp(all)
+	ended := !was && rs.giveUp(all, err)
 	rs.mu.Unlock()
 	if ended {
 		close(rs.finished)
 	}
-	return ended
 }
 
-// await returns once the round is decided: by its replies, or by its limits.
-func (rs *roundRun) await() {
+// await returns once the round is decided: by its replies, by its limits, or by the end
+// of ctx, its calls' context — a call that waits in a batch (see batch) does not end
+// with it, and the servers still silent are then given up with its error.
+func (rs *roundRun) await(ctx context.Context) {
 	lim := rs.lim
-	if lim.patience <= 0 {
-		<-rs.finished
-		return
+	var budget, patience <-chan time.Time
+	if lim.budget > 0 && lim.budget < lim.patience {
+		t := getTimer(lim.budget)
+		defer putTimer(t)
+		budget = t.C
 	}
-	wait := lim.patience
-	if lim.budget > 0 && lim.budget < lim.patience && lim.contested != nil {
-		t := time.NewTimer(lim.budget)
+	if lim.patience > 0 {
+		t := getTimer(lim.patience)
+		defer putTimer(t)
+		patience = t.C
+	}
+	done := ctx.Done()
+	for {
 		select {
 		case <-rs.finished:
-			t.Stop()
 			return
+		case <-budget:
+			budget = nil
+			rs.timeUp(false, errSilent)
+		case <-patience:
+			patience = nil
+			rs.timeUp(true, errSilent)
+		case <-done:
+			done = nil
+			rs.timeUp(true, ctx.Err())
+		}
+	}
+}
+
+// timers are stopped timers for rounds to wait with (see getTimer).
+var timers sync.Pool
+
+// getTimer returns a timer that fires after d, from timers when one is there; putTimer
+// stops it and gives it back.
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func putTimer(t *time.Timer) {
+	if !t.Stop() {
+		// Fired, and maybe not received: a program built for Go before 1.23 keeps the
+		// value in the channel, where the next user would find it.
+		select {
 		case <-t.C:
+		default:
 		}
-		if rs.timeUp(false) {
-			<-rs.finished
-			return
-		}
-		wait -= lim.budget
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-rs.finished:
-	case <-t.C:
-		rs.timeUp(true)
-		<-rs.finished
-	}
+	timers.Put(t)
 }
 
 // quorumGrant is one server's grant in an attempt.
@@ -430,52 +723,39 @@ type quorumGrant struct {
 	i         int
 	token     int64
 	holds     int64
-	confirmed int64    // the hold's token as a quorum confirmed it there (raise.lua), 0: none
+	confirmed int64    // a reentered hold's token as a quorum confirmed it there (raise.lua), 0: none
+	proposed  int64    // a reentered hold's token when it was the proposal it took there (acquire.lua), 0: none
 	holder    ctxid.ID // a reentry's holder, when a section the owner is in (see granted)
 }
 
-// attemptReply is one server's reply to an attempt: the script's, and the owner's
-// confirmed token read just after it.
+// attemptReply is one server's reply to an attempt: the acquire script's, and, for a
+// reentry, the hold's confirmed and proposed tokens (quorum.lua).
 type attemptReply struct {
-	v         any
-	confirmed int64
+	v                   any
+	confirmed, proposed int64
 }
 
-// nodeAttempt runs an attempt on one server, followed on the same connection by the read
-// of the owner's confirmed token (a reentry's token: see raise.lua): the first of
-// confirmFields that is set.
-func nodeAttempt(ctx context.Context, c *conn, s *script.Script, args []any, lock string, confirmFields []string) (any, error) {
-	var conf *redis.SliceCmd
-	cmd := pipeScript(ctx, c.client, &c.legacy, s, append([]any(nil), args...), func(pipe redis.Pipeliner) {
-		conf = pipe.HMGet(ctx, lock, confirmFields...)
-	})
-	v, err := cmd.Result()
-	if err != nil {
-		return nil, err
+// parseAttempt splits the reply of an attempt's call on one server (see quorum.lua).
+func parseAttempt(cmd *redis.Cmd) (attemptReply, error) {
+	v, err := cmd.Slice()
+	switch {
+	case err != nil:
+		return attemptReply{}, err
+	case len(v) == 0:
+		return attemptReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
-	var confirmed int64
-	for _, f := range conf.Val() {
-		if s, ok := f.(string); ok {
-			confirmed, _ = strconv.ParseInt(s, 10, 64)
-			break
-		}
+	r := attemptReply{v: v[0]}
+	if len(v) == 3 {
+		r.confirmed, r.proposed = tokenOf(v[1]), tokenOf(v[2])
 	}
-	return attemptReply{v: v, confirmed: confirmed}, nil
+	return r, nil
 }
 
-// confirmFields names the fields that may hold the confirmed token of the hold an
-// attempt of h's takes or reenters: for a reader, those of h's owner and of each section
-// it is in (the hold reentered may be any of theirs); for the other kinds, the lock's.
-func confirmFields(h *held) []string {
-	_, confirmed := tokenFields(h)
-	if h.s.kind != KindRead {
-		return []string{confirmed}
-	}
-	fields := []string{confirmed}
-	for id, ok := h.hk.owner.Parent(); ok; id, ok = id.Parent() {
-		fields = append(fields, string(id)+"#tq")
-	}
-	return fields
+// tokenOf reads a token field's value, 0 for none.
+func tokenOf(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 // tokenFields names the fields of h's lock hash that hold its token and its confirmed
@@ -497,30 +777,22 @@ const (
 
 // acquireQuorum makes one attempt on every server and merges their replies into one
 // acquire reply, as parseGranted reads it: a grant by a majority (its token written back
-// to the granting servers), busy, refused, or a *quorumError when too few answered.
+// to the granting servers that do not carry it), busy, refused, or a *quorumError when
+// too few answered.
 func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner string) acquireReply {
 	q := l.q
-	n := len(q.nodes)
-	s, args := q.acquireCall(h, nonce, manner)
+	a := l.newAttempt(h, nonce, manner)
 	// The round's context ends when its last call returns; the write-back of a fresh
-	// hold's token runs after that, within the caller's.
+	// hold's token, when one is needed, runs after that, within the caller's.
 	callerCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
-	a := &quorumAttempt{q: q, errs: make([]error, n), undo: make([]bool, n),
-		pttl: -1, settled: make(chan struct{})}
-	defer close(a.settled)
-	fields := confirmFields(h)
-	call := func(ctx context.Context, c *conn) (any, error) {
-		return nodeAttempt(ctx, c, s, args, h.rk.lock, fields)
-	}
-	contested := func() bool { return a.busy > 0 || a.refused }
-	late := func(r nodeReply) { l.lateGrant(h, nonce, a, r) }
-	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s), contested}, call, a.take, late)
+	defer a.settle()
+	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s)}, &a.rs, a)
 
 	if a.outcome.Load() == attemptWon {
 		var v any
 		var err error
-		if a.top, v, err = l.raiseQuorum(callerCtx, h, nonce, a.grants); err == nil {
+		if a.top, v, err = l.raiseQuorum(callerCtx, h, nonce, a.proposal, a.grants); err == nil {
 			return acquireReply{v: v}
 		}
 		a.outcome.Store(attemptLost)
@@ -528,7 +800,7 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 		return acquireReply{err: err}
 	}
 	a.outcome.Store(attemptLost) // also when every server answered without a decision
-	l.undoQuorum(h, nonce, a.undo)
+	l.undoQuorum(h, nonce, a.undoOn())
 	if len(a.grants) > 0 && a.busy > 0 && manner != mannerTry {
 		// A split vote: contenders that each won some servers undo at once, and the
 		// undo's announcement wakes them all together. A pause of up to a budget, drawn
@@ -539,43 +811,139 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 	return a.lost()
 }
 
+// newAttempt returns attempt nonce of h, proposing a token, with each server's command
+// line (one allocation for all: a call fills its first two slots, see runScript).
+func (l *Locker) newAttempt(h *held, nonce, manner string) *quorumAttempt {
+	q := l.q
+	n := len(q.nodes)
+	a := &quorumAttempt{q: q, l: l, h: h, nonce: nonce, pttl: -1, proposal: q.propose()}
+	a.pending = a.pendingBuf[:0]
+	s, line := q.proposeCall(h, nonce, manner, a.proposal)
+	w := len(line)
+	all := make([]any, n*w)
+	for i := range n {
+		copy(all[i*w:(i+1)*w], line)
+	}
+	a.script, a.lines, a.width = s, all, w
+	a.grants = make([]quorumGrant, 0, n)
+	return a
+}
+
 // quorumAttempt is one attempt of acquireQuorum in progress: the replies taken so far.
 // take runs under the round's lock; late runs once the attempt is settled.
 type quorumAttempt struct {
-	q       *quorum
-	grants  []quorumGrant
-	errs    []error
-	undo    []bool // the server may hold a grant of this attempt
-	failed  int    // servers that answered with an error, or not at all
-	refused bool
-	pttl    int64 // the shortest TTL among the busy servers' holders, ms; -1: none
-	outcome atomic.Int32
-	top     int64         // the hold's token, once settled
-	settled chan struct{} // closed when acquireQuorum returns
+	rs       roundRun
+	q        *quorum
+	l        *Locker
+	h        *held
+	nonce    string
+	script   *script.Script
+	lines    []any // each server's command line, width long, one after the other
+	width    int
+	grants   []quorumGrant
+	errs     []error // per server, once one failed or refused (see fail)
+	undo     uint64  // the servers that may hold a grant of this attempt (bit i: server i)
+	failed   int     // servers that answered with an error, or not at all
+	refused  bool
+	pttl     int64 // the shortest TTL among the busy servers' holders, ms; -1: none
+	outcome  atomic.Int32
+	proposal int64 // the token proposed to the servers (see propose)
+	top      int64 // the hold's token, once settled
 
-	replied, confirmed, held, busy int
+	lateMu     sync.Mutex
+	settled    bool        // acquireQuorum is done with the attempt (see settle)
+	pending    []nodeReply // late replies that came before (in pendingBuf)
+	pendingBuf [4]nodeReply
+
+	replied, confirmed, proposed, held, busy int
+}
+
+// line returns the script and command line of the attempt on server i (see scriptCall).
+func (a *quorumAttempt) line(i int) (*script.Script, []any) {
+	return a.script, a.lines[i*a.width : (i+1)*a.width : (i+1)*a.width]
+}
+
+// late handles a reply that came after the attempt was decided (see lateGrant): at once
+// once the attempt is settled, else when it is (see settle).
+func (a *quorumAttempt) late(r nodeReply) {
+	a.lateMu.Lock()
+	if !a.settled {
+		a.pending = append(a.pending, r)
+		a.lateMu.Unlock()
+		return
+	}
+	a.lateMu.Unlock()
+	a.l.lateGrant(a.h, a.nonce, a, r)
+}
+
+// settle marks the attempt settled (its outcome, and a won hold's token, final) and
+// handles the replies that came late before.
+func (a *quorumAttempt) settle() {
+	a.lateMu.Lock()
+	a.settled = true
+	pending := a.pending
+	a.pending = nil
+	a.lateMu.Unlock()
+	for _, r := range pending {
+		a.l.lateGrant(a.h, a.nonce, a, r)
+	}
+}
+
+// stale reports whether the attempt is over — it lost, or its acquisition was given up
+// or its hold released — so that its calls still waiting in a batch are not sent: their
+// undo, or the hold's release, may have reached the server before them (see batch).
+func (a *quorumAttempt) stale() bool {
+	return a.outcome.Load() == attemptLost || a.l.gone(a.h)
+}
+
+// contested reports whether another owner's hold, or a refusal, contests the attempt.
+func (a *quorumAttempt) contested() bool { return a.busy > 0 || a.refused }
+
+// fail records what server i answered instead of a grant.
+func (a *quorumAttempt) fail(i int, err error) {
+	if a.errs == nil {
+		a.errs = make([]error, len(a.q.nodes))
+	}
+	a.errs[i] = err
+}
+
+// undoOn returns the servers that may hold a grant of the attempt, as each takes them.
+func (a *quorumAttempt) undoOn() []bool {
+	on := make([]bool, len(a.q.nodes))
+	for i := range on {
+		on[i] = a.undo&(1<<i) != 0
+	}
+	return on
 }
 
 // take records one server's reply and reports whether the attempt is decided.
 func (a *quorumAttempt) take(r nodeReply) bool {
 	a.replied++
+	var ar attemptReply
+	if r.err == nil {
+		ar, r.err = parseAttempt(r.v.(*redis.Cmd))
+	}
 	if r.err != nil {
-		a.errs[r.i] = r.err
-		a.undo[r.i] = !isServerError(r.err)
+		a.fail(r.i, r.err)
+		if !isServerError(r.err) {
+			a.undo |= 1 << r.i
+		}
 		a.failed++
 	} else {
-		a.reply(r.i, r.v.(attemptReply))
+		a.reply(r.i, ar)
 	}
 	// A hold the owner has on a majority already is a reentry: its servers confirmed its
 	// token, or hold it and one of them confirmed the token (the others' write-back may
-	// still be on its way). Grants none of which knew the owner are a fresh hold. Grants
+	// still be on its way) — or, when none confirmed one, the same with the token they
+	// took as proposed. Grants none of which knew the owner are a fresh hold. Grants
 	// of both sorts wait for every server's answer: the owner's hold may be on a majority
 	// whose last server has not answered yet, or be left over on a minority from a hold
 	// that ended, which must not lend its older token (see raiseQuorum).
-	q, n := a.q, len(a.errs)
+	q, n := a.q, len(a.q.nodes)
 	switch {
 	case a.refused:
-	case q.current(a.confirmed, a.held), len(a.grants) >= q.need && (a.confirmed == 0 || a.replied == n):
+	case q.reentered(a.confirmed, a.proposed, a.held) != reenteredNot,
+		len(a.grants) >= q.need && (a.confirmed+a.proposed == 0 || a.replied == n):
 		a.outcome.Store(attemptWon)
 		return true
 	case len(a.grants)+n-a.replied >= q.need:
@@ -590,22 +958,25 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 	g, err := parseGranted(r.v)
 	switch {
 	case err != nil:
-		a.errs[i] = err
+		a.fail(i, err)
 		a.failed++
 	case g.acquired:
-		a.undo[i] = true
-		a.grants = append(a.grants, quorumGrant{i: i, token: g.token, holds: g.holds, confirmed: r.confirmed, holder: g.holder})
+		a.undo |= 1 << i
+		a.grants = append(a.grants, quorumGrant{i: i, token: g.token, holds: g.holds, confirmed: r.confirmed, proposed: r.proposed, holder: g.holder})
 		if r.confirmed > 0 {
 			a.confirmed++
+		}
+		if r.proposed > 0 {
+			a.proposed++
 		}
 		if g.holds > 1 {
 			a.held++
 		}
 	case g.upgrade:
 		a.refused = true
-		a.errs[i] = ErrUpgrade
+		a.fail(i, ErrUpgrade)
 	default:
-		a.errs[i] = errNotGranted
+		a.fail(i, errNotGranted)
 		a.busy++
 		if ms := g.pttl.Milliseconds(); ms >= 0 && (a.pttl < 0 || ms < a.pttl) {
 			a.pttl = ms
@@ -616,24 +987,45 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 // lateGrant handles a reply to attempt a, with nonce, for h that came after a was
 // decided, once a is settled.
 func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply) {
-	<-a.settled
 	var g granted
+	var ar attemptReply
 	var err error
 	if r.err == nil {
-		g, err = parseGranted(r.v.(attemptReply).v)
+		if ar, r.err = parseAttempt(r.v.(*redis.Cmd)); r.err == nil {
+			g, err = parseGranted(ar.v)
+		}
+	}
+	var late quorumGrant
+	if r.err == nil && err == nil {
+		late = quorumGrant{token: g.token, holds: g.holds, confirmed: ar.confirmed, proposed: ar.proposed}
 	}
 	switch {
-	case r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
-	case a.outcome.Load() == attemptLost, r.err == nil && l.gone(h):
-		// Undone: the attempt lost, or its grant on this server came after the
-		// acquisition was given up or the hold's release reached the server, and would
-		// stay there until its TTL.
-		l.undoQuorum(h, nonce, onlyAt(len(a.errs), r.i))
+	case r.err == errNotSent, r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
+	case a.outcome.Load() == attemptLost:
+		l.undoQuorum(h, nonce, onlyAt(len(a.q.nodes), r.i)) // the attempt lost: undone
+	case r.err == nil && late.holds == 1 && late.carries(a.top, a.proposal):
+		// A fresh grant after the majority's that took the proposal that became the
+		// hold's token: part of the hold (renewed and released with the others) as it
+		// is. A release of the hold, like the undo of an acquisition given up, goes to
+		// every server with this attempt's nonce, and drops this grant or, reaching the
+		// server first, has it refused.
+		h.qh.carry.Or(1 << r.i)
+	case r.err == nil && l.gone(h):
+		// Undone: its grant on this server came after the acquisition was given up or
+		// the hold's release reached the server, and would stay there until its TTL.
+		l.undoQuorum(h, nonce, onlyAt(len(a.q.nodes), r.i))
+	case late.carries(a.top, a.proposal):
+		h.qh.carry.Or(1 << r.i) // a grant after the majority's: part of the hold
 	case r.err == nil:
-		// A grant after the majority's: part of the hold (renewed and released with the
-		// others), carrying the hold's token like them.
-		if l.raiseOn(context.Background(), l.q.nodes[r.i], h, a.top) == nil {
-			h.qh.carry.Or(1 << r.i)
+		// A grant after the majority's: part of the hold, once told the hold's token
+		// (aside: the reply's goroutine may have others to hand on).
+		raise := func() {
+			if l.raiseOn(context.Background(), l.q.nodes[r.i], h, a.top) == nil {
+				h.qh.carry.Or(1 << r.i)
+			}
+		}
+		if !l.background(raise) {
+			raise()
 		}
 	}
 }
@@ -645,15 +1037,18 @@ func (a *quorumAttempt) lost() acquireReply {
 	switch {
 	case a.refused:
 		return acquireReply{v: []any{int64(acquireRefused)}}
-	case a.failed <= len(a.errs)-q.need:
+	case a.failed <= len(q.nodes)-q.need:
 		// Busy: enough servers answered, or may still, for a majority to be reached
 		// once the lock is free.
 		return acquireReply{v: []any{int64(acquireBusy), a.pttl}}
 	}
+	if a.errs == nil {
+		a.errs = make([]error, len(q.nodes))
+	}
 	for i := range a.errs {
 		switch {
 		case a.errs[i] != nil:
-		case a.undo[i]:
+		case a.undo&(1<<i) != 0:
 			a.errs[i] = errUndone
 		default:
 			a.errs[i] = errNoAnswer
@@ -667,15 +1062,17 @@ func (a *quorumAttempt) lost() acquireReply {
 // confirmed (raise.lua) is a reentry through Redis and keeps that token; so is one that
 // a majority held already (the attempt reentered there) with the token confirmed on some
 // of them: that is the owner's current hold, whose write-back has not reached every
-// server yet, and it keeps the highest confirmed token (see current). Any other hold is
-// fresh: its token is the highest of all the grants' — a server that reports a hold
-// of the owner's nobody confirmed is left over from an attempt of the owner's that
-// failed, and one that confirms a hold a majority does not is left over from a hold that
-// ended; either token was drawn before holds other owners may have had since, and must
-// not be handed out. Every granting server that has not confirmed the token is told it
+// server yet, and it keeps the highest confirmed token (see current). When none of them
+// confirmed a token, the same holds of the token they took as proposed: a hold whose
+// servers all took its proposal needed no write-back. Any other hold is fresh: its token
+// is the highest of all the grants' — a server that reports a hold of the owner's nobody
+// confirmed is left over from an attempt of the owner's that failed, and one that
+// confirms a hold a majority does not is left over from a hold that ended; either token
+// was drawn before holds other owners may have had since, and must not be handed out.
+// Every granting server that does not carry the token yet (see carries) is told it
 // (raise.lua, which also raises its fence); the attempt fails, and is undone, when
 // fewer than a majority carry it afterwards.
-func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants []quorumGrant) (int64, any, error) {
+func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, proposal int64, grants []quorumGrant) (int64, any, error) {
 	q := l.q
 	top, holds, holder := l.q.settle(grants)
 	var reply any = top
@@ -691,23 +1088,11 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants 
 		l.rekey(h, holder)
 		l.mu.Unlock()
 	}
-	errs := make([]error, len(q.nodes))
-	var wg sync.WaitGroup
-	for _, g := range grants {
-		if g.token == top && g.confirmed == top {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[g.i] = l.raiseOn(ctx, q.nodes[g.i], h, top)
-		}()
-	}
-	wg.Wait()
+	errs := l.writeBack(ctx, h, top, proposal, grants)
 	carried := 0
 	h.qh = &quorumHold{nonce: nonce}
 	for _, g := range grants {
-		if errs[g.i] == nil {
+		if errs == nil || errs[g.i] == nil {
 			carried++
 			h.qh.carry.Or(1 << g.i)
 		} else if !reentry {
@@ -727,34 +1112,98 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, grants 
 	return top, reply, nil
 }
 
+// writeBack tells top, at once, to every granting server that does not carry it yet, and
+// returns each server's error (nil where it carries top now, or did already; nil for
+// all when none needed it).
+func (l *Locker) writeBack(ctx context.Context, h *held, top, proposal int64, grants []quorumGrant) []error {
+	if !slices.ContainsFunc(grants, func(g quorumGrant) bool { return !g.carries(top, proposal) }) {
+		return nil
+	}
+	errs := make([]error, len(l.q.nodes))
+	var wg sync.WaitGroup
+	for _, g := range grants {
+		if g.carries(top, proposal) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[g.i] = l.raiseOn(ctx, l.q.nodes[g.i], h, top)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// carries reports whether grant g's server carries the hold's token top already, and
+// needs no write-back: its hold's token is top, and a quorum confirmed it there, or the
+// server took it as proposed — a reentry's record of that (quorum.lua), or the attempt's
+// own grant of its proposal (acquire.lua). Any two majorities share a server, so a token
+// that a majority's servers each drew above their last one (their fences) already
+// exceeds every earlier hold's: only servers whose tokens differ from the hold's need
+// it written back.
+func (g quorumGrant) carries(top, proposal int64) bool {
+	return g.token == top && (g.confirmed == top || g.proposed == top || g.holds == 1 && top == proposal)
+}
+
 // settle reads the token, the hold count and the holder of a hold a majority granted
-// (see raiseQuorum): the owner's current hold keeps its highest confirmed token and
-// count, and its holder when that is a section the owner is in; a fresh hold takes the
-// highest token granted, with one hold.
+// (see raiseQuorum): the owner's current hold keeps its highest confirmed token (or,
+// where none is confirmed, proposed token) and count, and its holder when that is a
+// section the owner is in; a fresh hold takes the highest token granted, with one hold.
 func (q *quorum) settle(grants []quorumGrant) (top, holds int64, holder ctxid.ID) {
 	holds = 1
-	confirmed, held := 0, 0
+	confirmed, proposed, held := 0, 0, 0
 	for _, g := range grants {
 		if g.confirmed > 0 {
 			confirmed++
+		}
+		if g.proposed > 0 {
+			proposed++
 		}
 		if g.holds > 1 {
 			held++
 		}
 	}
-	current := q.current(confirmed, held)
+	how := q.reentered(confirmed, proposed, held)
 	for _, g := range grants {
 		switch {
-		case !current:
+		case how == reenteredNot:
 			top = max(top, g.token)
-		case g.confirmed > 0:
+			continue
+		case how == reenteredConfirmed && g.confirmed > 0:
 			top, holds = max(top, g.confirmed), max(holds, g.holds)
+		case how == reenteredProposed && g.proposed > 0:
+			top, holds = max(top, g.proposed), max(holds, g.holds)
 		}
-		if current && holder == "" && g.holds > 1 {
+		if holder == "" && g.holds > 1 {
 			holder = g.holder
 		}
 	}
 	return top, holds, holder
+}
+
+// Whether an attempt's grants reenter the owner's current hold (see reentered).
+const (
+	reenteredNot       = iota // a fresh hold
+	reenteredConfirmed        // the current hold, whose token a quorum confirmed
+	reenteredProposed         // the current hold, whose token its servers took as proposed
+)
+
+// reentered says whether an attempt's grants, of which confirmed carried a confirmed
+// token, proposed a proposed one and held were reentries (the owner held the lock there
+// already), are the owner's current hold rather than a fresh one (see current): by
+// their confirmed tokens, or, when none was confirmed, by their proposed ones. A hold
+// whose write-back was needed was confirmed on a majority before its lease was handed
+// out, so any majority of its holders shows a confirmed token; a proposed token that a
+// late write-back has not yet replaced (the hold took another) is never alone there.
+func (q *quorum) reentered(confirmed, proposed, held int) int {
+	switch {
+	case q.current(confirmed, held):
+		return reenteredConfirmed
+	case confirmed == 0 && q.current(proposed, held):
+		return reenteredProposed
+	}
+	return reenteredNot
 }
 
 // current reports whether an attempt's grants, of which confirmed carried a confirmed
@@ -829,44 +1278,16 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	n := len(q.nodes)
 	// A server without the hold is told the winning attempt's nonce: its copy of the
 	// attempt may still be on its way, and must not take the lock after this release.
-	args := append(h.releaseArgs(nonce, ""), h.qh.nonce)
-	var (
-		codes  = make([]releaseReply, n)
-		errs   = make([]error, n)
-		ok, ko int
-	)
-	call := func(ctx context.Context, c *conn) (any, error) {
-		code, err := decodeRelease(c.runScript(ctx, h.s.spec.release, append([]any(nil), args...), true))
-		return code, err
-	}
-	// The release waits for every server known to carry the hold besides a majority
-	// (within the round's patience): the owner's next attempt, on other connections, must
-	// not reach one of them before the release does and find the lock still held.
-	carriers := h.qh.carry.Load()
-	all := carriers
-	// A carrier whose call failed without a server's answer (a timeout: the command may
-	// have been dropped with its connection) is sent the release once more, aside, with
-	// the same nonce, which makes it a no-op where the first one ran: a hold count left
-	// there would outlive the release until its TTL.
-	resend := func(r nodeReply) {
-		if r.err != nil && r.err != errSilent && !isServerError(r.err) && all&(1<<r.i) != 0 {
-			l.each(onlyAt(n, r.i), false, func(ctx context.Context, c *conn) error {
-				_, err := call(ctx, c)
-				return err
-			})
-		}
-	}
-	take := func(r nodeReply) bool {
-		carriers &^= 1 << r.i
-		resend(r)
-		if r.err != nil {
-			errs[r.i] = r.err
-			ko++
-		} else {
-			codes[r.i] = r.v.(releaseReply)
-			ok++
-		}
-		return ok >= q.need && carriers == 0 || ko > n-q.need
+	line := h.releaseArgs(nonce, "")
+	w := len(line) + 1
+	rr := &releaseRound{l: l, h: h, width: w, lines: make([]any, n*w), slots: make([]releaseSlot, n),
+		// The release waits for every server known to carry the hold besides a majority
+		// (within the round's patience): the owner's next attempt, on other connections,
+		// must not reach one of them before the release does and find the lock held.
+		carriers: h.qh.carry.Load()}
+	for i := range n {
+		copy(rr.lines[i*w:], line)
+		rr.lines[i*w+w-1] = h.qh.nonce
 	}
 	// The calls still running when a majority answered go on past the caller's return,
 	// within its deadline: a release that reaches the last server frees it there too.
@@ -875,21 +1296,90 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 		d = time.Now().Add(l.cfg.releaseTimeout)
 	}
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
-	l.round(rctx, cancel, limits{patience: q.patience(h.s)}, call, take, resend)
-	if ok < q.need {
+	l.round(rctx, cancel, limits{patience: q.patience(h.s)}, &rr.rs, rr)
+	if rr.ok < q.need {
+		errs := make([]error, n)
+		for i := range errs {
+			errs[i] = rr.slots[i].err
+		}
 		return 0, q.failure("release", errs)
 	}
-	return q.mergeRelease(codes, errs), nil
+	return q.mergeRelease(rr.slots), nil
 }
+
+// releaseRound is one release of releaseQuorum in progress: the replies taken so far.
+type releaseRound struct {
+	rs       roundRun
+	l        *Locker
+	h        *held
+	lines    []any // each server's command line, width long, one after the other
+	width    int
+	slots    []releaseSlot
+	carriers uint64 // the servers known to carry the hold that have not answered
+	ok, ko   int
+}
+
+// releaseSlot is one server's answer to a release.
+type releaseSlot struct {
+	code releaseReply
+	err  error
+}
+
+// line returns the script and command line of the release on server i (see scriptCall).
+func (rr *releaseRound) line(i int) (*script.Script, []any) {
+	w := rr.width
+	return rr.h.s.spec.release, rr.lines[i*w : (i+1)*w : (i+1)*w]
+}
+
+// take records one server's reply and reports whether the release is decided.
+func (rr *releaseRound) take(r nodeReply) bool {
+	rr.carriers &^= 1 << r.i
+	rr.late(r)
+	var code releaseReply
+	if r.err == nil {
+		code, r.err = decodeRelease(r.v.(*redis.Cmd))
+	}
+	if r.err != nil {
+		rr.slots[r.i].err = r.err
+		rr.ko++
+	} else {
+		rr.slots[r.i].code = code
+		rr.ok++
+	}
+	need := rr.l.q.need
+	return rr.ok >= need && rr.carriers == 0 || rr.ko > len(rr.slots)-need
+}
+
+// late sends the release once more, aside, to a server whose call failed without its
+// answer (a timeout: the command may have been dropped with its connection), with the
+// same nonce, which makes it a no-op where the first one ran: a hold count left there
+// would outlive the release until its TTL. That is also so of a server not yet known to
+// carry the hold: a grant of the winning attempt that answered late may be there (see
+// lateGrant).
+func (rr *releaseRound) late(r nodeReply) {
+	if r.err != nil && r.err != errSilent && !isServerError(r.err) {
+		// A line of its own: the first call may still be on its way (given up when the
+		// round's context ended), its first two slots being filled.
+		w := rr.width
+		line := make([]any, w)
+		copy(line[2:], rr.lines[r.i*w+2:(r.i+1)*w])
+		rr.l.each(onlyAt(len(rr.slots), r.i), false, func(ctx context.Context, c *conn) error {
+			return c.runScript(ctx, rr.h.s.spec.release, line, true).Err()
+		})
+	}
+}
+
+// contested is false: a release waits out its patience.
+func (rr *releaseRound) contested() bool { return false }
 
 // mergeRelease merges the servers' release replies (those without an error) into one:
 // still held where a majority still holds it, else freed (with the turn's news, when a
 // server had any), else not held or expired.
-func (q *quorum) mergeRelease(codes []releaseReply, errs []error) releaseReply {
+func (q *quorum) mergeRelease(slots []releaseSlot) releaseReply {
 	var count [releaseOwnTurn - releaseNotHeld + 1]int
-	for i := range codes {
-		if errs[i] == nil {
-			count[codes[i]-releaseNotHeld]++
+	for _, s := range slots {
+		if s.err == nil {
+			count[s.code-releaseNotHeld]++
 		}
 	}
 	at := func(c releaseReply) int { return count[c-releaseNotHeld] }
@@ -960,7 +1450,8 @@ func (l *Locker) renewQuorum(timeout time.Duration, batch []*held, idx []int, tt
 			}
 		}
 	}
-	l.round(ctx, cancel, limits{}, call, qr.take, late)
+	var rs roundRun
+	l.round(ctx, cancel, limits{}, &rs, funcOps{callF: call, takeF: qr.take, lateF: late, q: q})
 	// The servers that reported a renewed hold gone get it back.
 	for _, i := range idx {
 		if errs[i] != nil {
@@ -973,6 +1464,19 @@ func (l *Locker) renewQuorum(timeout time.Duration, batch []*held, idx []int, tt
 		}
 	}
 }
+
+// funcOps is a round's ops made of functions, never contested.
+type funcOps struct {
+	callF func(context.Context, *conn) (any, error)
+	takeF func(nodeReply) bool
+	lateF func(nodeReply)
+	q     *quorum
+}
+
+func (f funcOps) call(ctx context.Context, i int) (any, error) { return f.callF(ctx, f.q.nodes[i]) }
+func (f funcOps) take(r nodeReply) bool                        { return f.takeF(r) }
+func (f funcOps) late(r nodeReply)                             { f.lateF(r) }
+func (f funcOps) contested() bool                              { return false }
 
 // quorumRenewal is one batch's renewal on a quorum in progress (see renewQuorum): per
 // lease of the batch, the servers' answers so far.
@@ -990,28 +1494,41 @@ type quorumRenewal struct {
 
 // take records one server's replies and reports whether every lease is decided.
 func (qr *quorumRenewal) take(nr nodeReply) bool {
-	g := nr.v.(*renewGroup)
+	g, _ := nr.v.(*renewGroup)
+	if g == nil { // given up: the round's context ended
+		for i, pending := range qr.pending {
+			if pending {
+				qr.record(i, nr.i, 0, nr.err)
+			}
+		}
+		return qr.open == 0
+	}
 	for k, i := range g.idx {
-		if !qr.pending[i] {
-			continue
-		}
-		v, err := g.cmds[k].Int64()
-		switch {
-		case err != nil:
-			qr.failed[i][nr.i] = err
-		case v == 1:
-			qr.ok[i]++
-		default:
-			qr.gone[i]++
-			qr.missing[i] |= 1 << nr.i
-			qr.failed[i][nr.i] = errNotHeld
-		}
-		if qr.decide(i) {
-			qr.pending[i] = false
-			qr.open--
+		if qr.pending[i] {
+			v, err := g.cmds[k].Int64()
+			qr.record(i, nr.i, v, err)
 		}
 	}
 	return qr.open == 0
+}
+
+// record takes server j's reply v (or err) about lease i, and settles the lease when
+// that decides it.
+func (qr *quorumRenewal) record(i, j int, v int64, err error) {
+	switch {
+	case err != nil:
+		qr.failed[i][j] = err
+	case v == 1:
+		qr.ok[i]++
+	default:
+		qr.gone[i]++
+		qr.missing[i] |= 1 << j
+		qr.failed[i][j] = errNotHeld
+	}
+	if qr.decide(i) {
+		qr.pending[i] = false
+		qr.open--
+	}
 }
 
 // decide settles lease i's outcome when its servers' answers so far allow, and reports
@@ -1049,14 +1566,14 @@ func (l *Locker) repairQuorum(h *held, i int) {
 		defer cancel()
 		nonce := l.newNonce()
 		s, args := l.q.acquireCall(h, nonce, mannerTry)
-		v, err := nodeAttempt(ctx, c, s, args, h.rk.lock, confirmFields(h))
+		ar, err := parseAttempt(c.runScript(ctx, s, args, true))
 		if err != nil {
 			if !isServerError(err) {
 				l.undoQuorum(h, nonce, onlyAt(len(l.q.nodes), i))
 			}
 			return
 		}
-		g, err := parseGranted(v.(attemptReply).v)
+		g, err := parseGranted(ar.v)
 		if err != nil || !g.acquired {
 			return
 		}

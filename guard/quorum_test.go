@@ -3,6 +3,8 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -581,6 +583,144 @@ func TestQuorumTokensRise(t *testing.T) {
 	})
 }
 
+// TestQuorumWriteBack: a fresh hold's token is written back to the granting servers only
+// when their tokens differ. When every server takes the attempt's proposed token, each
+// runs one script for the acquisition, the attempt: no write-back round trip. When one
+// server's counter is ahead (its token is its own, above the proposal), the hold takes
+// the highest token and every granting server is told it, so that a later hold granted
+// by the other servers alone still gets a higher token.
+func TestQuorumWriteBack(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	l, counters := countedQuorum(t, r)
+	ctx := ctxTimeout(t, 30*time.Second)
+	mustRelease(t, mustAcquire(t, l, ctx, "warm-up")) // the servers load the scripts
+
+	t.Run("agree", func(t *testing.T) {
+		le := mustAcquire(t, l, ctx, "agree")
+		r.waitCarried(t, "agree", le.Token(), false)
+		for i, c := range counters {
+			if n := c.calls(lockName("agree")); n != 1 {
+				t.Errorf("server %d ran %d scripts for the acquisition, want 1 (the attempt, no write-back)", i, n)
+			}
+		}
+		mustRelease(t, le)
+	})
+
+	t.Run("differ", func(t *testing.T) {
+		// Another owner holds the lock on server 2, so that servers 0 and 1 grant it, and
+		// server 0's counter is an hour ahead: its token is its own, above the proposal.
+		c0 := r.servers[0].Client(t)
+		ahead := time.Now().Add(time.Hour).UnixMicro()
+		if err := c0.Set(ctx, lockName("differ")+":fence", strconv.FormatInt(ahead, 10), time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = c0.Close()
+		other := holdOn(t, r.servers[2], "differ")
+		le := mustAcquire(t, l, ctx, "differ")
+		if le.Token() <= ahead {
+			t.Fatalf("token %d, want above server 0's counter %d", le.Token(), ahead)
+		}
+		for i := range 2 {
+			if n := counters[i].calls(lockName("differ")); n != 2 {
+				t.Errorf("server %d ran %d scripts for the acquisition, want 2 (the attempt and the write-back)", i, n)
+			}
+		}
+		mustRelease(t, le)
+		mustRelease(t, other)
+		// Now another owner holds it on server 0: the next hold is granted by 1 and 2, and
+		// gets a higher token only if the write-back raised server 1's counter.
+		other = holdOn(t, r.servers[0], "differ")
+		next := mustAcquire(t, l, ctx, "differ")
+		if next.Token() <= le.Token() {
+			t.Fatalf("token %d granted by servers 1 and 2 after %d: the write-back did not reach server 1", next.Token(), le.Token())
+		}
+		mustRelease(t, next)
+		mustRelease(t, other)
+	})
+}
+
+// countedQuorum returns a quorum Locker on r's servers, closed at cleanup, whose clients
+// count the scripts they run, one counter per server.
+func countedQuorum(t *testing.T, r *quorumRig) (*guard.Locker, []*keyScripts) {
+	t.Helper()
+	cs := r.clients(t)
+	counters := make([]*keyScripts, len(cs))
+	for i, c := range cs {
+		counters[i] = &keyScripts{}
+		c.AddHook(counters[i])
+	}
+	l, err := guard.NewQuorum(cs, guard.RestartDelay(0), guard.TTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, counters
+}
+
+// waitCarried waits until every server's hold of key carries token, as confirmed by a
+// write-back when confirmed is set.
+func (r *quorumRig) waitCarried(t *testing.T, key string, token int64, confirmed bool) {
+	t.Helper()
+	tok := strconv.FormatInt(token, 10)
+	for _, s := range r.servers {
+		c := s.Client(t)
+		waitUntil(t, 2*time.Second, "the hold's token on "+s.String(), func() bool {
+			v := c.HMGet(context.Background(), lockName(key), "#t", "#tq").Val()
+			return len(v) == 2 && v[0] == tok && (!confirmed || v[1] == tok)
+		})
+		_ = c.Close()
+	}
+}
+
+// keyScripts is a go-redis hook that counts the scripts a client ran (EVALSHA and EVAL,
+// alone or in a pipeline; not a call the server answered NOSCRIPT), by their first key.
+type keyScripts struct {
+	mu    sync.Mutex
+	byKey map[string]int
+}
+
+func (s *keyScripts) calls(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byKey[key]
+}
+
+func (s *keyScripts) count(err error, cmds ...redis.Cmder) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cmd := range cmds {
+		e := cmd.Err()
+		if e == nil && len(cmds) == 1 {
+			e = err // the hook may run before the command records its error
+		}
+		noScript := e != nil && redis.HasErrorPrefix(e, "NOSCRIPT")
+		if a := cmd.Args(); len(a) > 3 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && !noScript {
+			if s.byKey == nil {
+				s.byKey = map[string]int{}
+			}
+			s.byKey[fmt.Sprint(a[3])]++
+		}
+	}
+}
+
+func (s *keyScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *keyScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		s.count(err, cmd)
+		return err
+	}
+}
+
+func (s *keyScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		s.count(nil, cmds...)
+		return err
+	}
+}
+
 // TestQuorumWakeWithServerDown: with one server dead, a waiter is still woken by the
 // release (the others announce it) and makes few attempts.
 func TestQuorumWakeWithServerDown(t *testing.T) {
@@ -716,54 +856,71 @@ func TestQuorumCancelledLeavesNothing(t *testing.T) {
 // TestQuorumReentryWhileConfirmationInFlight: a hold whose write-back has reached only a
 // minority of its servers — here server 1 still carries its own drawn token, unconfirmed,
 // as when its grant answered after the majority and the late write-back is on its way —
-// and whose other confirming server stops answering. A reentry through another Locker
-// finds the owner's hold on a majority (servers 0 and 1) but the token confirmed on one
-// only. It is still a reentry: it must get the lease's token and leave that token on the
-// servers, not draw a fresh one over the holder's (the fault suite saw that happen).
+// and whose other server that carries the token stops answering. A reentry through
+// another Locker finds the owner's hold on a majority (servers 0 and 1) but the token
+// carried by one only: confirmed there by a write-back (raise.lua), or taken there as the
+// attempt's proposal (acquire.lua). It is still a reentry: it must get the lease's token
+// and leave that token on the servers, not draw a fresh one over the holder's (the fault
+// suite saw that happen).
 func TestQuorumReentryWhileConfirmationInFlight(t *testing.T) {
-	r := startQuorum(t, 3, false)
-	a := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
-	b := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
-	ctx := ctxTimeout(t, 20*time.Second)
+	for _, carried := range []string{"confirmed", "proposed"} {
+		t.Run(carried, func(t *testing.T) {
+			r := startQuorum(t, 3, false)
+			a := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
+			b := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
+			ctx := ctxTimeout(t, 20*time.Second)
+			key := "inflight-" + carried
+			le := mustAcquire(t, a, ctx, key)
+			tok := strconv.FormatInt(le.Token(), 10)
+			for _, s := range r.servers {
+				c := s.Client(t)
+				waitUntil(t, 2*time.Second, "the lease's token on "+s.String(), func() bool {
+					return c.HGet(ctx, lockName(key), "#t").Val() == tok
+				})
+				_ = c.Close()
+			}
+			// Server 0 carries the token as confirmed or as proposed, not both.
+			c0 := r.servers[0].Client(t)
+			if err := c0.HDel(ctx, lockName(key), "#tq", "#tp").Err(); err != nil {
+				t.Fatal(err)
+			}
+			field := map[string]string{"confirmed": "#tq", "proposed": "#tp"}[carried]
+			if err := c0.HSet(ctx, lockName(key), field, tok).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_ = c0.Close()
+			// Server 1 as before its late write-back: its own, higher token, neither
+			// confirmed nor proposed.
+			c1 := r.servers[1].Client(t)
+			own := strconv.FormatInt(le.Token()+4000, 10)
+			if err := c1.HSet(ctx, lockName(key), "#t", own).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c1.HDel(ctx, lockName(key), "#tq", "#tp").Err(); err != nil {
+				t.Fatal(err)
+			}
+			_ = c1.Close()
+			r.servers[2].Pause(t)
 
-	le := mustAcquire(t, a, ctx, "inflight")
-	tok := strconv.FormatInt(le.Token(), 10)
-	c1 := r.servers[1].Client(t)
-	for _, s := range r.servers {
-		c := s.Client(t)
-		waitUntil(t, 2*time.Second, "the write-back on "+s.String(), func() bool {
-			return c.HGet(ctx, lockName("inflight"), "#tq").Val() == tok
+			inner, err := b.Acquire(le.Context(), key, guard.Retry(guard.Attempts(20, guard.Fixed(50*time.Millisecond, 0))))
+			if err != nil {
+				t.Fatalf("reentry: %v", err)
+			}
+			if !inner.Reentrant() || inner.Token() != le.Token() {
+				t.Fatalf("reentry: reentrant %v, token %d; want the lease's %d", inner.Reentrant(), inner.Token(), le.Token())
+			}
+			for _, s := range r.servers[:2] {
+				c := s.Client(t)
+				if got := c.HGet(ctx, lockName(key), "#t").Val(); got != tok {
+					t.Fatalf("%s carries token %s for the hold, want the lease's %s", s, got, tok)
+				}
+				_ = c.Close()
+			}
+			mustRelease(t, inner)
+			r.servers[2].Resume(t)
+			mustRelease(t, le)
 		})
-		_ = c.Close()
 	}
-	// Server 1 as before its late write-back: its own, higher token, not confirmed.
-	own := strconv.FormatInt(le.Token()+4000, 10)
-	if err := c1.HSet(ctx, lockName("inflight"), "#t", own).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c1.HDel(ctx, lockName("inflight"), "#tq").Err(); err != nil {
-		t.Fatal(err)
-	}
-	_ = c1.Close()
-	r.servers[2].Pause(t)
-
-	inner, err := b.Acquire(le.Context(), "inflight", guard.Retry(guard.Attempts(20, guard.Fixed(50*time.Millisecond, 0))))
-	if err != nil {
-		t.Fatalf("reentry: %v", err)
-	}
-	if !inner.Reentrant() || inner.Token() != le.Token() {
-		t.Fatalf("reentry: reentrant %v, token %d; want the lease's %d", inner.Reentrant(), inner.Token(), le.Token())
-	}
-	for _, s := range r.servers[:2] {
-		c := s.Client(t)
-		if got := c.HGet(ctx, lockName("inflight"), "#t").Val(); got != tok {
-			t.Fatalf("%s carries token %s for the hold, want the lease's %s", s, got, tok)
-		}
-		_ = c.Close()
-	}
-	mustRelease(t, inner)
-	r.servers[2].Resume(t)
-	mustRelease(t, le)
 }
 
 // TestQuorumPausedServer: with one of three servers paused (SIGSTOP), two Lockers that
@@ -890,5 +1047,58 @@ func TestQuorumRepair(t *testing.T) {
 	r.servers[1].Resume(t)
 	if err := le.Err(); err != nil {
 		t.Fatalf("lease after a second server paused past the TTL: %v, want it held on the repaired server and the third", err)
+	}
+}
+
+// BenchmarkQuorumAcquireRelease: uncontended TryAcquire + Release on a quorum of 3, one
+// key per goroutine (G of them), with the round trips each pair makes to the servers (a
+// pipeline counts once) and the scripts it runs there.
+func BenchmarkQuorumAcquireRelease(b *testing.B) {
+	servers := redistest.StartN(b, 3)
+	counter := redistest.NewCounter()
+	var cs []redis.UniversalClient
+	for _, s := range servers {
+		c := s.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+		c.AddHook(counter)
+		cs = append(cs, c)
+	}
+	l, err := guard.NewQuorum(cs, guard.RestartDelay(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	mustRelease(b, mustAcquire(b, l, ctx, "warm-up"))
+	var id atomic.Int64
+	for _, g := range []int{1, 16} {
+		b.Run("G="+strconv.Itoa(g), func(b *testing.B) {
+			b.ReportAllocs()
+			counter.Reset()
+			pair := func(key string) bool {
+				le, err := l.TryAcquire(ctx, key)
+				if err == nil {
+					err = le.Release(ctx)
+				}
+				if err != nil {
+					b.Error(err)
+				}
+				return err == nil
+			}
+			b.ResetTimer()
+			if g == 1 {
+				for i := 0; i < b.N && pair("bench:1"); i++ {
+				}
+			} else {
+				b.SetParallelism((g + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+				b.RunParallel(func(pb *testing.PB) {
+					key := "bench:" + strconv.FormatInt(id.Add(1), 10)
+					for pb.Next() && pair(key) {
+					}
+				})
+			}
+			b.StopTimer()
+			reportRoundTrips(b, counter, b.N)
+			b.ReportMetric(float64(counter.Calls("evalsha"))/float64(b.N), "evalsha/op")
+		})
 	}
 }

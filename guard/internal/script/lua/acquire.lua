@@ -3,7 +3,8 @@
 -- KEYS[1] lock hash:  <owner> = hold count; <owner>#a = nonces of the owner's last applied
 --                     acquires, newest first, space-separated (within 100 bytes); #t =
 --                     fencing token (#tq: the same, once a quorum Locker confirmed it, see
---                     raise.lua); #w = present once someone had to wait
+--                     raise.lua; #tp: the same, when it is the quorum Locker's proposal,
+--                     ARGV[8]); #w = present once someone had to wait
 -- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
 --                     releases and ":!<nonce>" for each attempt undone before it was
 --                     applied, oldest first (see release.lua): such an attempt is refused
@@ -19,6 +20,12 @@
 -- ARGV[6] the ID of the calling Locker, queued when the lock is busy
 -- ARGV[7] optional: the hold's label, "<Locker ID> <text>" (option Label), kept in the
 --         field <owner>#l of a new hold; absent or "" for none
+-- ARGV[8] optional: a quorum Locker's proposed token (see NewQuorum), in decimal; absent
+--         or "" for none. A new hold takes it instead of the server clock when the two
+--         differ by at most a tenth of the TTL (or of the fence retention, if shorter)
+--         and it is above the last token (fence.lua's new_token); the hold then records
+--         it as #tp as well, so that servers that all took it carry the quorum's token
+--         without a write-back.
 --
 -- Returns token             (an integer) when the owner took the free lock: one hold,
 --         {1, token, holds} when the owner held it already (token as a string),
@@ -51,7 +58,10 @@ local f = redis.call('GET', KEYS[2])
 if undone(f) then
   return {0, -1} -- undone already: the caller left
 end
-local t = new_token(f, redis.call('TIME'))
+local t = new_token(f, redis.call('TIME'), ARGV[8])
 put_hold(ARGV[7], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], '#t', t)
+if t == ARGV[8] then
+  redis.call('HSET', lock, '#tp', t) -- the quorum Locker's proposal, taken
+end
 redis.call('PEXPIRE', lock, ARGV[2])
 return tonumber(t)

@@ -63,13 +63,19 @@ end
 -- new_token draws the key's next fencing token, as a string: one more than the last one
 -- issued and never below the server clock in microseconds, so tokens keep rising after
 -- the fence expired or Redis restarted empty. (Integers up to 2^53 are exact in Lua's
--- numbers; a token in microseconds has 16 digits.) f is the fence (GET), t TIME's reply.
-local function new_token(f, t)
+-- numbers; a token in microseconds has 16 digits.) f is the fence (GET), t TIME's reply;
+-- p, optional, a quorum Locker's proposed token (acquire.lua's ARGV[8]), which replaces
+-- the clock when the two differ by at most a tenth of the TTL (ARGV[2]), or of the fence
+-- retention (ARGV[4]) if shorter (in microseconds: 100 per ms), and is above the last.
+local function new_token(f, t, p)
   -- The clock's digits from TIME's two replies (seconds, then microseconds padded to
   -- six), without number formatting, which costs Redis a printf: digit strings of one
   -- width compare as their numbers, so a number is formatted only when the clock is
   -- behind the last token.
   local s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  if p and p ~= '' and #p == #s and math.abs(tonumber(p) - tonumber(s)) <= 100 * math.min(tonumber(ARGV[2]), tonumber(ARGV[4])) then
+    s = p
+  end
   local last = f and string.match(f, '^%d+')
   if last and (#last > #s or (#last == #s and last >= s)) then
     s = string.format('%.0f', tonumber(last) + 1)

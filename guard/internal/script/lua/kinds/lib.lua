@@ -7,7 +7,8 @@
 --                      applied acquires, <owner>#r = of its last releases that left it
 --                      holding (newest first, within 100 bytes); <owner>#t = the fencing
 --                      token of its hold (<owner>#tq: the same, once a quorum Locker
---                      confirmed it: see raise.lua); <owner>#l = the hold's label, when it
+--                      confirmed it: see raise.lua; <owner>#tp: the same, when it is the
+--                      quorum Locker's proposal); <owner>#l = the hold's label, when it
 --                      has one (ARGV[9], see hold.lua's put_hold); #w = present once
 --                      someone had to wait.
 --                      The read-write lock keeps its writer apart: #W = the writer's owner,
@@ -49,9 +50,9 @@ local function prune(now)
   for _, o in ipairs(dead) do
     if o == '#W' then
       writer = true
-      redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
+      redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#tp', '#Wl')
     else
-      redis.call('HDEL', lock, o, o .. '#a', o .. '#r', o .. '#t', o .. '#tq', o .. '#l')
+      redis.call('HDEL', lock, o, o .. '#a', o .. '#r', o .. '#t', o .. '#tq', o .. '#tp', o .. '#l')
     end
   end
   if #dead > 0 then
@@ -160,7 +161,7 @@ end
 local function share_left(rw, owner, nonces, dropped, token, v, ended)
   if ended then
     redis.call('ZREM', KEYS[4], owner)
-    redis.call('HDEL', KEYS[1], owner, nonces, dropped, token, token .. 'q', owner .. '#l')
+    redis.call('HDEL', KEYS[1], owner, nonces, dropped, token, token .. 'q', token .. 'p', owner .. '#l')
   end
   local now = clock()
   local writer_gone, top = prune(now)
@@ -216,7 +217,7 @@ end
 local function writer_left(v, ended)
   if ended then
     redis.call('ZREM', KEYS[4], '#W')
-    redis.call('HDEL', KEYS[1], '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#Wl')
+    redis.call('HDEL', KEYS[1], '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#tp', '#Wl')
   else
     redis.call('HDEL', KEYS[1], '#W')
   end

@@ -20,7 +20,10 @@ end
 if refused then
   return busy(redis.call('PTTL', lock))
 end
-local token = new_token(f, t)
+local token = new_token(f, t, ARGV[10])
 put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], owner .. '#t', token)
+if token == ARGV[10] then
+  redis.call('HSET', lock, owner .. '#tp', token) -- a quorum Locker's proposal (acquire.lua's ARGV[8])
+end
 lease(owner, now, mark, top)
 return tonumber(token)
