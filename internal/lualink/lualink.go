@@ -81,102 +81,144 @@ var ident = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // an error. Nested functions rely on the fragments' layout: a body indented by two spaces
 // a level, a statement that goes on over more lines indented deeper.
 func Link(body string, frags ...Fragment) (string, error) {
-	var fns []Func
-	at := map[string]int{}
-	for _, f := range frags {
-		fs, err := Functions(f)
-		if err != nil {
-			return "", err
-		}
-		for _, fn := range fs {
-			if _, dup := at[fn.Name]; dup {
-				return "", fmt.Errorf("%s: function %s is defined twice", f.Name, fn.Name)
-			}
-			at[fn.Name] = len(fns)
-			fns = append(fns, fn)
-		}
+	lk, err := collect(frags)
+	if err != nil {
+		return "", err
 	}
 	for _, n := range Names(body) {
-		if _, ok := at[n]; ok && strings.Contains(body, "local function "+n+"(") {
+		if _, ok := lk.at[n]; ok && strings.Contains(body, "local function "+n+"(") {
 			return "", fmt.Errorf("the body defines %s, which a fragment defines too", n)
 		}
 	}
-	// calls lists, for each function and for the body (len(fns)), the functions it uses.
-	calls := make([][]int, len(fns)+1)
-	for i, fn := range fns {
-		calls[i] = uses(fn.Text, at, i)
+	lk.reach(body)
+	lk.nest()
+	bl := strings.SplitAfter(body, "\n")
+	lk.emit(bl, lk.places(-1, bl, 0, len(bl), 0), "")
+	return lk.b.String(), nil
+}
+
+// linker is one Link in progress.
+type linker struct {
+	fns    []Func
+	at     map[string]int // a function's index in fns, by name
+	calls  [][]int        // for each function and for the body (len(fns)), those it uses
+	need   []bool         // the functions the body uses, directly or through others
+	parent []int          // the function each one is defined in, -1 for the top
+	b      strings.Builder
+}
+
+// collect reads the functions of frags, refusing a name defined twice.
+func collect(frags []Fragment) (*linker, error) {
+	lk := &linker{at: map[string]int{}}
+	for _, f := range frags {
+		fs, err := Functions(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, fn := range fs {
+			if _, dup := lk.at[fn.Name]; dup {
+				return nil, fmt.Errorf("%s: function %s is defined twice", f.Name, fn.Name)
+			}
+			lk.at[fn.Name] = len(lk.fns)
+			lk.fns = append(lk.fns, fn)
+		}
 	}
-	calls[len(fns)] = uses(body, at, -1)
-	need := make([]bool, len(fns))
+	return lk, nil
+}
+
+// reach sets calls and need: what each function and the body use, and what the body
+// needs, directly or through one another.
+func (lk *linker) reach(body string) {
+	n := len(lk.fns)
+	lk.calls = make([][]int, n+1)
+	for i, fn := range lk.fns {
+		lk.calls[i] = uses(fn.Text, lk.at, i)
+	}
+	lk.calls[n] = uses(body, lk.at, -1)
+	lk.need = make([]bool, n)
 	var visit func(i int)
 	visit = func(i int) {
-		for _, j := range calls[i] {
-			if !need[j] {
-				need[j] = true
+		for _, j := range lk.calls[i] {
+			if !lk.need[j] {
+				lk.need[j] = true
 				visit(j)
 			}
 		}
 	}
-	visit(len(fns))
-	// parent is the function each one is defined in, -1 for the top. A function goes into
-	// the innermost function that holds every one of its callers (each caller, or a
-	// function it is in), unless the body calls it or a function on the way declares a
-	// name it takes from outside. Callers come after what they call, so the last is
-	// placed first.
-	parent := make([]int, len(fns))
-	for i := range parent {
-		parent[i] = -1
+	visit(n)
+}
+
+// outer returns i and the functions it is in, innermost first.
+func (lk *linker) outer(i int) []int {
+	var c []int
+	for ; i >= 0; i = lk.parent[i] {
+		c = append(c, i)
 	}
-	outer := func(i int) []int { // i and the functions it is in, innermost first
-		var c []int
-		for ; i >= 0; i = parent[i] {
-			c = append(c, i)
-		}
-		return c
+	return c
+}
+
+// nest sets parent. A function goes into the innermost function that holds every one
+// of its callers (each caller, or a function it is in), unless the body calls it or a
+// function on the way declares a name it takes from outside. Callers come after what
+// they call, so the last is placed first.
+func (lk *linker) nest() {
+	n := len(lk.fns)
+	lk.parent = make([]int, n)
+	for i := range lk.parent {
+		lk.parent[i] = -1
 	}
-	for j := len(fns) - 1; j >= 0; j-- {
-		if !need[j] || slices.Contains(calls[len(fns)], j) {
+	for j := n - 1; j >= 0; j-- {
+		if !lk.need[j] || slices.Contains(lk.calls[n], j) {
 			continue
 		}
-		var common []int
-		first := true
-		for i := range fns {
-			if !need[i] || !slices.Contains(calls[i], j) {
-				continue
-			}
-			if first {
-				common, first = outer(i), false
-				continue
-			}
-			common = slices.DeleteFunc(common, func(k int) bool { return !slices.Contains(outer(i), k) })
-		}
+		common := lk.commonOuter(j)
 		if len(common) == 0 {
 			continue
 		}
-		names := free(fns[j].Text)
-		if !slices.ContainsFunc(outer(common[0]), func(k int) bool { return overlap(declared(fns[k].Text), names) }) {
-			parent[j] = common[0]
+		names := free(lk.fns[j].Text)
+		if !slices.ContainsFunc(lk.outer(common[0]), func(k int) bool { return overlap(declared(lk.fns[k].Text), names) }) {
+			lk.parent[j] = common[0]
 		}
 	}
-	var b strings.Builder
-	var emit func(lines []string, at map[int][]placed, indent string)
-	emit = func(lines []string, at map[int][]placed, indent string) {
-		for k, line := range lines {
-			for _, p := range at[k] {
-				fl := strings.SplitAfter(fns[p.fn].Text, "\n")
-				head := slices.IndexFunc(fl, func(l string) bool { return strings.HasPrefix(l, "local function "+fns[p.fn].Name+"(") })
-				emit(fl, places(fns, need, parent, calls, p.fn, fl, head+1, len(fl)-1, 2), indent+p.indent)
-			}
-			if line != "" && line != "\n" {
-				b.WriteString(indent)
-			}
-			b.WriteString(line)
-		}
-	}
-	bl := strings.SplitAfter(body, "\n")
-	emit(bl, places(fns, need, parent, calls, -1, bl, 0, len(bl), 0), "")
-	return b.String(), nil
 }
+
+// commonOuter returns the functions that hold every caller of j, innermost first.
+func (lk *linker) commonOuter(j int) []int {
+	var common []int
+	first := true
+	for i := range lk.fns {
+		if !lk.need[i] || !slices.Contains(lk.calls[i], j) {
+			continue
+		}
+		if first {
+			common, first = lk.outer(i), false
+			continue
+		}
+		o := lk.outer(i)
+		common = slices.DeleteFunc(common, func(k int) bool { return !slices.Contains(o, k) })
+	}
+	return common
+}
+
+// emit writes lines, indented by indent, with the functions placed at each line before
+// it, each with the functions nested in it.
+func (lk *linker) emit(lines []string, at map[int][]placed, indent string) {
+	for k, line := range lines {
+		for _, p := range at[k] {
+			fl := strings.SplitAfter(lk.fns[p.fn].Text, "\n")
+			head := slices.IndexFunc(fl, func(l string) bool { return strings.HasPrefix(l, "local function "+lk.fns[p.fn].Name+"(") })
+			lk.emit(fl, lk.places(p.fn, fl, head+1, len(fl)-1, 2), indent+p.indent)
+		}
+		if line != "" && line != "\n" {
+			lk.b.WriteString(indent)
+		}
+		lk.b.WriteString(line)
+	}
+}
+
+// level is a block that holds a line: its opening line, and the first line of its
+// statement that holds the line.
+type level struct{ open, stmt int }
 
 // places returns where the functions nested in function i (-1: the top-level functions,
 // in the script's body) go in lines, whose statements from line first to line end
@@ -188,11 +230,49 @@ func Link(body string, frags ...Fragment) (string, error) {
 // beside it, or within one, counts where that one goes. Blocks are told by indentation:
 // a statement's lines after its first are indented deeper, a block's statements two
 // spaces deeper than the line that opens it ("then", "else", "do", "repeat").
-func places(fns []Func, need []bool, parent []int, calls [][]int, i int, lines []string, first, end, indent int) map[int][]placed {
-	// scope[k] lists, for line k, the blocks that hold it, outermost first: each block's
-	// opening line (first-1 for the whole) and the first line of its statement that holds
-	// line k.
-	type level struct{ open, stmt int }
+func (lk *linker) places(i int, lines []string, first, end, indent int) map[int][]placed {
+	scope := scopes(lines, first, end, indent)
+	var kids []int
+	for j := range lk.fns {
+		if lk.need[j] && lk.parent[j] == i {
+			kids = append(kids, j)
+		}
+	}
+	// A top-level function goes first when the body declares a name it takes from the
+	// top: placed after that declaration, it would take the body's instead.
+	var bodyNames []string
+	if i < 0 {
+		bodyNames = declared(strings.Join(lines, ""))
+	}
+	where := map[int][]level{}            // a function's place: the scope of the line it goes before
+	for n := len(kids) - 1; n >= 0; n-- { // users come after what they use
+		j := kids[n]
+		if overlap(bodyNames, free(lk.fns[j].Text)) {
+			where[j] = []level{{first - 1, first}}
+			continue
+		}
+		where[j] = lk.place(j, i, lines, scope, where, first, end)
+	}
+	out := map[int][]placed{}
+	for _, j := range kids {
+		w := where[j]
+		at := w[len(w)-1].stmt
+		c := at
+		for c > first && c > w[len(w)-1].open+1 && strings.HasPrefix(strings.TrimSpace(lines[c-1]), "--") {
+			c--
+		}
+		if c > first {
+			at = c // above the statement's comment, unless that is the text's own header
+		}
+		out[at] = append(out[at], placed{j, strings.Repeat("  ", len(w)-1+indent/2)})
+	}
+	return out
+}
+
+// scopes returns, for each line k of lines from first to end, the blocks that hold it,
+// outermost first: each block's opening line (first-1 for the whole) and the first line
+// of its statement that holds line k. Statements from line first are indented by indent.
+func scopes(lines []string, first, end, indent int) [][]level {
 	scope := make([][]level, len(lines))
 	type block struct{ open, indent, last int }
 	stack := []block{{open: first - 1, indent: indent, last: first}}
@@ -213,88 +293,70 @@ func places(fns []Func, need []bool, parent []int, calls [][]int, i int, lines [
 		for _, b := range stack {
 			scope[k] = append(scope[k], level{b.open, b.last})
 		}
-		if d == top.indent && (strings.HasSuffix(code, " then") || strings.HasSuffix(code, " do") || code == "else" || code == "repeat" || code == "do") {
+		if d == top.indent && opensBlock(code) {
 			stack = append(stack, block{open: k, indent: d + 2, last: k + 1})
 		}
 	}
-	var kids []int
-	for j := range fns {
-		if need[j] && parent[j] == i {
-			kids = append(kids, j)
+	return scope
+}
+
+// opensBlock reports whether a statement's code opens a block on its line.
+func opensBlock(code string) bool {
+	return strings.HasSuffix(code, " then") || strings.HasSuffix(code, " do") || code == "else" || code == "repeat" || code == "do"
+}
+
+// place returns where function j, nested in function i, goes among lines (see places):
+// the scope of the statement it goes before.
+func (lk *linker) place(j, i int, lines []string, scope [][]level, where map[int][]level, first, end int) []level {
+	var uses [][]level
+	for k := first; k < end; k++ {
+		if scope[k] != nil && slices.Contains(Names(lines[k]), lk.fns[j].Name) {
+			uses = append(uses, scope[k])
 		}
 	}
-	// kid returns the function of kids that holds function k (k itself, or one k is
-	// nested in), or -1.
-	kid := func(k int) int {
-		for ; k >= 0; k = parent[k] {
-			if parent[k] == i {
-				return k
-			}
+	for k := range lk.fns {
+		if u := lk.kidOf(k, i); k != j && lk.need[k] && u >= 0 && u != j && slices.Contains(lk.calls[k], j) {
+			uses = append(uses, where[u])
 		}
-		return -1
 	}
-	// A top-level function goes first when the body declares a name it takes from the
-	// top: placed after that declaration, it would take the body's instead.
-	var bodyNames []string
-	if i < 0 {
-		bodyNames = declared(strings.Join(lines, ""))
+	if len(uses) == 0 {
+		return []level{{first - 1, end}}
 	}
-	where := map[int][]level{}            // a function's place: the scope of the line it goes before
-	for n := len(kids) - 1; n >= 0; n-- { // users come after what they use
-		j := kids[n]
-		if overlap(bodyNames, free(fns[j].Text)) {
-			where[j] = []level{{first - 1, first}}
-			continue
+	depth := commonDepth(uses, lines)
+	at := uses[0][depth].stmt
+	for _, u := range uses[1:] {
+		at = min(at, u[depth].stmt)
+	}
+	return append(append([]level(nil), uses[0][:depth]...), level{uses[0][depth].open, at})
+}
+
+// kidOf returns the function directly nested in i that holds function k (k itself, or
+// one k is nested in), or -1.
+func (lk *linker) kidOf(k, i int) int {
+	for ; k >= 0; k = lk.parent[k] {
+		if lk.parent[k] == i {
+			return k
 		}
-		var uses [][]level
-		for k := first; k < end; k++ {
-			if scope[k] != nil && slices.Contains(Names(lines[k]), fns[j].Name) {
-				uses = append(uses, scope[k])
-			}
-		}
-		for k := range fns {
-			if u := kid(k); k != j && need[k] && u >= 0 && u != j && slices.Contains(calls[k], j) {
-				uses = append(uses, where[u])
-			}
-		}
-		if len(uses) == 0 {
-			where[j] = []level{{first - 1, end}}
-			continue
-		}
-		// The deepest block that holds every use and is no loop's body.
-		depth := 0
-		for ; ; depth++ {
-			ok := true
-			for _, u := range uses {
-				if len(u) <= depth+1 || u[depth+1].open != uses[0][depth+1].open {
-					ok = false
-					break
-				}
-			}
-			if !ok || loopBody(lines, uses[0][depth+1].open) {
+	}
+	return -1
+}
+
+// commonDepth returns the depth of the deepest block that holds every use and is no
+// loop's body.
+func commonDepth(uses [][]level, lines []string) int {
+	depth := 0
+	for ; ; depth++ {
+		ok := true
+		for _, u := range uses {
+			if len(u) <= depth+1 || u[depth+1].open != uses[0][depth+1].open {
+				ok = false
 				break
 			}
 		}
-		at := uses[0][depth].stmt
-		for _, u := range uses[1:] {
-			at = min(at, u[depth].stmt)
+		if !ok || loopBody(lines, uses[0][depth+1].open) {
+			return depth
 		}
-		where[j] = append(append([]level(nil), uses[0][:depth]...), level{uses[0][depth].open, at})
 	}
-	out := map[int][]placed{}
-	for _, j := range kids {
-		w := where[j]
-		at := w[len(w)-1].stmt
-		c := at
-		for c > first && c > w[len(w)-1].open+1 && strings.HasPrefix(strings.TrimSpace(lines[c-1]), "--") {
-			c--
-		}
-		if c > first {
-			at = c // above the statement's comment, unless that is the text's own header
-		}
-		out[at] = append(out[at], placed{j, strings.Repeat("  ", len(w)-1+indent/2)})
-	}
-	return out
 }
 
 // loopBody reports whether line k opens the body of a loop: a "do" ending a for or while
