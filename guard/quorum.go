@@ -987,36 +987,25 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 // lateGrant handles a reply to attempt a, with nonce, for h that came after a was
 // decided, once a is settled.
 func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply) {
-	var g granted
-	var ar attemptReply
-	var err error
-	if r.err == nil {
-		if ar, r.err = parseAttempt(r.v.(*redis.Cmd)); r.err == nil {
-			g, err = parseGranted(ar.v)
-		}
-	}
-	var late quorumGrant
-	if r.err == nil && err == nil {
-		late = quorumGrant{token: g.token, holds: g.holds, confirmed: ar.confirmed, proposed: ar.proposed}
-	}
+	late, granted, err := lateOutcome(r)
 	switch {
-	case r.err == errNotSent, r.err != nil && isServerError(r.err), r.err == nil && (err != nil || !g.acquired):
+	case err == errNotSent, err != nil && isServerError(err), err == nil && !granted:
 	case a.outcome.Load() == attemptLost:
 		l.undoQuorum(h, nonce, onlyAt(len(a.q.nodes), r.i)) // the attempt lost: undone
-	case r.err == nil && late.holds == 1 && late.carries(a.top, a.proposal):
+	case err == nil && late.holds == 1 && late.carries(a.top, a.proposal):
 		// A fresh grant after the majority's that took the proposal that became the
 		// hold's token: part of the hold (renewed and released with the others) as it
 		// is. A release of the hold, like the undo of an acquisition given up, goes to
 		// every server with this attempt's nonce, and drops this grant or, reaching the
 		// server first, has it refused.
 		h.qh.carry.Or(1 << r.i)
-	case r.err == nil && l.gone(h):
+	case err == nil && l.gone(h):
 		// Undone: its grant on this server came after the acquisition was given up or
 		// the hold's release reached the server, and would stay there until its TTL.
 		l.undoQuorum(h, nonce, onlyAt(len(a.q.nodes), r.i))
 	case late.carries(a.top, a.proposal):
 		h.qh.carry.Or(1 << r.i) // a grant after the majority's: part of the hold
-	case r.err == nil:
+	case err == nil:
 		// A grant after the majority's: part of the hold, once told the hold's token
 		// (aside: the reply's goroutine may have others to hand on).
 		raise := func() {
@@ -1028,6 +1017,24 @@ func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply)
 			raise()
 		}
 	}
+}
+
+// lateOutcome decodes a reply r that came after its attempt was decided: the grant it
+// carries, whether it granted, and the call's error (the transport's, or a reply that
+// could not be read), nil when the reply was read.
+func lateOutcome(r nodeReply) (late quorumGrant, granted bool, err error) {
+	if r.err != nil {
+		return quorumGrant{}, false, r.err
+	}
+	ar, err := parseAttempt(r.v.(*redis.Cmd))
+	if err != nil {
+		return quorumGrant{}, false, err
+	}
+	g, err := parseGranted(ar.v)
+	if err != nil || !g.acquired {
+		return quorumGrant{}, false, nil
+	}
+	return quorumGrant{token: g.token, holds: g.holds, confirmed: ar.confirmed, proposed: ar.proposed}, true, nil
 }
 
 // lost is the reply of an attempt that no majority granted: refused, busy, or a
