@@ -56,7 +56,7 @@ var guaranteeCuts = []struct {
 		with:     "",
 		describe: "the last token read from the fence key and overwritten (the token is the clock alone)"}}},
 	{"scripts/no-clock-floor", "tokens rise after Redis restarts empty or fails over to a lagging replica", []scriptEdit{{
-		file: "acquire", re: regexp.MustCompile(`new_token\(f, redis\.call\('TIME'\)\)`), with: "new_token(f, nil)",
+		file: "acquire", re: regexp.MustCompile(`new_token\(f, redis\.call\('TIME'\), ARGV\[8\]\)`), with: "new_token(f, nil, ARGV[8])",
 		describe: "TIME"}, {
 		file: "fence", re: regexp.MustCompile(`local s = t\[1\] \.\. string\.rep\('0', 6 - #t\[2\]\) \.\. t\[2\]`), with: "local s = '0'",
 		describe: "the clock's digits as the token's floor (the token is the fence key's last + 1)"}}},
