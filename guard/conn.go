@@ -8,12 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// conn is the Redis side of a Locker: its client and what the engine knows of it —
-// whether calls give up at their context's deadline or may wait for a batch, which
-// Pub/Sub announces releases on a Cluster, and when the Cluster's slot map was last
-// reloaded. Attempts, releases, the watchdog (renew.go) and the release notifications
-// (waiters) reach Redis through it only: its methods are in scripts.go (runScript),
-// sync.go (syncNode) and topology.go (refresh, the sharded flag).
+// conn is one client and what the engine knows of it — whether calls give up at their
+// context's deadline or may wait for a batch, which Pub/Sub announces releases on a
+// Cluster, and when the Cluster's slot map was last reloaded: the deployment of a single
+// store, or one server of a quorum. Its methods are in scripts.go (runScript), sync.go
+// (syncNode) and topology.go (refresh, the sharded flag).
 type conn struct {
 	client           redis.UniversalClient
 	honoursDeadlines bool // client gives up on calls at their context's deadline
@@ -51,8 +50,7 @@ func (c *conn) init(client redis.UniversalClient) {
 // so that it can run on the caller's goroutine: the client gives up on calls at the
 // deadline, or the call is a batched script call (runScript, not urgent) that waits on
 // the deferred face with its context. alone is true for a call sent outside the batches:
-// an urgent script call, or a pipeline. (A quorum Locker has no client of its own, and so
-// no deferred face.)
+// an urgent script call, or a pipeline.
 func (c *conn) waitsWithContext(alone bool) bool {
 	return c.honoursDeadlines || (c.deferred != nil && !alone)
 }

@@ -291,7 +291,7 @@ func TestReleaseReplyLostWakes(t *testing.T) {
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		le, err := l.Acquire(wctx, "lost-reply", guard.Retry(guard.UntilCanceled(guard.Fixed(backoff, 0))))
+		le, err := l.Acquire(wctx, "lost-reply", guard.Retry(guard.MaxWait(-1, guard.Fixed(backoff, 0))))
 		if err == nil {
 			err = le.Release(context.Background())
 		}

@@ -142,7 +142,7 @@ type graph struct {
 
 // newGraph returns the graph of l's detectors.
 func newGraph(l *Locker) *graph {
-	return &graph{c: &l.conn, cfg: &l.cfg, aside: l.background, nonce: l.newNonce}
+	return &graph{c: l.st.scripted(), cfg: &l.cfg, aside: l.background, nonce: l.newNonce}
 }
 
 // waitsKey is the name of root's waits hash: the prefix, root as a hash tag (escaped
@@ -162,7 +162,7 @@ func (g *graph) waitsKey(root ctxid.ID) string {
 // section's), so nothing that the waiter's chain holds can keep another owner waiting.
 // Nothing is sent to Redis before the delay.
 func (l *Locker) watchDeadlock(h *held) *detector {
-	if l.cfg.deadlockDelay <= 0 || l.q != nil || h.s.kind == KindSemaphore || h.section.Depth() < 2 {
+	if l.cfg.deadlockDelay <= 0 || h.s.kind == KindSemaphore || h.section.Depth() < 2 {
 		return nil
 	}
 	d := &detector{

@@ -52,7 +52,7 @@ type waitOutcome struct {
 func waitFor(ctx context.Context, l *guard.Locker, key string) <-chan waitOutcome {
 	out := make(chan waitOutcome, 1)
 	go func() {
-		le, err := l.Acquire(ctx, key, guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))
+		le, err := l.Acquire(ctx, key, guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0))))
 		out <- waitOutcome{le, err, time.Now()}
 	}()
 	return out
@@ -450,7 +450,7 @@ func TestClusterKinds(t *testing.T) {
 	c := cluster.Get(t)
 	holder, waiter := lockerOn(t, c.Client(t)), lockerOn(t, c.Client(t))
 	ctx := ctxTimeout(t, 60*time.Second)
-	slow := guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0)))
+	slow := guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0)))
 	for i, p := range c.Primaries() {
 		for _, k := range []struct {
 			name       string

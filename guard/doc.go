@@ -113,8 +113,8 @@
 // from taking the lock back for a moment (they queue instead), so turns go round; a
 // newcomer of a third process that finds the lock free may still take it, and the woken
 // Locker then queues again: wake-ups are ordered, grants nearly so. Retry policies are
-// immutable values: NoRetry, MaxWait, UntilCanceled, with Fixed backoff or a Backoff of
-// your own.
+// immutable values: NoRetry, MaxWait (a negative wait: until the context ends), with
+// Fixed backoff or a Backoff of your own.
 //
 // How long a call waits, by default, follows one rule. The Retry option given to the call
 // (or to the decorator, the Echo route, the gRPC rule) wins; else the one given to New.

@@ -26,7 +26,7 @@ func TestMutualExclusion(t *testing.T) {
 	lockers := []*guard.Locker{}
 	clients := []*redis.Client{}
 	for range 2 {
-		l, c := newLocker(t, srv, guard.Retry(guard.UntilCanceled(guard.Fixed(20*time.Millisecond, 20*time.Millisecond))))
+		l, c := newLocker(t, srv, guard.Retry(guard.MaxWait(-1, guard.Fixed(20*time.Millisecond, 20*time.Millisecond))))
 		lockers = append(lockers, l)
 		clients = append(clients, c)
 	}

@@ -29,9 +29,13 @@ func SetPubSubTiming(poll, ping, dead time.Duration) (restore func()) {
 // (release.lua and wake.lua then PUBLISH, and the waiters keep one classic feed). Call it
 // before l first waits.
 func ClassicPubSub(l *Locker) {
-	l.classic = true
-	l.feedSrc.sharded.Store(1)
+	s := l.st.(*single)
+	s.classic = true
+	s.sharded.Store(1)
 }
+
+// one returns the conn of a Locker made by New (tests in package guard).
+func (l *Locker) one() *conn { return &l.st.(*single).conn }
 
 // DeadlockWaited returns how long the victim of a deadlock waited before it failed.
 func DeadlockWaited(e *DeadlockError) time.Duration { return e.waited }

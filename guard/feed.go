@@ -2,8 +2,6 @@ package guard
 
 import (
 	"context"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/guardkit/guardkit/guard/internal/feed"
@@ -27,18 +25,15 @@ const (
 
 // feedSource is a Locker's deployment as its waiters' Hub sees it.
 type feedSource struct {
-	c       *conn
-	q       *quorum // a quorum Locker's servers, else nil
-	id      string  // the Locker's ID, which its queue entries carry
+	st      store
+	id      string // the Locker's ID, which its queue entries carry
 	aside   func(func()) bool
 	timeout time.Duration // bounds each call (the ReleaseTimeout)
-	sharded atomic.Int32  // 0 unknown, 1 classic Pub/Sub, 2 sharded Pub/Sub
 }
 
 // newHub returns the Hub of l's waiters.
 func newHub(l *Locker) *feed.Hub {
-	src := &feedSource{c: &l.conn, q: l.q, id: l.id, aside: l.background, timeout: l.cfg.releaseTimeout}
-	l.feedSrc = src
+	src := &feedSource{st: l.st, id: l.id, aside: l.background, timeout: l.cfg.releaseTimeout}
 	return feed.New(feed.Config{ID: l.id, Source: src, Done: l.done, Timeout: l.cfg.releaseTimeout})
 }
 
@@ -46,25 +41,7 @@ func newHub(l *Locker) *feed.Hub {
 // server; on a Redis 7 Cluster the sharded feed of the primary that owns ch's slot; else
 // the one classic feed.
 func (s *feedSource) Routes(ctx context.Context, ch string) ([]feed.Route, error) {
-	if s.q != nil {
-		routes := make([]feed.Route, len(s.q.nodes))
-		for i, n := range s.q.nodes {
-			routes[i] = feed.Route{ID: "server " + strconv.Itoa(i), Open: subscriber(n.client)}
-		}
-		return routes, nil
-	}
-	sharded, err := s.isSharded(ctx, ch)
-	if err != nil || !sharded {
-		return []feed.Route{{Open: subscriber(s.c.client)}}, err
-	}
-	node, err := s.c.client.(*redis.ClusterClient).MasterForKey(ctx, ch)
-	if err != nil {
-		return nil, err
-	}
-	// A node's own client: the connection goes to that node, and a broken one is not
-	// redialled by go-redis, whose resubscription would send every channel in one
-	// SSUBSCRIBE (see the feed package's doc).
-	return []feed.Route{{ID: node.Options().Addr, Sharded: true, Open: subscriber(node)}}, nil
+	return s.st.routes(ctx, ch)
 }
 
 // subscriber opens a Pub/Sub connection on c.
@@ -72,35 +49,8 @@ func subscriber(c redis.UniversalClient) func() feed.PubSub {
 	return func() feed.PubSub { return c.Subscribe(context.Background()) }
 }
 
-// isSharded reports whether release notifications for the lock of channel ch travel
-// over sharded Pub/Sub: on a Redis Cluster whose nodes run Redis 7 or newer (release.lua
-// makes the same choice on the node that runs it). The answer is asked once, of the node
-// that owns ch, and kept.
-func (s *feedSource) isSharded(ctx context.Context, ch string) (bool, error) {
-	switch s.sharded.Load() {
-	case 1:
-		return false, nil
-	case 2:
-		return true, nil
-	}
-	if _, ok := s.c.client.(*redis.ClusterClient); !ok {
-		s.sharded.Store(1)
-		return false, nil
-	}
-	v, err := versionScript.Run(ctx, s.c.client, []string{ch}).Int64()
-	if err != nil {
-		return false, err
-	}
-	mode := int32(1)
-	if v >= 0x070000 {
-		mode = 2
-	}
-	s.sharded.Store(mode)
-	return mode == 2, nil
-}
-
 // Refresh reloads a Cluster's map after a topology error.
-func (s *feedSource) Refresh(err error) { s.c.refresh(err) }
+func (s *feedSource) Refresh(err error) { s.st.refresh(err) }
 
 // Aside runs fn on one of the Locker's background goroutines.
 func (s *feedSource) Aside(fn func()) bool { return s.aside(fn) }
@@ -124,11 +74,7 @@ func (s *feedSource) PassOn(ch string) {
 // lock of channel ch on the Locker's deployment, or on each server of a quorum Locker.
 func (s *feedSource) everywhere(ch string, call func(context.Context, *conn, redisKeys) error) {
 	k := keysOfChannel(ch)
-	conns := []*conn{s.c}
-	if s.q != nil {
-		conns = s.q.nodes
-	}
-	for _, c := range conns {
+	for _, c := range s.st.conns() {
 		s.aside(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 			defer cancel()

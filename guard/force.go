@@ -2,13 +2,11 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/guardkit/guardkit/guard/internal/script"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 var forceScript = script.Force
@@ -44,35 +42,16 @@ func (l *Locker) ForceRelease(ctx context.Context, key string, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	var st *LockState
-	if l.q == nil {
-		st = l.forceOn(ctx, &l.conn, r, s)
-		if st.Err != nil {
-			return nil, &RedisError{Op: "force release", Key: key, Err: st.Err}
-		}
-	} else {
-		views := make([]*LockState, len(l.q.nodes))
-		var wg sync.WaitGroup
-		for j, c := range l.q.nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				views[j] = l.forceOn(ctx, c, r, s)
-				views[j].Server = l.q.addrs[j]
-			}()
-		}
-		wg.Wait()
-		if st, err = l.majority(r, views); err != nil {
-			var re *RedisError
-			if errors.As(err, &re) {
-				re.Op = "force release"
-				if qe, ok := re.Err.(*quorumError); ok {
-					qe.op = "force release"
-				}
-			}
-			return nil, err
-		}
-		for _, v := range views {
+	force := func(ctx context.Context, c *conn, reqs []inspectReq) []*LockState {
+		return []*LockState{l.forceOn(ctx, c, reqs[0], s)}
+	}
+	states, views, err := l.st.read(ctx, "force release", []inspectReq{r}, force)
+	if err != nil {
+		return nil, err
+	}
+	st := states[0]
+	if views != nil {
+		for _, v := range views[0] {
 			st.Fence = max(st.Fence, v.Fence) // the raised tokens: the highest is the one to give storage
 		}
 	}

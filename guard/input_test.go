@@ -127,8 +127,7 @@ func TestConfigErrors(t *testing.T) {
 		{"MaxHold", []guard.Option{guard.MaxHold(-1)}},
 		{"FenceRetention", []guard.Option{guard.FenceRetention(time.Millisecond)}},
 		{"Retry", []guard.Option{guard.Retry(guard.MaxWait(0, nil))}},
-		{"Retry", []guard.Option{guard.Retry(guard.UntilCanceled(guard.Fixed(0, 0)))}},
-		{"Retry", []guard.Option{guard.Retry(guard.MaxWait(-time.Second, nil))}},
+		{"Retry", []guard.Option{guard.Retry(guard.MaxWait(-1, guard.Fixed(0, 0)))}},
 	}
 	for _, tc := range cases {
 		_, err := guard.New(c, tc.opts...)
@@ -136,6 +135,12 @@ func TestConfigErrors(t *testing.T) {
 		if !errors.Is(err, guard.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("New(%s case) = %v, want a *ConfigError naming %s", tc.field, err, tc.field)
 		}
+	}
+	// A negative MaxWait is valid: it waits until the context ends.
+	if l, err := guard.New(c, guard.Retry(guard.MaxWait(-time.Second, nil))); err != nil {
+		t.Errorf("New with MaxWait(-1s): %v, want it accepted", err)
+	} else {
+		_ = l.Close()
 	}
 	if _, err := guard.New(nil); !errors.Is(err, guard.ErrInvalidConfig) {
 		t.Errorf("New(nil) = %v", err)

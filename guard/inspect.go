@@ -75,10 +75,11 @@ type Holder struct {
 	Token int64
 	// TTL is the time left on the hold's lease in Redis, renewed by its holder's watchdog.
 	TTL time.Duration
-	// AcquiredAt is when the hold was granted, by the server's clock, read from its token:
-	// a new token is the server's clock in microseconds, or one more than the key's last
-	// token when that is ahead. Zero when the token is ahead of the server's clock now
-	// (a clock stepped back since).
+	// AcquiredAt is when the hold was granted, read from its token: a new token is the
+	// server's clock in microseconds, or one more than the key's last token when that is
+	// ahead — on a quorum Locker, the proposing Locker's clock, which a server takes only
+	// within a tenth of the TTL of its own (see NewQuorum). Zero when the token is ahead
+	// of the server's clock now (a clock stepped back since).
 	AcquiredAt time.Time
 	// Locker is the ID of the Locker holding the lock (see Locker.ID), from its Label, or
 	// this Locker's when Local; "" when unknown (a hold made without Label elsewhere).
@@ -128,15 +129,11 @@ func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (*Lock
 	if err != nil {
 		return nil, err
 	}
-	if l.q == nil {
-		st := l.readStates(ctx, l.client, []inspectReq{r})[0]
-		if st.Err != nil {
-			return nil, &RedisError{Op: "inspect", Key: key, Err: st.Err}
-		}
-		return st, nil
+	states, _, err := l.st.read(ctx, "inspect", []inspectReq{r}, l.readStates)
+	if err != nil {
+		return nil, err
 	}
-	views := l.readQuorum(ctx, []inspectReq{r})[0]
-	return l.majority(r, views)
+	return states[0], nil
 }
 
 func (l *Locker) isClosed() bool {
@@ -164,10 +161,10 @@ func (r inspectReq) keys() []string {
 }
 
 // readStates reads reqs from c in one pipeline; a state whose read failed has its Err set.
-func (l *Locker) readStates(ctx context.Context, c redis.UniversalClient, reqs []inspectReq) []*LockState {
+func (l *Locker) readStates(ctx context.Context, c *conn, reqs []inspectReq) []*LockState {
 	out := make([]*LockState, len(reqs))
 	cmds := make([]*redis.Cmd, len(reqs))
-	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, r := range reqs {
 			cmds[i] = inspectScript.EvalSha(ctx, p, r.keys(), maxWaitersRead)
 		}
@@ -176,11 +173,11 @@ func (l *Locker) readStates(ctx context.Context, c redis.UniversalClient, reqs [
 	for i, r := range reqs {
 		cmd := cmds[i]
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmd = inspectScript.Run(ctx, c, r.keys(), maxWaitersRead) // loads it on that node
+			cmd = inspectScript.Run(ctx, c.client, r.keys(), maxWaitersRead) // loads it on that node
 		}
 		st := &LockState{Key: r.key, Kind: r.spec.kind}
 		if err := cmd.Err(); err != nil {
-			l.refresh(err)
+			c.refresh(err)
 			st.Err = err
 		} else if err := l.parseState(st, r, cmd.Val()); err != nil {
 			st.Err = err
@@ -399,37 +396,9 @@ func (l *Locker) markLocal(st *LockState, r inspectReq) {
 	})
 }
 
-// readQuorum reads reqs on every server of a quorum Locker at once: views[i][j] is
-// reqs[i] on server j.
-func (l *Locker) readQuorum(ctx context.Context, reqs []inspectReq) [][]*LockState {
-	n := len(l.q.nodes)
-	byServer := make([][]*LockState, n)
-	done := make(chan struct{}, n)
-	for j, c := range l.q.nodes {
-		go func() {
-			byServer[j] = l.readStates(ctx, c.client, reqs)
-			done <- struct{}{}
-		}()
-	}
-	for range n {
-		<-done
-	}
-	views := make([][]*LockState, len(reqs))
-	for i := range reqs {
-		views[i] = make([]*LockState, n)
-		for j := range n {
-			st := byServer[j][i]
-			st.Server = l.q.addrs[j]
-			views[i][j] = st
-		}
-	}
-	return views
-}
-
 // majority returns the majority's view of one lock from the servers' views, or a
 // *RedisError when fewer than a majority could be read.
-func (l *Locker) majority(r inspectReq, views []*LockState) (*LockState, error) {
-	q := l.q
+func (q *quorum) majority(op string, r inspectReq, views []*LockState) (*LockState, error) {
 	errs := make([]error, len(views))
 	var read []*LockState
 	for j, v := range views {
@@ -438,7 +407,7 @@ func (l *Locker) majority(r inspectReq, views []*LockState) (*LockState, error) 
 		}
 	}
 	if len(read) < q.need {
-		return nil, &RedisError{Op: "inspect", Key: r.key, Err: q.failure("inspect", errs)}
+		return nil, &RedisError{Op: op, Key: r.key, Err: q.failure(op, errs)}
 	}
 	st := &LockState{Key: r.key, Kind: read[0].Kind, Time: read[0].Time, Servers: views}
 	type seen struct {

@@ -61,7 +61,7 @@ func checkInspect(t *testing.T, c inspectCase, key string, holder, other, waiter
 	wctx, cancel := context.WithCancel(ctxid.NewContext(ctx, ctxid.New()))
 	waiting := make(chan error, 1)
 	go func() {
-		le, err := waiter.Acquire(wctx, key, append(c.wait, guard.Retry(guard.UntilCanceled(guard.Fixed(100*time.Millisecond, 0))))...)
+		le, err := waiter.Acquire(wctx, key, append(c.wait, guard.Retry(guard.MaxWait(-1, guard.Fixed(100*time.Millisecond, 0))))...)
 		if err == nil {
 			err = errors.New("the waiter got the lock while it was held")
 			_ = le.Release(context.Background())
@@ -471,7 +471,7 @@ func TestInspectForceRelease(t *testing.T) {
 			wait := make(chan waitOutcome, 1)
 			go func() {
 				// A backoff far beyond the test: only the announcement wakes it in time.
-				le, err := waiter.Acquire(ctx, key, append(kind.opts, guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))...)
+				le, err := waiter.Acquire(ctx, key, append(kind.opts, guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0))))...)
 				wait <- waitOutcome{le, err, time.Now()}
 			}()
 			waitUntil(t, 10*time.Second, "the waiter to queue", func() bool {

@@ -87,7 +87,7 @@ func maxOverlap(in []kindInterval) int {
 }
 
 func twoLockers(t *testing.T, srv *redistest.Server, opts ...guard.Option) []*guard.Locker {
-	opts = append([]guard.Option{guard.Retry(guard.UntilCanceled(guard.Fixed(20*time.Millisecond, 20*time.Millisecond)))}, opts...)
+	opts = append([]guard.Option{guard.Retry(guard.MaxWait(-1, guard.Fixed(20*time.Millisecond, 20*time.Millisecond)))}, opts...)
 	a, _ := newLocker(t, srv, opts...)
 	b, _ := newLocker(t, srv, opts...)
 	return []*guard.Locker{a, b}
@@ -139,7 +139,7 @@ func TestReadWriteExclusion(t *testing.T) {
 // all of them, and while it waits, new readers wait behind it (writers go first).
 func TestReadersShareWritersWait(t *testing.T) {
 	srv := redistest.Start(t)
-	ls := twoLockers(t, srv, guard.Retry(guard.UntilCanceled(guard.Fixed(10*time.Millisecond, 10*time.Millisecond))))
+	ls := twoLockers(t, srv, guard.Retry(guard.MaxWait(-1, guard.Fixed(10*time.Millisecond, 10*time.Millisecond))))
 	ctx := ctxTimeout(t, 30*time.Second)
 	r1 := mustAcquire(t, ls[0], ctx, "acct", guard.Read())
 	r2 := mustAcquire(t, ls[1], ctx, "acct", guard.Read())
@@ -327,7 +327,7 @@ func TestFairOrder(t *testing.T) {
 	srv := redistest.Start(t)
 	var ls []*guard.Locker
 	for range 3 {
-		l, _ := newLocker(t, srv, guard.Retry(guard.UntilCanceled(guard.Fixed(time.Second, time.Second))))
+		l, _ := newLocker(t, srv, guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Second, time.Second))))
 		ls = append(ls, l)
 	}
 	c := srv.Client(t)
@@ -364,7 +364,7 @@ func TestFairOrder(t *testing.T) {
 func TestFairAbandonedWaiters(t *testing.T) {
 	srv := redistest.Start(t)
 	ttl := 600 * time.Millisecond
-	l, c := newLocker(t, srv, guard.TTL(ttl), guard.Retry(guard.UntilCanceled(guard.Fixed(50*time.Millisecond, 50*time.Millisecond))))
+	l, c := newLocker(t, srv, guard.TTL(ttl), guard.Retry(guard.MaxWait(-1, guard.Fixed(50*time.Millisecond, 50*time.Millisecond))))
 	ctx := ctxTimeout(t, 60*time.Second)
 	holder := mustAcquire(t, l, ctx, "q", guard.Fair())
 
@@ -499,7 +499,7 @@ func TestFairLostWakeUp(t *testing.T) {
 	srv := redistest.Start(t)
 	ttl := 900 * time.Millisecond
 	holderL, c := newLocker(t, srv, guard.TTL(ttl))
-	waiterL, _ := newLocker(t, srv, guard.TTL(ttl), guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))
+	waiterL, _ := newLocker(t, srv, guard.TTL(ttl), guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0))))
 	ctx := ctxTimeout(t, 30*time.Second)
 	held := mustAcquire(t, holderL, ctx, "lost", guard.Fair())
 	got := make(chan string, 1)

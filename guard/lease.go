@@ -82,10 +82,9 @@ type held struct {
 
 // holdEnv is what the holds of one Locker share (see held).
 type holdEnv struct {
-	id     any   // the Locker's ID, boxed once for the scripts
-	conn   *conn // the Locker's deployment, whose sharded flag the scripts take
-	quorum bool  // a quorum Locker: every acquire script has a label slot
-	nonce  func() string
+	id    any   // the Locker's ID, boxed once for the scripts
+	conn  *conn // whose sharded flag the scripts take (store.scripted)
+	nonce func() string
 	// lose ends a held lease (Locker.lose); release drops one of its handles and gives
 	// the hold back to Redis with the last (Locker.releaseHold).
 	lose    func(h *held, reason string, err error)

@@ -3,10 +3,8 @@ package guard
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,7 +39,7 @@ func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*Loc
 	if l.isClosed() {
 		return nil, "", ErrClosed
 	}
-	nodes, err := l.scanNodes(ctx)
+	nodes, err := l.st.scanNodes(ctx)
 	if err != nil {
 		return nil, "", &RedisError{Op: "list", Err: err}
 	}
@@ -58,7 +56,7 @@ func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*Loc
 	writeEscaped(&b, pattern)
 	b.WriteString("}*")
 	sctx := ctx
-	if d, ok := ctx.Deadline(); ok && l.q != nil {
+	if d, ok := ctx.Deadline(); ok && nodes[i].spare {
 		// A quorum's server that does not answer must leave time to read the others.
 		var cancel context.CancelFunc
 		sctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
@@ -66,12 +64,12 @@ func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*Loc
 	}
 	names, after, err := nodes[i].c.ScanType(sctx, from, b.String(), listScanCount, "hash").Result()
 	switch {
-	case err != nil && l.q != nil && ctx.Err() == nil:
+	case err != nil && nodes[i].spare && ctx.Err() == nil:
 		// A quorum's server that cannot be scanned is passed over: every lock that a
 		// majority holds is on another server too.
 		names, after = nil, 0
 	case err != nil:
-		l.refresh(err)
+		l.st.refresh(err)
 		return nil, "", &RedisError{Op: "list", Err: fmt.Errorf("SCAN on %s: %w", nodes[i].addr, err)}
 	}
 	switch {
@@ -94,27 +92,18 @@ func (l *Locker) readPage(ctx context.Context, reqs []inspectReq, i int) ([]*Loc
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	var locks []*LockState
-	if l.q == nil {
-		for _, st := range l.readStates(ctx, l.client, reqs) {
-			if st.Err != nil {
-				return nil, &RedisError{Op: "list", Key: st.Key, Err: st.Err}
-			}
-			if listed(st) {
-				locks = append(locks, st)
-			}
-		}
-		return locks, nil
+	states, views, err := l.st.read(ctx, "list", reqs, l.readStates)
+	if err != nil {
+		return nil, err
 	}
-	for k, views := range l.readQuorum(ctx, reqs) {
-		st, err := l.majority(reqs[k], views)
-		if err != nil {
-			return nil, err
+	var locks []*LockState
+	for k, st := range states {
+		switch {
+		case views == nil && !listed(st):
+		case views != nil && (shownLater(views[k], i) || !listed(st) && !anyListed(views[k])):
+		default:
+			locks = append(locks, st)
 		}
-		if shownLater(views, i) || !listed(st) && !anyListed(views) {
-			continue
-		}
-		locks = append(locks, st)
 	}
 	return locks, nil
 }
@@ -156,41 +145,9 @@ func shownLater(views []*LockState, i int) bool {
 type scanNode struct {
 	addr string
 	c    redis.UniversalClient
-}
-
-// scanNodes returns the servers that keep the Locker's locks, in address order: the
-// primaries of a Cluster, the shards of a Ring, the servers of a quorum, or the one
-// server of any other client.
-func (l *Locker) scanNodes(ctx context.Context) ([]scanNode, error) {
-	var nodes []scanNode
-	var mu sync.Mutex
-	add := func(_ context.Context, c *redis.Client) error {
-		mu.Lock()
-		nodes = append(nodes, scanNode{addr: c.Options().Addr, c: c})
-		mu.Unlock()
-		return nil
-	}
-	switch c := l.client.(type) {
-	case *redis.ClusterClient:
-		if err := c.ForEachMaster(ctx, add); err != nil {
-			return nil, err
-		}
-	case *redis.Ring:
-		if err := c.ForEachShard(ctx, add); err != nil {
-			return nil, err
-		}
-	case *redis.Client:
-		nodes = append(nodes, scanNode{addr: c.Options().Addr, c: c})
-	case nil: // a quorum Locker
-		for j, n := range l.q.nodes {
-			nodes = append(nodes, scanNode{addr: strconv.Itoa(j), c: n.client})
-		}
-		return nodes, nil // in the order of the servers' views
-	default:
-		nodes = append(nodes, scanNode{addr: "redis", c: c})
-	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].addr < nodes[j].addr })
-	return nodes, nil
+	// spare is set for a quorum's server: one that does not answer is passed over,
+	// as every lock a majority holds is on another server too.
+	spare bool
 }
 
 // parseCursor returns the server to scan and where to start, from a cursor of List.

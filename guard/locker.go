@@ -35,8 +35,7 @@ var (
 // Cluster, one sharded connection per primary waited on, however many keys), and
 // one watchdog that renews every held lease in pipelined batches.
 type Locker struct {
-	conn           // the Redis side: the client and what is known of it
-	q      *quorum // the servers of a Locker made by NewQuorum; nil for New's
+	st     store // the Redis side: one deployment (single) or a quorum of servers
 	cfg    settings
 	id     string        // random ID of this Locker in the Redis wait queues
 	idArg  any           // id, boxed once for the scripts
@@ -47,14 +46,13 @@ type Locker struct {
 	held   map[holdKey]*held // leases held or being acquired, by key and owner
 	closed bool
 
-	waits   *feed.Hub
-	feedSrc *feedSource // the Hub's view of the deployment
-	dog     *watchdog.Dog[*held]
-	env     *holdEnv // what its holds share (lease.go)
-	tel     *telemetry
-	hints   holdTimes      // hold times seen, for LockedError.RetryAfter (hint.go)
-	graph   *graph         // the wait-for graph its waits' deadlock detectors walk (deadlock.go)
-	bg      sync.WaitGroup // background calls: compensating releases, abandoned attempts
+	waits *feed.Hub
+	dog   *watchdog.Dog[*held]
+	env   *holdEnv // what its holds share (lease.go)
+	tel   *telemetry
+	hints holdTimes // hold times seen, for LockedError.RetryAfter (hint.go)
+	graph *graph    // the wait-for graph its waits' deadlock detectors walk (deadlock.go)
+	aside aside     // background calls: compensating releases, abandoned attempts
 }
 
 // maxOwnerLen bounds owner IDs set by callers with ctxid.NewContext: a root of up to 128
@@ -94,60 +92,37 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, &ConfigError{Field: "client", Reason: "must not be nil"}
 	}
-	return newLocker(client, nil, opts)
+	return newLocker(newSingle(client), "New", opts)
 }
 
-// newLocker makes a Locker on one deployment (client), or on the servers of q.
-func newLocker(client redis.UniversalClient, q *quorum, opts []Option) (*Locker, error) {
-	where := "New"
-	if q != nil {
-		where = "NewQuorum"
-	}
-	cfg := defaultSettings()
-	if err := cfg.apply(opts, scopeLocker|scopeCall, where); err != nil {
-		return nil, err
-	}
-	if q == nil && cfg.restartDelaySet {
-		return nil, &ConfigError{Field: "RestartDelay", Reason: "applies to NewQuorum only: the servers of one deployment restart together, or fail over"}
-	}
-	if q == nil && cfg.replyBudgetSet {
-		return nil, &ConfigError{Field: "ReplyBudget", Reason: "applies to NewQuorum only: one deployment answers as one"}
-	}
-	if err := cfg.validateDeadlock(q != nil); err != nil {
-		return nil, err
-	}
-	if q != nil {
-		if err := q.admits(&cfg); err != nil {
-			return nil, err
-		}
-		q.delay = cfg.ttl
-		if cfg.restartDelaySet {
-			q.delay = cfg.restartDelay
-		}
-		q.fixed = cfg.replyBudget
-		q.mark = cfg.prefix + "quorum:ready"
-	}
+// newLocker makes a Locker on st, for the constructor named where.
+func newLocker(st store, where string, opts []Option) (*Locker, error) {
 	var b [9]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("guard: reading random nonce prefix: %w", err)
 	}
 	l := &Locker{
-		q:    q,
-		cfg:  cfg,
+		st:   st,
+		cfg:  defaultSettings(),
 		id:   base64.RawURLEncoding.EncodeToString(b[:]),
 		done: make(chan struct{}),
 		held: make(map[holdKey]*held),
 	}
-	if client != nil {
-		l.conn.init(client)
+	if err := l.cfg.apply(opts, scopeLocker|scopeCall, where); err != nil {
+		return nil, err
 	}
 	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
 	l.idArg = l.id
+	l.tel = newTelemetry(l.cfg.tracerProvider, l.cfg.meterProvider, l.cfg.redactKeys)
+	env := storeEnv{aside: l.background, done: l.done, timeout: l.cfg.releaseTimeout, nonce: l.newNonce,
+		gone: l.gone, rekey: l.rekeyLocked, repaired: l.tel.repaired}
+	if err := st.configure(&l.cfg, env); err != nil {
+		return nil, err
+	}
 	l.waits = newHub(l)
 	l.graph = newGraph(l)
 	l.dog = newWatchdog(l)
-	l.env = &holdEnv{id: l.idArg, conn: &l.conn, quorum: q != nil, nonce: l.newNonce, lose: l.lose, release: l.releaseHold}
-	l.tel = newTelemetry(cfg.tracerProvider, cfg.meterProvider, cfg.redactKeys)
+	l.env = &holdEnv{id: l.idArg, conn: st.scripted(), nonce: l.newNonce, lose: l.lose, release: l.releaseHold}
 	return l, nil
 }
 
@@ -203,6 +178,7 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.closed = true
+	l.aside.close()
 	close(l.done)
 	var hs []*held
 	for _, h := range l.held {
@@ -218,7 +194,7 @@ func (l *Locker) Close() error {
 	}
 	l.dog.Close()
 	l.waits.Close()
-	l.bg.Wait()
+	l.aside.wait()
 	return nil
 }
 
@@ -239,8 +215,8 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	if err != nil {
 		return nil, err
 	}
-	if l.q != nil && s != &l.cfg {
-		if err := l.q.admits(s); err != nil {
+	if s != &l.cfg {
+		if err := l.st.admits(s); err != nil {
 			return nil, err
 		}
 	}
@@ -356,6 +332,14 @@ func (l *Locker) rekey(h *held, holder ctxid.ID) {
 	}
 }
 
+// rekeyLocked is rekey with l.mu taken (a quorum's, when its write-back must go as the
+// holder: see quorum.raise).
+func (l *Locker) rekeyLocked(h *held, holder ctxid.ID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rekey(h, holder)
+}
+
 // adopt rekeys h to g.holder (see rekey). When another goroutine of this process had
 // the same hold first, adopt returns that hold, locked (o.mu), which the caller joins,
 // giving h's count in Redis back (after unlocking l.mu). l.mu and h.mu are held; h is
@@ -457,10 +441,10 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited boo
 	sent := time.Now()
 	// An attempt after a wait is sent alone (urgent), and so is one that WAITs for
 	// replicas (a pipeline).
-	if ctx.Done() == nil || l.waitsWithContext(waited || h.s.syncReplicas > 0) {
+	if ctx.Done() == nil || l.st.inline(waited || h.s.syncReplicas > 0) {
 		// Nothing to return early for, or the client itself gives up at ctx's deadline
 		// (a cancellation without deadline is then noticed when the call returns).
-		return l.settle(ctx, h, nonce, sent, l.runAcquire(ctx, h, nonce, manner, waited))
+		return l.settle(ctx, h, nonce, sent, l.st.acquire(ctx, h, nonce, manner, waited))
 	}
 	return l.attemptAside(ctx, h, nonce, sent, manner, waited)
 }
@@ -487,7 +471,7 @@ func (l *Locker) attemptAside(ctx context.Context, h *held, nonce string, sent t
 	var state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
 	replies := make(chan acquireReply, 1)
 	started := l.background(func() {
-		r := l.runAcquire(context.WithoutCancel(ctx), h, nonce, manner, waited)
+		r := l.st.acquire(context.WithoutCancel(ctx), h, nonce, manner, waited)
 		if state.CompareAndSwap(0, 1) {
 			replies <- r
 			return
@@ -533,30 +517,12 @@ const (
 	mannerLeave  = "3" // the caller gave up waiting (kinds whose spec leaves)
 )
 
-func (l *Locker) runAcquire(ctx context.Context, h *held, nonce string, manner string, waited bool) acquireReply {
-	switch {
-	case l.q != nil:
-		return l.acquireQuorum(ctx, h, nonce, manner)
-	case h.s.syncReplicas > 0:
-		return l.runAcquireSynced(ctx, h, nonce, manner, waited)
-	}
-	v, err := l.runScript(ctx, h.s.spec.acquire, h.acquireArgs(nonce, manner), waited).Result()
-	return acquireReply{v: v, err: err}
-}
-
 // settle turns an acquire reply into the attempt's outcome.
 func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Time, r acquireReply) (granted, error) {
 	if r.err != nil {
-		l.refresh(r.err)
+		l.st.refresh(r.err)
 		if !isServerError(r.err) {
-			// The script may have run. A quorum's attempts undo themselves; here, the
-			// next attempt of this wait, if any, sends it again (attempt), and a wait
-			// that ends first undoes it (settleUnsure), so the lock is not left held.
-			if l.q != nil {
-				l.compensate(ctx, h, nonce, r.err)
-			} else {
-				h.unsure, h.unsureErr = nonce, r.err
-			}
+			l.st.unsure(ctx, h, nonce, r.err) // the script may have run
 		}
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(r.err, cerr) {
 			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errors.Join(cerr, r.err)}
@@ -638,41 +604,19 @@ func (l *Locker) undo(h *held, nonce string) {
 
 // undoWithin is undo bounded by ctx.
 func (l *Locker) undoWithin(ctx context.Context, h *held, nonce string) {
-	if l.q != nil {
-		l.undoQuorum(h, nonce, nil)
-		return
-	}
-	var err error
-	for _, args := range h.undoArgs(l, nonce) {
-		if e := l.runScript(ctx, h.s.spec.release, args, true).Err(); e != nil {
-			err = e
-		}
-	}
-	l.refresh(err)
-}
-
-// runRelease drops one hold of h in Redis with the release nonce.
-func (l *Locker) runRelease(ctx context.Context, h *held, urgent bool) (releaseReply, error) {
-	if l.q != nil {
-		return l.releaseQuorum(ctx, h, h.finalNonce())
-	}
-	return decodeRelease(l.runScript(ctx, h.s.spec.release, h.releaseArgs(h.finalNonce(), ""), urgent))
+	l.st.undo(ctx, h, nonce)
 }
 
 // background runs fn on a goroutine that Close waits for, and reports false, running
 // nothing, once the Locker is closed.
-func (l *Locker) background(fn func()) bool {
+func (l *Locker) background(fn func()) bool { return l.aside.run(fn) }
+
+// gone reports whether h is no longer this process's record of its owner's hold: its
+// acquisition failed or was given up (its context ended), or the hold was released.
+func (l *Locker) gone(h *held) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.bg.Add(1)
-	go func() {
-		defer l.bg.Done()
-		fn()
-	}()
-	return true
+	return l.held[h.hk] != h || h.ended()
 }
 
 // releaseCtx bounds a release: ctx's values, not its cancellation, for ReleaseTimeout.
@@ -692,15 +636,12 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 		err  error
 	}
 	var r reply
-	urgent := false
-	if l.batching {
-		_, urgent, _ = l.waits.State(h.rk.channel()) // this process's waiters are next
-	}
-	if l.waitsWithContext(urgent) {
-		r.code, r.err = l.runRelease(ctx, h, urgent)
+	_, urgent, _ := l.waits.State(h.rk.channel()) // this process's waiters are next
+	if l.st.inline(urgent) {
+		r.code, r.err = l.st.release(ctx, h, urgent)
 	} else {
 		call := func() reply {
-			code, err := l.runRelease(ctx, h, urgent)
+			code, err := l.st.release(ctx, h, urgent)
 			return reply{code, err}
 		}
 		replies := make(chan reply, 1)
@@ -714,7 +655,7 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 		}
 	}
 	if r.err != nil {
-		l.refresh(r.err)
+		l.st.refresh(r.err)
 		if !isServerError(r.err) {
 			// The script may have run and freed the lock, and its reply, which says whom
 			// to wake, is lost: this process's waiters would then sleep until their

@@ -73,7 +73,7 @@ type settings struct {
 
 // wrapSettings are the options that only the decorators read.
 type wrapSettings struct {
-	locker  *Locker // nil: the default Locker (SetDefault) at call time
+	use     runner // the Locker of Use; nil: the default Locker (SetDefault) at call time
 	key     keySpec
 	skip    any // func(context.Context, Req) bool, checked against Req by Wrap
 	minHold time.Duration
@@ -100,7 +100,7 @@ func defaultSettings() settings {
 		prefix:         "guard:",
 		ttl:            30 * time.Second,
 		maxKeyLen:      1024,
-		retry:          UntilCanceled(nil),
+		retry:          MaxWait(-1, nil),
 		releaseTimeout: 5 * time.Second,
 		fenceRetention: defaultFenceRetention,
 	}
@@ -319,7 +319,7 @@ func MaxKeyLen(n int) Option {
 // decorator, an Echo route, a gRPC rule) it applies to that call; given to New it is the
 // default of every call that sets none. TryAcquire always makes one attempt.
 // Applies to New and to each call. Default: Acquire waits until its context ends
-// (UntilCanceled(Fixed(100ms, 100ms))); the entry points that serve requests — Wrap,
+// (MaxWait(-1, Fixed(100ms, 100ms))); the entry points that serve requests — Wrap,
 // WrapE, Do, Locker.Run, the Echo middleware and the gRPC interceptors — wait at most 5s
 // (MaxWait(5*time.Second, Fixed(100ms, 100ms))), so that a stuck holder can never keep
 // a server's requests waiting without end.
@@ -493,7 +493,7 @@ func Use(l *Locker) Option {
 	if l == nil {
 		return Option{}
 	}
-	return Option{name: "Use", scope: scopeWrap, apply: func(s *settings) { s.wrap.locker = l }}
+	return Option{name: "Use", scope: scopeWrap, apply: func(s *settings) { s.wrap.use = l }}
 }
 
 // SkipIf makes a decorated call run without a lock when skip reports true for its

@@ -25,13 +25,7 @@ func (l *Locker) Ping(ctx context.Context) error {
 		return ErrClosed
 	default:
 	}
-	var err error
-	if l.q != nil {
-		err = l.q.ping(ctx)
-	} else {
-		err = pingClient(ctx, l.client)
-	}
-	if err != nil {
+	if err := l.st.ping(ctx); err != nil {
 		return &RedisError{Op: "ping", Err: err}
 	}
 	return nil

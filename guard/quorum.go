@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/feed"
 	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/redis/go-redis/v9"
 )
@@ -37,6 +38,9 @@ type quorum struct {
 
 	calls   chan roundCall // to an idle worker (see dispatch)
 	batches []batch        // per server (see enqueue)
+
+	honours bool     // every server's client gives up on calls at their context's deadline
+	env     storeEnv // what the quorum takes of its Locker
 }
 
 // quorumHold is what a quorum Locker keeps of a hold besides held's fields (apart, so
@@ -172,16 +176,140 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 		q.nodes = append(q.nodes, &conn{client: c, honoursDeadlines: honoursDeadlines(c)})
 	}
 	q.batches = make([]batch, n)
-	l, err := newLocker(nil, q, opts)
-	if err != nil {
-		return nil, err
-	}
 	// Calls run inline when every server's client gives up at its context's deadline.
-	l.honoursDeadlines = true
+	q.honours = true
 	for _, c := range q.nodes {
-		l.honoursDeadlines = l.honoursDeadlines && c.honoursDeadlines
+		q.honours = q.honours && c.honoursDeadlines
 	}
-	return l, nil
+	return newLocker(q, "NewQuorum", opts)
+}
+
+// configure checks the Locker's settings for a quorum and takes the restart delay, the
+// reply budget and the ready mark's key from them.
+func (q *quorum) configure(cfg *settings, env storeEnv) error {
+	if err := cfg.validateDeadlock(true); err != nil {
+		return err
+	}
+	if err := q.admits(cfg); err != nil {
+		return err
+	}
+	q.delay = cfg.ttl
+	if cfg.restartDelaySet {
+		q.delay = cfg.restartDelay
+	}
+	q.fixed = cfg.replyBudget
+	q.mark = cfg.prefix + "quorum:ready"
+	q.env = env
+	return nil
+}
+
+// acquire makes one attempt on every server (see acquireRound).
+func (q *quorum) acquire(ctx context.Context, h *held, nonce, manner string, _ bool) acquireReply {
+	return q.acquireRound(ctx, h, nonce, manner)
+}
+
+// unsure undoes the attempt on every server, aside: a quorum's attempt is never sent
+// again.
+func (q *quorum) unsure(_ context.Context, h *held, nonce string, _ error) {
+	q.undoAt(h, nonce, nil)
+}
+
+// undo undoes the attempt with nonce on every server, aside (see undoAt).
+func (q *quorum) undo(_ context.Context, h *held, nonce string) {
+	q.undoAt(h, nonce, nil)
+}
+
+// release runs the release on every server (see releaseAll).
+func (q *quorum) release(ctx context.Context, h *held, _ bool) (releaseReply, error) {
+	return q.releaseAll(ctx, h, h.finalNonce())
+}
+
+// leave runs the acquire script in manner leave on every server, aside.
+func (q *quorum) leave(h *held) {
+	q.each(nil, false, func(ctx context.Context, c *conn) error {
+		s, args := q.acquireCall(h, q.env.nonce(), mannerLeave)
+		return c.runScript(ctx, s, args, true).Err()
+	})
+}
+
+// renew renews the leases that have a TTL to ask for on every server (see renewAt).
+func (q *quorum) renew(timeout time.Duration, batch []*held, ttls []time.Duration, errs []error) {
+	var idx []int
+	for i := range batch {
+		if ttls[i] < time.Millisecond {
+			ttls[i] = 0 // nothing is sent
+			continue
+		}
+		idx = append(idx, i)
+	}
+	if len(idx) > 0 {
+		q.renewAt(timeout, batch, idx, ttls, errs)
+	}
+}
+
+// inline reports whether every server's client gives up at its context's deadline: a
+// quorum's clients do not batch.
+func (q *quorum) inline(bool) bool { return q.honours }
+
+// refresh does nothing: a quorum's clients each reach one server.
+func (q *quorum) refresh(error) {}
+
+// scripted is the first server's conn: the servers are single servers alike, whose
+// scripts announce releases with classic Pub/Sub.
+func (q *quorum) scripted() *conn { return q.nodes[0] }
+
+// routes returns one classic feed per server: a release announced by any of them wakes
+// the waiters.
+func (q *quorum) routes(_ context.Context, _ string) ([]feed.Route, error) {
+	routes := make([]feed.Route, len(q.nodes))
+	for i, n := range q.nodes {
+		routes[i] = feed.Route{ID: "server " + strconv.Itoa(i), Open: subscriber(n.client)}
+	}
+	return routes, nil
+}
+
+func (q *quorum) conns() []*conn { return q.nodes }
+
+// read reads reqs on every server at once and returns the majority's view of each, with
+// each server's (see majority).
+func (q *quorum) read(ctx context.Context, op string, reqs []inspectReq, read readFunc) ([]*LockState, [][]*LockState, error) {
+	n := len(q.nodes)
+	byServer := make([][]*LockState, n)
+	var wg sync.WaitGroup
+	for j, c := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			byServer[j] = read(ctx, c, reqs)
+		}()
+	}
+	wg.Wait()
+	states := make([]*LockState, len(reqs))
+	views := make([][]*LockState, len(reqs))
+	for i, r := range reqs {
+		views[i] = make([]*LockState, n)
+		for j := range n {
+			st := byServer[j][i]
+			st.Server = q.addrs[j]
+			views[i][j] = st
+		}
+		st, err := q.majority(op, r, views[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		states[i] = st
+	}
+	return states, views, nil
+}
+
+// scanNodes returns the servers in the order of their views. Each may be passed over:
+// every lock that a majority holds is on another server too.
+func (q *quorum) scanNodes(context.Context) ([]scanNode, error) {
+	nodes := make([]scanNode, len(q.nodes))
+	for j, n := range q.nodes {
+		nodes[j] = scanNode{addr: strconv.Itoa(j), c: n.client, spare: true}
+	}
+	return nodes, nil
 }
 
 // admits checks that s can be served by a quorum.
@@ -206,8 +334,8 @@ func (q *quorum) wrap(s *script.Script) *script.Script {
 	w := q.scripts[s]
 	if w == nil {
 		var b strings.Builder
-		// A reader's token fields are its holder's (see tokenFields).
-		fmt.Fprintf(&b, "local per_holder = %t\nlocal r = (function()\n", s == script.ReadAcquire)
+		// A reader's and a permit's token fields are its holder's (see tokenFields).
+		fmt.Fprintf(&b, "local per_holder = %t\nlocal r = (function()\n", s == script.ReadAcquire || s == script.SemAcquire)
 		if q.delay > 0 {
 			b.WriteString(script.Source("gate"))
 		}
@@ -231,6 +359,10 @@ func (q *quorum) acquireCall(h *held, nonce, manner string) (*script.Script, []a
 // gate, its mark as one more key and the delay as one more argument.
 func (q *quorum) proposeCall(h *held, nonce, manner string, proposal any) (*script.Script, []any) {
 	args := h.acquireArgs(nonce, manner)
+	if h.args.label == nil {
+		// The label's slot comes before the proposal, labelled or not.
+		args = append(args, argNoLabel)
+	}
 	s := q.wrap(h.s.spec.acquire)
 	if q.delay <= 0 {
 		return s, append(args, proposal)
@@ -375,15 +507,15 @@ type funcCall interface {
 // the caller. round returns once the round is decided or every server answered; the
 // calls still running go on aside (Close waits for them), and cancel is called when the
 // last one returns.
-func (l *Locker) round(ctx context.Context, cancel context.CancelFunc, lim limits, rs *roundRun, ops roundOps) {
-	nodes := l.q.nodes
-	rs.q, rs.cancel, rs.lim, rs.ops = l.q, cancel, lim, ops
+func (q *quorum) round(ctx context.Context, cancel context.CancelFunc, lim limits, rs *roundRun, ops roundOps) {
+	nodes := q.nodes
+	rs.q, rs.cancel, rs.lim, rs.ops = q, cancel, lim, ops
 	rs.left, rs.finished, rs.start = len(nodes), make(chan struct{}), time.Now()
 	for i := range nodes {
 		if sc, ok := ops.(scriptCall); ok {
 			s, args := sc.line(i)
-			l.enqueue(i, queued{rs: rs, ctx: ctx, s: s, args: args})
-		} else if !l.dispatch(roundCall{rs: rs, ctx: ctx, i: i}) {
+			q.enqueue(i, queued{rs: rs, ctx: ctx, s: s, args: args})
+		} else if !q.dispatch(roundCall{rs: rs, ctx: ctx, i: i}) {
 			rs.one(ctx, i)
 		}
 	}
@@ -415,13 +547,13 @@ const workerIdle = 250 * time.Millisecond
 // that takes the next job of any round for a while after its own: a round that started
 // a goroutine per server would grow each one's stack for the client's call, anew every
 // time, which costs more than the call itself.
-func (l *Locker) dispatch(c roundCall) bool {
+func (q *quorum) dispatch(c roundCall) bool {
 	select {
-	case l.q.calls <- c:
+	case q.calls <- c:
 		return true
 	default:
 	}
-	return l.background(func() { l.q.work(c, l.done) })
+	return q.env.aside(func() { q.work(c, q.env.done) })
 }
 
 // work runs job c, then the jobs dispatched to it until it has been idle for workerIdle
@@ -470,8 +602,8 @@ type queued struct {
 
 // enqueue puts call c on server i in its batch, and starts sending the batch unless
 // maxSenders are at it (on the caller's goroutine once the Locker is closed).
-func (l *Locker) enqueue(i int, c queued) {
-	b := &l.q.batches[i]
+func (q *quorum) enqueue(i int, c queued) {
+	b := &q.batches[i]
 	b.mu.Lock()
 	if b.queue == nil {
 		b.queue, b.spare = b.spare, nil
@@ -482,8 +614,8 @@ func (l *Locker) enqueue(i int, c queued) {
 		b.senders++
 	}
 	b.mu.Unlock()
-	if start && !l.dispatch(roundCall{i: i}) {
-		l.q.drain(i)
+	if start && !q.dispatch(roundCall{i: i}) {
+		q.drain(i)
 	}
 }
 
@@ -762,8 +894,8 @@ func tokenOf(v any) int64 {
 // token (see raise.lua).
 func tokenFields(h *held) (token, confirmed string) {
 	token = "#t"
-	if h.s.kind == KindRead {
-		token = string(h.hk.owner) + "#t"
+	if h.s.kind == KindRead || h.s.kind == KindSemaphore {
+		token = string(h.hk.owner) + "#t" // each holder's own (see kinds/lib.lua)
 	}
 	return token, token + "q"
 }
@@ -775,32 +907,31 @@ const (
 	attemptLost
 )
 
-// acquireQuorum makes one attempt on every server and merges their replies into one
+// acquireRound makes one attempt on every server and merges their replies into one
 // acquire reply, as parseGranted reads it: a grant by a majority (its token written back
 // to the granting servers that do not carry it), busy, refused, or a *quorumError when
 // too few answered.
-func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner string) acquireReply {
-	q := l.q
-	a := l.newAttempt(h, nonce, manner)
+func (q *quorum) acquireRound(ctx context.Context, h *held, nonce, manner string) acquireReply {
+	a := q.newAttempt(h, nonce, manner)
 	// The round's context ends when its last call returns; the write-back of a fresh
 	// hold's token, when one is needed, runs after that, within the caller's.
 	callerCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
 	defer a.settle()
-	l.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s)}, &a.rs, a)
+	q.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s)}, &a.rs, a)
 
 	if a.outcome.Load() == attemptWon {
 		var v any
 		var err error
-		if a.top, v, err = l.raiseQuorum(callerCtx, h, nonce, a.proposal, a.grants); err == nil {
+		if a.top, v, err = q.raise(callerCtx, h, nonce, a.proposal, a.grants); err == nil {
 			return acquireReply{v: v}
 		}
 		a.outcome.Store(attemptLost)
-		l.undoQuorum(h, nonce, nil)
+		q.undoAt(h, nonce, nil)
 		return acquireReply{err: err}
 	}
 	a.outcome.Store(attemptLost) // also when every server answered without a decision
-	l.undoQuorum(h, nonce, a.undoOn())
+	q.undoAt(h, nonce, a.undoOn())
 	if len(a.grants) > 0 && a.busy > 0 && manner != mannerTry {
 		// A split vote: contenders that each won some servers undo at once, and the
 		// undo's announcement wakes them all together. A pause of up to a budget, drawn
@@ -813,10 +944,9 @@ func (l *Locker) acquireQuorum(ctx context.Context, h *held, nonce, manner strin
 
 // newAttempt returns attempt nonce of h, proposing a token, with each server's command
 // line (one allocation for all: a call fills its first two slots, see runScript).
-func (l *Locker) newAttempt(h *held, nonce, manner string) *quorumAttempt {
-	q := l.q
+func (q *quorum) newAttempt(h *held, nonce, manner string) *quorumAttempt {
 	n := len(q.nodes)
-	a := &quorumAttempt{q: q, l: l, h: h, nonce: nonce, pttl: -1, proposal: q.propose()}
+	a := &quorumAttempt{q: q, h: h, nonce: nonce, pttl: -1, proposal: q.propose()}
 	a.pending = a.pendingBuf[:0]
 	s, line := q.proposeCall(h, nonce, manner, a.proposal)
 	w := len(line)
@@ -829,12 +959,11 @@ func (l *Locker) newAttempt(h *held, nonce, manner string) *quorumAttempt {
 	return a
 }
 
-// quorumAttempt is one attempt of acquireQuorum in progress: the replies taken so far.
+// quorumAttempt is one attempt of acquireRound in progress: the replies taken so far.
 // take runs under the round's lock; late runs once the attempt is settled.
 type quorumAttempt struct {
 	rs       roundRun
 	q        *quorum
-	l        *Locker
 	h        *held
 	nonce    string
 	script   *script.Script
@@ -851,7 +980,7 @@ type quorumAttempt struct {
 	top      int64 // the hold's token, once settled
 
 	lateMu     sync.Mutex
-	settled    bool        // acquireQuorum is done with the attempt (see settle)
+	settled    bool        // acquireRound is done with the attempt (see settle)
 	pending    []nodeReply // late replies that came before (in pendingBuf)
 	pendingBuf [4]nodeReply
 
@@ -873,7 +1002,7 @@ func (a *quorumAttempt) late(r nodeReply) {
 		return
 	}
 	a.lateMu.Unlock()
-	a.l.lateGrant(a.h, a.nonce, a, r)
+	a.q.lateGrant(a.h, a.nonce, a, r)
 }
 
 // settle marks the attempt settled (its outcome, and a won hold's token, final) and
@@ -885,7 +1014,7 @@ func (a *quorumAttempt) settle() {
 	a.pending = nil
 	a.lateMu.Unlock()
 	for _, r := range pending {
-		a.l.lateGrant(a.h, a.nonce, a, r)
+		a.q.lateGrant(a.h, a.nonce, a, r)
 	}
 }
 
@@ -893,7 +1022,7 @@ func (a *quorumAttempt) settle() {
 // or its hold released — so that its calls still waiting in a batch are not sent: their
 // undo, or the hold's release, may have reached the server before them (see batch).
 func (a *quorumAttempt) stale() bool {
-	return a.outcome.Load() == attemptLost || a.l.gone(a.h)
+	return a.outcome.Load() == attemptLost || a.q.env.gone(a.h)
 }
 
 // contested reports whether another owner's hold, or a refusal, contests the attempt.
@@ -938,7 +1067,7 @@ func (a *quorumAttempt) take(r nodeReply) bool {
 	// took as proposed. Grants none of which knew the owner are a fresh hold. Grants
 	// of both sorts wait for every server's answer: the owner's hold may be on a majority
 	// whose last server has not answered yet, or be left over on a minority from a hold
-	// that ended, which must not lend its older token (see raiseQuorum).
+	// that ended, which must not lend its older token (see raise).
 	q, n := a.q, len(a.q.nodes)
 	switch {
 	case a.refused:
@@ -986,12 +1115,12 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 
 // lateGrant handles a reply to attempt a, with nonce, for h that came after a was
 // decided, once a is settled.
-func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply) {
+func (q *quorum) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply) {
 	late, granted, err := lateOutcome(r)
 	switch {
 	case err == errNotSent, err != nil && isServerError(err), err == nil && !granted:
 	case a.outcome.Load() == attemptLost:
-		l.undoQuorum(h, nonce, onlyAt(len(a.q.nodes), r.i)) // the attempt lost: undone
+		q.undoAt(h, nonce, onlyAt(len(a.q.nodes), r.i)) // the attempt lost: undone
 	case err == nil && late.holds == 1 && late.carries(a.top, a.proposal):
 		// A fresh grant after the majority's that took the proposal that became the
 		// hold's token: part of the hold (renewed and released with the others) as it
@@ -999,21 +1128,21 @@ func (l *Locker) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply)
 		// every server with this attempt's nonce, and drops this grant or, reaching the
 		// server first, has it refused.
 		h.qh.carry.Or(1 << r.i)
-	case err == nil && l.gone(h):
+	case err == nil && q.env.gone(h):
 		// Undone: its grant on this server came after the acquisition was given up or
 		// the hold's release reached the server, and would stay there until its TTL.
-		l.undoQuorum(h, nonce, onlyAt(len(a.q.nodes), r.i))
+		q.undoAt(h, nonce, onlyAt(len(a.q.nodes), r.i))
 	case late.carries(a.top, a.proposal):
 		h.qh.carry.Or(1 << r.i) // a grant after the majority's: part of the hold
 	case err == nil:
 		// A grant after the majority's: part of the hold, once told the hold's token
 		// (aside: the reply's goroutine may have others to hand on).
 		raise := func() {
-			if l.raiseOn(context.Background(), l.q.nodes[r.i], h, a.top) == nil {
+			if q.raiseOn(context.Background(), q.nodes[r.i], h, a.top) == nil {
 				h.qh.carry.Or(1 << r.i)
 			}
 		}
-		if !l.background(raise) {
+		if !q.env.aside(raise) {
 			raise()
 		}
 	}
@@ -1064,7 +1193,7 @@ func (a *quorumAttempt) lost() acquireReply {
 	return acquireReply{err: q.failure("acquire", a.errs)}
 }
 
-// raiseQuorum settles the token of a hold that a majority granted and returns it with
+// raise settles the token of a hold that a majority granted and returns it with
 // the attempt's merged reply. A hold whose token a majority of the granting servers had
 // confirmed (raise.lua) is a reentry through Redis and keeps that token; so is one that
 // a majority held already (the attempt reentered there) with the token confirmed on some
@@ -1079,9 +1208,8 @@ func (a *quorumAttempt) lost() acquireReply {
 // Every granting server that does not carry the token yet (see carries) is told it
 // (raise.lua, which also raises its fence); the attempt fails, and is undone, when
 // fewer than a majority carry it afterwards.
-func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, proposal int64, grants []quorumGrant) (int64, any, error) {
-	q := l.q
-	top, holds, holder := l.q.settle(grants)
+func (q *quorum) raise(ctx context.Context, h *held, nonce string, proposal int64, grants []quorumGrant) (int64, any, error) {
+	top, holds, holder := q.settle(grants)
 	var reply any = top
 	reentry := holds > 1
 	if reentry {
@@ -1091,11 +1219,9 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, proposa
 		// A reentry of the hold of a section the owner is in: the write-back below and the
 		// hold's renewals and release are the holder's.
 		reply = append(reply.([]any), string(holder))
-		l.mu.Lock()
-		l.rekey(h, holder)
-		l.mu.Unlock()
+		q.env.rekey(h, holder)
 	}
-	errs := l.writeBack(ctx, h, top, proposal, grants)
+	errs := q.writeBack(ctx, h, top, proposal, grants)
 	carried := 0
 	h.qh = &quorumHold{nonce: nonce}
 	for _, g := range grants {
@@ -1105,7 +1231,7 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, proposa
 		} else if !reentry {
 			// Its hold carries a token that is not the hold's: drop it there, so that a
 			// reentry never reads it. The majority that carries the token keeps the lock.
-			l.undoQuorum(h, nonce, onlyAt(len(q.nodes), g.i))
+			q.undoAt(h, nonce, onlyAt(len(q.nodes), g.i))
 		}
 	}
 	if carried < q.need {
@@ -1122,11 +1248,11 @@ func (l *Locker) raiseQuorum(ctx context.Context, h *held, nonce string, proposa
 // writeBack tells top, at once, to every granting server that does not carry it yet, and
 // returns each server's error (nil where it carries top now, or did already; nil for
 // all when none needed it).
-func (l *Locker) writeBack(ctx context.Context, h *held, top, proposal int64, grants []quorumGrant) []error {
+func (q *quorum) writeBack(ctx context.Context, h *held, top, proposal int64, grants []quorumGrant) []error {
 	if !slices.ContainsFunc(grants, func(g quorumGrant) bool { return !g.carries(top, proposal) }) {
 		return nil
 	}
-	errs := make([]error, len(l.q.nodes))
+	errs := make([]error, len(q.nodes))
 	var wg sync.WaitGroup
 	for _, g := range grants {
 		if g.carries(top, proposal) {
@@ -1135,7 +1261,7 @@ func (l *Locker) writeBack(ctx context.Context, h *held, top, proposal int64, gr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[g.i] = l.raiseOn(ctx, l.q.nodes[g.i], h, top)
+			errs[g.i] = q.raiseOn(ctx, q.nodes[g.i], h, top)
 		}()
 	}
 	wg.Wait()
@@ -1154,7 +1280,7 @@ func (g quorumGrant) carries(top, proposal int64) bool {
 }
 
 // settle reads the token, the hold count and the holder of a hold a majority granted
-// (see raiseQuorum): the owner's current hold keeps its highest confirmed token (or,
+// (see raise): the owner's current hold keeps its highest confirmed token (or,
 // where none is confirmed, proposed token) and count, and its holder when that is a
 // section the owner is in; a fresh hold takes the highest token granted, with one hold.
 func (q *quorum) settle(grants []quorumGrant) (top, holds int64, holder ctxid.ID) {
@@ -1222,14 +1348,6 @@ func (q *quorum) current(confirmed, held int) bool {
 	return confirmed >= q.need || held >= q.need && confirmed > 0
 }
 
-// gone reports whether h is no longer this process's record of its owner's hold: its
-// acquisition failed or was given up (its context ended), or the hold was released.
-func (l *Locker) gone(h *held) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.held[h.hk] != h || h.ended()
-}
-
 // onlyAt returns n flags, set at i only.
 func onlyAt(n, i int) []bool {
 	on := make([]bool, n)
@@ -1238,13 +1356,13 @@ func onlyAt(n, i int) []bool {
 }
 
 // raiseOn gives h's hold on one server the token top (raise.lua).
-func (l *Locker) raiseOn(ctx context.Context, c *conn, h *held, top int64) error {
+func (q *quorum) raiseOn(ctx context.Context, c *conn, h *held, top int64) error {
 	tokenField, _ := tokenFields(h)
 	holderField, holderValue := string(h.hk.owner), ""
 	if h.s.kind == KindWrite {
 		holderField, holderValue = "#W", string(h.hk.owner)
 	}
-	ctx, cancel := context.WithTimeout(ctx, min(l.cfg.releaseTimeout, h.s.ttl-h.s.driftMargin()))
+	ctx, cancel := context.WithTimeout(ctx, min(q.env.timeout, h.s.ttl-h.s.driftMargin()))
 	defer cancel()
 	args := []any{nil, nil, 2, h.rk.lock, h.rk.fence, strconv.FormatInt(top, 10), tokenField, holderField, holderValue, h.args.retention}
 	n, err := c.runScript(ctx, raiseScript, args, true).Int64()
@@ -1257,15 +1375,15 @@ func (l *Locker) raiseOn(ctx context.Context, c *conn, h *held, top int64) error
 	return nil
 }
 
-// undoQuorum undoes, aside, the attempt with nonce on the servers marked in on (all when
+// undoAt undoes, aside, the attempt with nonce on the servers marked in on (all when
 // on is nil); on a closed Locker, at once.
 // An undo whose call failed without a server's answer (a timeout: the command may have
 // been dropped with its connection) is sent once more: the undo nonce makes a second
 // run a no-op.
-func (l *Locker) undoQuorum(h *held, nonce string, on []bool) {
-	l.each(on, true, func(ctx context.Context, c *conn) error {
+func (q *quorum) undoAt(h *held, nonce string, on []bool) {
+	q.each(on, true, func(ctx context.Context, c *conn) error {
 		var err error
-		for _, args := range h.undoArgs(l, nonce) {
+		for _, args := range h.undoArgs(nonce) {
 			e := c.runScript(ctx, h.s.spec.release, args, true).Err()
 			if e != nil && !isServerError(e) && ctx.Err() == nil {
 				e = c.runScript(ctx, h.s.spec.release, args, true).Err()
@@ -1278,16 +1396,15 @@ func (l *Locker) undoQuorum(h *held, nonce string, on []bool) {
 	})
 }
 
-// releaseQuorum runs a release on every server and merges the replies: decided once a
+// releaseAll runs a release on every server and merges the replies: decided once a
 // majority answered (the servers still silent keep their share until its TTL).
-func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (releaseReply, error) {
-	q := l.q
+func (q *quorum) releaseAll(ctx context.Context, h *held, nonce string) (releaseReply, error) {
 	n := len(q.nodes)
 	// A server without the hold is told the winning attempt's nonce: its copy of the
 	// attempt may still be on its way, and must not take the lock after this release.
 	line := h.releaseArgs(nonce, "")
 	w := len(line) + 1
-	rr := &releaseRound{l: l, h: h, width: w, lines: make([]any, n*w), slots: make([]releaseSlot, n),
+	rr := &releaseRound{q: q, h: h, width: w, lines: make([]any, n*w), slots: make([]releaseSlot, n),
 		// The release waits for every server known to carry the hold besides a majority
 		// (within the round's patience): the owner's next attempt, on other connections,
 		// must not reach one of them before the release does and find the lock held.
@@ -1300,10 +1417,10 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	// within its deadline: a release that reaches the last server frees it there too.
 	d, bounded := ctx.Deadline()
 	if !bounded {
-		d = time.Now().Add(l.cfg.releaseTimeout)
+		d = time.Now().Add(q.env.timeout)
 	}
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
-	l.round(rctx, cancel, limits{patience: q.patience(h.s)}, &rr.rs, rr)
+	q.round(rctx, cancel, limits{patience: q.patience(h.s)}, &rr.rs, rr)
 	if rr.ok < q.need {
 		errs := make([]error, n)
 		for i := range errs {
@@ -1314,10 +1431,10 @@ func (l *Locker) releaseQuorum(ctx context.Context, h *held, nonce string) (rele
 	return q.mergeRelease(rr.slots), nil
 }
 
-// releaseRound is one release of releaseQuorum in progress: the replies taken so far.
+// releaseRound is one release of releaseAll in progress: the replies taken so far.
 type releaseRound struct {
 	rs       roundRun
-	l        *Locker
+	q        *quorum
 	h        *held
 	lines    []any // each server's command line, width long, one after the other
 	width    int
@@ -1353,7 +1470,7 @@ func (rr *releaseRound) take(r nodeReply) bool {
 		rr.slots[r.i].code = code
 		rr.ok++
 	}
-	need := rr.l.q.need
+	need := rr.q.need
 	return rr.ok >= need && rr.carriers == 0 || rr.ko > len(rr.slots)-need
 }
 
@@ -1370,7 +1487,7 @@ func (rr *releaseRound) late(r nodeReply) {
 		w := rr.width
 		line := make([]any, w)
 		copy(line[2:], rr.lines[r.i*w+2:(r.i+1)*w])
-		rr.l.each(onlyAt(len(rr.slots), r.i), false, func(ctx context.Context, c *conn) error {
+		rr.q.each(onlyAt(len(rr.slots), r.i), false, func(ctx context.Context, c *conn) error {
 			return c.runScript(ctx, rr.h.s.spec.release, line, true).Err()
 		})
 	}
@@ -1409,28 +1526,27 @@ func (q *quorum) mergeRelease(slots []releaseSlot) releaseReply {
 // bounded by the release timeout: undoing attempts and the best-effort calls (leaving a
 // wait queue, passing a turn on, a writer leaving its wait). On a closed Locker the
 // calls run at once when inline is set, else not at all.
-func (l *Locker) each(on []bool, inline bool, call func(ctx context.Context, c *conn) error) {
-	for i, c := range l.q.nodes {
+func (q *quorum) each(on []bool, inline bool, call func(ctx context.Context, c *conn) error) {
+	for i, c := range q.nodes {
 		if on != nil && !on[i] {
 			continue
 		}
 		run := func() {
-			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), q.env.timeout)
 			defer cancel()
 			_ = call(ctx, c)
 		}
-		if !l.background(run) && inline {
+		if !q.env.aside(run) && inline {
 			run()
 		}
 	}
 }
 
-// renewQuorum renews batch on every server at once, one pipeline per server, and
+// renewAt renews batch on every server at once, one pipeline per server, and
 // decides each lease's renewal as soon as a majority confirmed it (nil), a majority
 // reported it gone (errNotOwner), or neither can happen any more (a *RedisError).
-func (l *Locker) renewQuorum(timeout time.Duration, batch []*held, idx []int, ttls []time.Duration, errs []error) {
+func (q *quorum) renewAt(timeout time.Duration, batch []*held, idx []int, ttls []time.Duration, errs []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	q := l.q
 	n := len(q.nodes)
 	qr := &quorumRenewal{q: q, batch: batch, errs: errs, open: len(idx),
 		ok: make([]int, len(batch)), gone: make([]int, len(batch)), failed: make([][]error, len(batch)),
@@ -1452,13 +1568,13 @@ func (l *Locker) renewQuorum(timeout time.Duration, batch []*held, idx []int, tt
 		for k, i := range g.idx {
 			if v, err := g.cmds[k].Int64(); err == nil && v != 1 && errs[i] == nil {
 				lateMu.Lock()
-				l.repairQuorum(batch[i], nr.i)
+				q.repair(batch[i], nr.i)
 				lateMu.Unlock()
 			}
 		}
 	}
 	var rs roundRun
-	l.round(ctx, cancel, limits{}, &rs, funcOps{callF: call, takeF: qr.take, lateF: late, q: q})
+	q.round(ctx, cancel, limits{}, &rs, funcOps{callF: call, takeF: qr.take, lateF: late, q: q})
 	// The servers that reported a renewed hold gone get it back.
 	for _, i := range idx {
 		if errs[i] != nil {
@@ -1466,7 +1582,7 @@ func (l *Locker) renewQuorum(timeout time.Duration, batch []*held, idx []int, tt
 		}
 		for j := range n {
 			if qr.missing[i]&(1<<j) != 0 {
-				l.repairQuorum(batch[i], j)
+				q.repair(batch[i], j)
 			}
 		}
 	}
@@ -1485,7 +1601,7 @@ func (f funcOps) take(r nodeReply) bool                        { return f.takeF(
 func (f funcOps) late(r nodeReply)                             { f.lateF(r) }
 func (f funcOps) contested() bool                              { return false }
 
-// quorumRenewal is one batch's renewal on a quorum in progress (see renewQuorum): per
+// quorumRenewal is one batch's renewal on a quorum in progress (see renewAt): per
 // lease of the batch, the servers' answers so far.
 type quorumRenewal struct {
 	q       *quorum
@@ -1557,26 +1673,26 @@ func (qr *quorumRenewal) decide(i int) bool {
 	return true
 }
 
-// repairQuorum takes h's hold back, aside, on server i, which reported it gone while a
+// repair takes h's hold back, aside, on server i, which reported it gone while a
 // majority renewed it (it expired there while the server was paused or slow, or the
 // server restarted empty and its restart delay has passed): an attempt that will not
 // wait, then the hold's token written back there. The hold then counts on i again, so
 // that losing another server later does not cost the lease its majority. A lock another
 // owner took there meanwhile is left alone, and a hold released meanwhile is undone.
-func (l *Locker) repairQuorum(h *held, i int) {
-	l.background(func() {
-		if l.gone(h) || h.qh == nil {
+func (q *quorum) repair(h *held, i int) {
+	q.env.aside(func() {
+		if q.env.gone(h) || h.qh == nil {
 			return
 		}
-		c := l.q.nodes[i]
-		ctx, cancel := context.WithTimeout(context.Background(), min(l.cfg.releaseTimeout, h.s.ttl-h.s.driftMargin()))
+		c := q.nodes[i]
+		ctx, cancel := context.WithTimeout(context.Background(), min(q.env.timeout, h.s.ttl-h.s.driftMargin()))
 		defer cancel()
-		nonce := l.newNonce()
-		s, args := l.q.acquireCall(h, nonce, mannerTry)
+		nonce := q.env.nonce()
+		s, args := q.acquireCall(h, nonce, mannerTry)
 		ar, err := parseAttempt(c.runScript(ctx, s, args, true))
 		if err != nil {
 			if !isServerError(err) {
-				l.undoQuorum(h, nonce, onlyAt(len(l.q.nodes), i))
+				q.undoAt(h, nonce, onlyAt(len(q.nodes), i))
 			}
 			return
 		}
@@ -1584,14 +1700,14 @@ func (l *Locker) repairQuorum(h *held, i int) {
 		if err != nil || !g.acquired {
 			return
 		}
-		if g.holds > 1 || l.raiseOn(ctx, c, h, h.token) != nil || l.gone(h) {
+		if g.holds > 1 || q.raiseOn(ctx, c, h, h.token) != nil || q.env.gone(h) {
 			// A reentry (the owner took it there through another Locker meanwhile) is
 			// not this hold's to count; a failed write-back or a release leaves it.
-			l.undoQuorum(h, nonce, onlyAt(len(l.q.nodes), i))
+			q.undoAt(h, nonce, onlyAt(len(q.nodes), i))
 			return
 		}
 		h.qh.carry.Or(1 << i)
-		l.tel.repaired(h, l.q.addrs[i])
+		q.env.repaired(h, q.addrs[i])
 	})
 }
 

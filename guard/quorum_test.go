@@ -124,7 +124,7 @@ func TestQuorumBasics(t *testing.T) {
 	// A waiter is woken by the release.
 	got := make(chan *guard.Lease, 1)
 	go func() {
-		w, err := b.Acquire(ctx, "basics", guard.Retry(guard.UntilCanceled(guard.Fixed(10*time.Second, 10*time.Second))))
+		w, err := b.Acquire(ctx, "basics", guard.Retry(guard.MaxWait(-1, guard.Fixed(10*time.Second, 10*time.Second))))
 		if err != nil {
 			t.Errorf("waiter: %v", err)
 		}
@@ -324,7 +324,7 @@ func TestQuorumExclusionUnderFaults(t *testing.T) {
 				var lockers []*guard.Locker
 				for range 3 {
 					lockers = append(lockers, r.locker(t, guard.TTL(time.Second), guard.RestartDelay(time.Second),
-						guard.Retry(guard.UntilCanceled(guard.Fixed(20*time.Millisecond, 50*time.Millisecond)))))
+						guard.Retry(guard.MaxWait(-1, guard.Fixed(20*time.Millisecond, 50*time.Millisecond)))))
 				}
 				// The servers have just started: they grant once up for the restart delay.
 				iv := quorumSweep(t, lockers, "faults", 3, 15, func() {
@@ -637,6 +637,37 @@ func TestQuorumWriteBack(t *testing.T) {
 		mustRelease(t, next)
 		mustRelease(t, other)
 	})
+
+	t.Run("one permit", func(t *testing.T) {
+		// A one-permit semaphore keeps each holder's token in '<holder>#t', as a reader
+		// does: its servers take the proposal too, and need no write-back; Inspect shows
+		// the lease's token on every server.
+		le := mustAcquire(t, l, ctx, "permit", guard.Permits(1))
+		hash, field := lockName("permit")+":sem", string(le.Owner())+"#t"
+		tok := strconv.FormatInt(le.Token(), 10)
+		for _, s := range r.servers {
+			c := s.Client(t)
+			waitUntil(t, 2*time.Second, "the permit's token on "+s.String(), func() bool {
+				return c.HGet(context.Background(), hash, field).Val() == tok
+			})
+			_ = c.Close()
+		}
+		for i, c := range counters {
+			if n := c.calls(hash); n != 1 {
+				t.Errorf("server %d ran %d scripts for the permit, want 1 (the attempt, no write-back)", i, n)
+			}
+		}
+		st, err := l.Inspect(ctx, "permit", guard.Permits(1))
+		if err != nil || len(st.Holders) != 1 || st.Holders[0].Token != le.Token() {
+			t.Fatalf("Inspect: %+v, %v; want the one holder with token %d", st, err, le.Token())
+		}
+		for _, v := range st.Servers {
+			if len(v.Holders) != 1 || v.Holders[0].Token != le.Token() {
+				t.Errorf("server %s shows %+v, want token %d", v.Server, v.Holders, le.Token())
+			}
+		}
+		mustRelease(t, le)
+	})
 }
 
 // countedQuorum returns a quorum Locker on r's servers, closed at cleanup, whose clients
@@ -737,7 +768,7 @@ func TestQuorumWakeWithServerDown(t *testing.T) {
 	}
 	got := make(chan res, 1)
 	go func() {
-		w, err := b.Acquire(ctx, "wake", guard.Retry(guard.UntilCanceled(guard.Fixed(10*time.Second, 10*time.Second))))
+		w, err := b.Acquire(ctx, "wake", guard.Retry(guard.MaxWait(-1, guard.Fixed(10*time.Second, 10*time.Second))))
 		got <- res{le: w, err: err}
 	}()
 	time.Sleep(500 * time.Millisecond)

@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,31 +54,7 @@ var errNotOwner = &LeaseLostError{Reason: "not the owner"}
 func (l *Locker) sendRenewals(batch []*held, sent time.Time) []watchdog.Result {
 	errs := make([]error, len(batch))
 	ttls, timeout := renewTTLs(batch, sent)
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	plain, synced := l.conn.groupRenewals(ctx, batch, ttls, errs)
-	if l.q != nil {
-		if len(plain.idx) > 0 {
-			l.renewQuorum(timeout, batch, plain.idx, ttls, errs)
-		}
-		return renewResults(errs, ttls)
-	}
-	plain.node, plain.legacy = l.conn.client, &l.conn.legacy
-	var wg sync.WaitGroup
-	for _, g := range synced {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g.run(ctx, batch, ttls)
-		}()
-	}
-	if len(plain.idx) > 0 {
-		plain.run(ctx, batch, ttls)
-	}
-	wg.Wait()
-	for _, g := range append(synced, plain) {
-		l.conn.renewOutcomes(g, batch, errs)
-	}
+	l.st.renew(timeout, batch, ttls, errs)
 	return renewResults(errs, ttls)
 }
 

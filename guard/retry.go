@@ -25,7 +25,7 @@ type RetryPolicy struct {
 type limitKind uint8
 
 const (
-	limitNone     limitKind = iota // until the context ends; the zero value
+	limitNone     limitKind = iota // until the context ends (MaxWait(d < 0)); the zero value
 	limitAttempts                  // at most attempts attempts (NoRetry: 1)
 	limitMaxWait                   // at most maxWait after the first attempt
 )
@@ -33,16 +33,18 @@ const (
 // NoRetry makes a single attempt: a busy lock fails at once with ErrLocked.
 func NoRetry() RetryPolicy { return RetryPolicy{limit: limitAttempts, attempts: 1} }
 
-// MaxWait keeps trying for at most d (d > 0) after the first attempt, sleeping per b
-// between attempts. A nil b means the default, Fixed(100*time.Millisecond,
+// MaxWait keeps trying for at most d after the first attempt, sleeping per b between
+// attempts. A negative d keeps trying until the context ends, which is Acquire's default
+// (as a negative MaxWait does in the Echo middleware's LockConfig); d = 0 is refused with
+// a *ConfigError, so that a wait left unset in a configuration never means "forever" —
+// to make one attempt, use NoRetry. A nil b means the default, Fixed(100*time.Millisecond,
 // 100*time.Millisecond).
 func MaxWait(d time.Duration, b Backoff) RetryPolicy {
+	if d < 0 {
+		return RetryPolicy{backoff: b} // the zero limit: until the context ends
+	}
 	return RetryPolicy{limit: limitMaxWait, maxWait: d, backoff: b}
 }
-
-// UntilCanceled keeps trying until the context ends, sleeping per b between attempts.
-// A nil b means the default. It is the Locker's default policy.
-func UntilCanceled(b Backoff) RetryPolicy { return RetryPolicy{backoff: b} }
 
 func (p RetryPolicy) delay() Backoff {
 	if p.backoff == nil {
@@ -56,7 +58,7 @@ func (p RetryPolicy) validate(field string) error {
 	case p.limit == limitAttempts && p.attempts < 1:
 		return &ConfigError{Field: field, Reason: fmt.Sprintf("attempts must be ≥ 1, got %d", p.attempts)}
 	case p.limit == limitMaxWait && p.maxWait <= 0:
-		return &ConfigError{Field: field, Reason: fmt.Sprintf("max wait must be > 0, got %s", p.maxWait)}
+		return &ConfigError{Field: field, Reason: fmt.Sprintf("max wait must be > 0, or negative to wait until the context ends; got %s (for one attempt, use NoRetry)", p.maxWait)}
 	}
 	if v, ok := p.backoff.(interface{ validate() error }); ok {
 		if err := v.validate(); err != nil {

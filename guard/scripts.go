@@ -120,8 +120,8 @@ func (h *held) keyArgs(args []any) []any {
 }
 
 // acquireArgs returns the command line of acquire.lua for an attempt (see its header).
-// The label comes last, when the hold has one; a quorum Locker always sends its slot,
-// since its restart gate reads the argument after the script's own (gate.lua).
+// The label comes last, when the hold has one (a quorum adds the slot when it has none:
+// see quorum.proposeCall).
 func (h *held) acquireArgs(nonce, manner string) []any {
 	a := &h.args
 	if a.aux != nil {
@@ -135,11 +135,8 @@ func (h *held) acquireArgs(nonce, manner string) []any {
 
 // withLabel appends the label argument to args when it is sent (see acquireArgs).
 func (h *held) withLabel(args []any) []any {
-	switch {
-	case h.args.label != nil:
+	if h.args.label != nil {
 		return append(args, h.args.label)
-	case h.env.quorum:
-		return append(args, argNoLabel)
 	}
 	return args
 }
@@ -167,10 +164,10 @@ func (h *held) releaseArgsAs(owner any, nonce, undo string) []any {
 // hold's owner, and a second as the section the attempt was sent for when h took on the
 // hold of a section that one is in (an attempt may have reentered that hold on one server
 // and taken a fresh hold on another). Each finds the attempt by its nonce or does nothing.
-func (h *held) undoArgs(l *Locker, nonce string) [][]any {
-	args := [][]any{h.releaseArgs(l.newNonce(), nonce)}
+func (h *held) undoArgs(nonce string) [][]any {
+	args := [][]any{h.releaseArgs(h.env.nonce(), nonce)}
 	if h.section != "" && h.section != h.hk.owner {
-		args = append(args, h.releaseArgsAs(string(h.section), l.newNonce(), nonce))
+		args = append(args, h.releaseArgsAs(string(h.section), h.env.nonce(), nonce))
 	}
 	return args
 }

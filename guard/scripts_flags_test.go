@@ -79,7 +79,7 @@ func TestScriptsPlainFallback(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire on a server without script flags: %v", err)
 	}
-	if !l.legacy.Load() {
+	if !l.one().legacy.Load() {
 		t.Fatal("the Locker did not fall back to the plain scripts")
 	}
 	time.Sleep(500 * time.Millisecond) // renewals, every TTL/3

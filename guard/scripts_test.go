@@ -124,7 +124,7 @@ func TestReleaseNonceHistory(t *testing.T) {
 // TTL are both a minute, so only that notification can get C the lock within the bound.
 func TestQueuedLockerWokenAfterWaiterHeld(t *testing.T) {
 	srv := redistest.Start(t)
-	slow := guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0)))
+	slow := guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0)))
 	opts := []guard.Option{guard.TTL(time.Minute), slow}
 	a, _ := newLocker(t, srv, opts...)
 	b, _ := newLocker(t, srv, opts...)
@@ -269,7 +269,7 @@ func TestAutoPipelinedClientLanes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := lockerOn(t, ap, guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))
+	l := lockerOn(t, ap, guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0))))
 	ctx := context.WithValue(ctxTimeout(t, 20*time.Second), callerMark{}, true)
 	mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
 	lanes.take()

@@ -23,15 +23,15 @@ func (c *conn) syncNode(ctx context.Context, key string) (redis.Cmdable, error) 
 	return c.client, nil
 }
 
-// runAcquireSynced runs the acquire script and WAIT in one pipeline on one connection to
+// acquireSynced runs the acquire script and WAIT in one pipeline on one connection to
 // the lock's primary, so that WAIT counts the replicas that received this grant.
-func (l *Locker) runAcquireSynced(ctx context.Context, h *held, nonce string, manner string, waited bool) acquireReply {
-	node, err := l.syncNode(ctx, h.rk.lock)
+func (s *single) acquireSynced(ctx context.Context, h *held, nonce string, manner string) acquireReply {
+	node, err := s.syncNode(ctx, h.rk.lock)
 	if err != nil {
 		return acquireReply{err: err}
 	}
 	var w *redis.Cmd
-	c := pipeScript(ctx, node, &l.legacy, h.s.spec.acquire, h.acquireArgs(nonce, manner), func(pipe redis.Pipeliner) {
+	c := pipeScript(ctx, node, &s.legacy, h.s.spec.acquire, h.acquireArgs(nonce, manner), func(pipe redis.Pipeliner) {
 		w = pipe.Do(ctx, "wait", h.s.syncReplicas, h.s.syncTimeout.Milliseconds())
 	})
 	v, err := c.Result()

@@ -322,7 +322,7 @@ func (t *telemetry) renewed(h *held, outcome string, err error) {
 }
 
 // repaired records a quorum hold taken back on a server that had lost it, as a span event
-// of the lease (see Locker.repairQuorum).
+// of the lease (see quorum.repair).
 func (t *telemetry) repaired(h *held, server string) {
 	h.tel.span.AddEvent("guard.hold_repaired", trace.WithAttributes(
 		semconv.AttrLockName.String(h.tel.name), attribute.String("guard.server", server)))

@@ -26,7 +26,7 @@ func TestUndoBeforeAttempt(t *testing.T) {
 		h.boxArgs(ctx, l.labelArg(ctx, s))
 		run := func(sc *script.Script, args []any) any {
 			t.Helper()
-			v, err := l.runScript(ctx, sc, args, true).Result()
+			v, err := l.one().runScript(ctx, sc, args, true).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,7 +41,7 @@ func TestUndoBeforeAttempt(t *testing.T) {
 		}
 
 		// Free lock: the undo comes first, then its attempt.
-		if code, err := decodeRelease(l.runScript(ctx, s.spec.release, h.releaseArgs(l.newNonce(), "late.1"), true)); err != nil || code != releaseNoUndo {
+		if code, err := decodeRelease(l.one().runScript(ctx, s.spec.release, h.releaseArgs(l.newNonce(), "late.1"), true)); err != nil || code != releaseNoUndo {
 			t.Fatalf("undo of an attempt not yet run: %v, %v; want nothing to undo", code, err)
 		}
 		g, err := parseGranted(run(s.spec.acquire, h.acquireArgs("late.1", mannerWait)))
@@ -51,7 +51,7 @@ func TestUndoBeforeAttempt(t *testing.T) {
 
 		// A quorum's release reaching a server before the winning attempt's copy: the
 		// release names the attempt, which is then refused there.
-		if _, err := decodeRelease(l.runScript(ctx, s.spec.release, append(h.releaseArgs(l.newNonce(), ""), "won.1"), true)); err != nil {
+		if _, err := decodeRelease(l.one().runScript(ctx, s.spec.release, append(h.releaseArgs(l.newNonce(), ""), "won.1"), true)); err != nil {
 			t.Fatal(err)
 		}
 		g, err = parseGranted(run(s.spec.acquire, h.acquireArgs("won.1", mannerWait)))
@@ -59,12 +59,26 @@ func TestUndoBeforeAttempt(t *testing.T) {
 			t.Fatalf("the won attempt after the hold's release: %+v, %v, holds %q; want it refused", g, err, holds())
 		}
 
+		// An attempt undone after it took the free lock, whose copy reaches the server
+		// after the undo (resent after a timeout, or slowed on another connection): the
+		// copy must be refused, not take the lock for a caller who left.
+		if g, err := parseGranted(run(s.spec.acquire, h.acquireArgs("again.1", mannerWait))); err != nil || !g.acquired {
+			t.Fatalf("acquire: %+v, %v", g, err)
+		}
+		if code, err := decodeRelease(l.one().runScript(ctx, s.spec.release, h.releaseArgs(l.newNonce(), "again.1"), true)); err != nil || code == releaseNoUndo || code == releaseStillHeld {
+			t.Fatalf("undo of an applied attempt: %v, %v; want the hold dropped", code, err)
+		}
+		g, err = parseGranted(run(s.spec.acquire, h.acquireArgs("again.1", mannerWait)))
+		if err != nil || g.acquired || holds() != "" {
+			t.Fatalf("a copy of the attempt after its undo: %+v, %v, holds %q; want it refused", g, err, holds())
+		}
+
 		// Held by the same owner: the late attempt must not count a second hold.
 		g, err = parseGranted(run(s.spec.acquire, h.acquireArgs("live.1", mannerWait)))
 		if err != nil || !g.acquired {
 			t.Fatalf("acquire: %+v, %v", g, err)
 		}
-		if _, err := decodeRelease(l.runScript(ctx, s.spec.release, h.releaseArgs(l.newNonce(), "late.2"), true)); err != nil {
+		if _, err := decodeRelease(l.one().runScript(ctx, s.spec.release, h.releaseArgs(l.newNonce(), "late.2"), true)); err != nil {
 			t.Fatal(err)
 		}
 		g, err = parseGranted(run(s.spec.acquire, h.acquireArgs("late.2", mannerWait)))
@@ -103,7 +117,7 @@ func TestUndoOfSectionReentry(t *testing.T) {
 		}
 		acquire := func(h *held, nonce string) granted {
 			t.Helper()
-			v, err := l.runScript(ctx, s.spec.acquire, h.acquireArgs(nonce, mannerWait), true).Result()
+			v, err := l.one().runScript(ctx, s.spec.acquire, h.acquireArgs(nonce, mannerWait), true).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +129,7 @@ func TestUndoOfSectionReentry(t *testing.T) {
 		}
 		undo := func(h *held, nonce string) releaseReply {
 			t.Helper()
-			code, err := decodeRelease(l.runScript(ctx, s.spec.release, h.releaseArgs(l.newNonce(), nonce), true))
+			code, err := decodeRelease(l.one().runScript(ctx, s.spec.release, h.releaseArgs(l.newNonce(), nonce), true))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,10 +143,20 @@ func TestUndoOfSectionReentry(t *testing.T) {
 		if code := undo(inner, "inner.1"); code != releaseStillHeld || holds() != "1" {
 			t.Fatalf("undo of the reentry sent as the inner section: %v, holds %q; want one hold dropped, 1 left", code, holds())
 		}
+		// A copy of the undone attempt that reaches the server after the undo (resent
+		// after a timeout, or slowed on another connection) must be refused: counted
+		// anew, it would leave the holder's count one too high for good.
+		v, err := l.one().runScript(ctx, s.spec.acquire, inner.acquireArgs("inner.1", mannerWait), true).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err := parseGranted(v); err != nil || g.acquired || holds() != "1" {
+			t.Fatalf("a copy of the reentry after its undo: %+v, %v, holds %q; want it refused, 1 hold", g, err, holds())
+		}
 		if code := undo(inner, "inner.1"); code != releaseNoUndo || holds() != "1" {
 			t.Fatalf("the undo again: %v, holds %q; want nothing to undo, 1 hold", code, holds())
 		}
-		if code, err := decodeRelease(l.runScript(ctx, s.spec.release, outer.releaseArgs(l.newNonce(), ""), true)); err != nil || code == releaseStillHeld {
+		if code, err := decodeRelease(l.one().runScript(ctx, s.spec.release, outer.releaseArgs(l.newNonce(), ""), true)); err != nil || code == releaseStillHeld {
 			t.Fatalf("the holder's release: %v, %v; want the hold ended", code, err)
 		}
 		if n := c.Exists(ctx, rk.lock).Val(); n != 0 && name != "fair" {

@@ -19,10 +19,10 @@ import (
 func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolicy, deadline time.Time) (granted, error) {
 	var w waitRun // on the stack: every acquisition passes here
 	w.init(l, ctx, h, p, deadline)
-	defer w.end()
+	defer l.endWait(&w)
 	for {
 		w.listen()
-		g, late, err := w.attempt(a)
+		g, late, err := l.waitAttempt(&w, a)
 		next, g, err := w.decide(g, late, err)
 		switch next {
 		case stepDone:
@@ -31,7 +31,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 			continue
 		case stepWait:
 			if w.kw == nil {
-				again, err := w.join(a)
+				again, err := l.joinWait(&w, a)
 				if err != nil {
 					return granted{}, err
 				}
@@ -81,9 +81,11 @@ func (w *waitRun) decide(g granted, late bool, err error) (step, granted, error)
 }
 
 // waitRun is the state of one wait: its attempts, its place among the key's waiters in
-// this process, and what the last attempt said.
+// this process, and what the last attempt said. The Locker's wait loop (Locker.wait)
+// keeps it on its stack.
 type waitRun struct {
-	l        *Locker
+	hints    *holdTimes      // the Locker's, for the Retry-After of a busy lock
+	done     <-chan struct{} // the Locker's, closed by Close
 	ctx      context.Context
 	h        *held
 	p        RetryPolicy
@@ -109,7 +111,7 @@ type waitRun struct {
 
 // init sets w up for a wait of h under p.
 func (w *waitRun) init(l *Locker, ctx context.Context, h *held, p RetryPolicy, deadline time.Time) {
-	*w = waitRun{l: l, ctx: ctx, h: h, p: p, deadline: deadline, style: h.s.spec.wait, ttl: -1}
+	*w = waitRun{hints: &l.hints, done: l.done, ctx: ctx, h: h, p: p, deadline: deadline, style: h.s.spec.wait, ttl: -1}
 	w.subscribed, w.queued, w.yielding = l.waits.State(h.rk.channel())
 	// A newcomer makes its first attempt at once, even when others of this process queue
 	// for the key: its owner may hold the lock through another process (a downstream
@@ -125,22 +127,22 @@ func (w *waitRun) init(l *Locker, ctx context.Context, h *held, p RetryPolicy, d
 	}
 }
 
-// end gives back what the wait took: the timer, the gate, the place among the key's
+// endWait gives back what wait w took: the timer, the gate, the place among the key's
 // waiters, and the Redis-side place of a kind whose waiters leave.
-func (w *waitRun) end() {
+func (l *Locker) endWait(w *waitRun) {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
 	w.det.stop()
-	w.l.settleUnsure(w.ctx, w.h)
+	l.settleUnsure(w.ctx, w.h)
 	if w.entered {
 		w.kw.Exit(w.acquired)
 	}
 	if w.kw != nil {
-		w.l.waits.Leave(w.kw, w.acquired)
+		l.waits.Leave(w.kw, w.acquired)
 	}
 	if !w.acquired && w.queuedRemote && w.h.s.spec.leaves {
-		w.l.leave(w.h)
+		l.leave(w.h)
 	}
 }
 
@@ -153,7 +155,7 @@ func (w *waitRun) busy(cause error) error {
 		}
 		return fmt.Errorf("%w; gave up waiting for it after %d attempts: %w", w.down, w.attempts, cause)
 	}
-	return &LockedError{Key: w.h.hk.key, RetryAfter: w.l.hints.retryAfter(w.h, w.ttl), Attempts: w.attempts, Err: cause}
+	return &LockedError{Key: w.h.hk.key, RetryAfter: w.hints.retryAfter(w.h, w.ttl), Attempts: w.attempts, Err: cause}
 }
 
 // outage records the error of an attempt and reports whether the wait should go on:
@@ -206,10 +208,10 @@ func (w *waitRun) listen() {
 	}
 }
 
-// attempt makes the next attempt, counting it in a (the acquisition's telemetry). late
-// reports a grant whose reply came after the lease's validity had run out: it was
-// undone, and counts as a busy attempt.
-func (w *waitRun) attempt(a *acquisition) (g granted, late bool, err error) {
+// waitAttempt makes wait w's next attempt, counting it in a (the acquisition's
+// telemetry). late reports a grant whose reply came after the lease's validity had run
+// out: it was undone, and counts as a busy attempt.
+func (l *Locker) waitAttempt(w *waitRun, a *acquisition) (g granted, late bool, err error) {
 	w.attempts++
 	a.attempts = w.attempts
 	manner := mannerWait
@@ -222,7 +224,7 @@ func (w *waitRun) attempt(a *acquisition) (g granted, late bool, err error) {
 	// The attempt of a caller that waited, or whose Locker queues for the key, is a step
 	// of a handoff: on an auto-pipelining client it is sent at once.
 	h := w.h
-	g, err = w.l.attempt(w.ctx, h, manner, w.attempts > 1 || w.queued || w.yielding)
+	g, err = l.attempt(w.ctx, h, manner, w.attempts > 1 || w.queued || w.yielding)
 	if err == nil && g.acquired && !time.Now().Before(g.sent.Add(h.s.ttl-h.s.driftMargin())) {
 		// Granted, but the reply came so late (Redis was down and the client retried)
 		// that the lease's validity, measured from the send, has already run out: give
@@ -230,7 +232,7 @@ func (w *waitRun) attempt(a *acquisition) (g granted, late bool, err error) {
 		// other: the policy decides whether another one follows.
 		// It is undone before any next attempt, unless the caller's deadline comes
 		// first: its TTL, counted from the same send, ends soon after anyway.
-		w.l.undoNow(w.ctx, h, g.nonce)
+		l.undoNow(w.ctx, h, g.nonce)
 		late, g = true, granted{pttl: -1}
 	}
 	if err == nil && !g.acquired {
@@ -247,15 +249,16 @@ func (w *waitRun) exhausted() bool {
 		!w.deadline.IsZero() && !time.Now().Before(w.deadline)
 }
 
-// join joins the key's waiters after the first busy attempt, telling a (the
-// acquisition's telemetry) that it waits, and waits for the gate (for a kind that has one). again reports that the lock may have become free meanwhile, so
-// that the next attempt should go at once.
-func (w *waitRun) join(a *acquisition) (again bool, err error) {
-	w.kw = w.l.waits.Join(w.h.rk.channel())
+// joinWait makes wait w join the key's waiters after the first busy attempt, telling a
+// (the acquisition's telemetry) that it waits, and waits for the gate (for a kind that
+// has one). again reports that the lock may have become free meanwhile, so that the next
+// attempt should go at once.
+func (l *Locker) joinWait(w *waitRun, a *acquisition) (again bool, err error) {
+	w.kw = l.waits.Join(w.h.rk.channel())
 	a.startWaiting(w.ctx)
-	w.det = w.l.watchDeadlock(w.h)
+	w.det = l.watchDeadlock(w.h)
 	if w.style != waitOwn {
-		if err := w.kw.Enter(w.ctx, w.deadline, w.l.done, w.det.dead()); err != nil {
+		if err := w.kw.Enter(w.ctx, w.deadline, w.done, w.det.dead()); err != nil {
 			return false, w.waitError(err)
 		}
 		w.entered = true
@@ -304,7 +307,7 @@ func (w *waitRun) sleep() error {
 	case <-w.timer.C:
 	case <-w.ctx.Done():
 		return w.busy(w.ctx.Err())
-	case <-w.l.done:
+	case <-w.done:
 		return ErrClosed
 	case <-dead:
 		return w.det.error()
@@ -314,20 +317,7 @@ func (w *waitRun) sleep() error {
 
 // leave tells Redis, aside, that h's owner no longer waits (kinds whose spec leaves): it
 // gives up its place in a fair lock's queue, or a waiting writer's hold on new readers.
-func (l *Locker) leave(h *held) {
-	if l.q != nil {
-		l.each(nil, false, func(ctx context.Context, c *conn) error {
-			s, args := l.q.acquireCall(h, l.newNonce(), mannerLeave)
-			return c.runScript(ctx, s, args, true).Err()
-		})
-		return
-	}
-	l.background(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
-		defer cancel()
-		l.refresh(l.runScript(ctx, h.s.spec.acquire, h.acquireArgs(l.newNonce(), mannerLeave), true).Err())
-	})
-}
+func (l *Locker) leave(h *held) { l.st.leave(h) }
 
 // waitError turns the error of a wait that ended before an attempt into the call's error.
 func (w *waitRun) waitError(err error) error {

@@ -16,7 +16,7 @@ import (
 )
 
 // A backoff so long that only a release notification can explain a prompt acquisition.
-var sleepy = guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0)))
+var sleepy = guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0)))
 
 // startWaiter acquires key through l in the background, then releases it, and reports
 // the outcome.
@@ -105,7 +105,7 @@ func TestWakeAfterPubSubKilled(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 
 	held := mustAcquire(t, holder, ctx, "pubsub")
-	got := startWaiter(ctx, waiter, "pubsub", guard.Retry(guard.UntilCanceled(guard.Fixed(300*time.Millisecond, 0))))
+	got := startWaiter(ctx, waiter, "pubsub", guard.Retry(guard.MaxWait(-1, guard.Fixed(300*time.Millisecond, 0))))
 	waitUntil(t, 3*time.Second, "a Pub/Sub subscriber", func() bool {
 		n, _ := c.PubSubNumSub(ctx, lockName("pubsub")+":release").Result()
 		return n[lockName("pubsub")+":release"] == 1
@@ -191,6 +191,17 @@ func TestRetryPolicies(t *testing.T) {
 	_, err = waiter.Acquire(ctx, "busy")
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, guard.ErrLocked) {
 		t.Fatalf("context deadline: %v", err)
+	}
+
+	// A negative MaxWait waits until the context ends, over a Locker whose own default
+	// gives up after 50ms.
+	impatient, _ := newLocker(t, srv, guard.Retry(guard.MaxWait(50*time.Millisecond, nil)))
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	_, err = impatient.Acquire(ctx, "busy", guard.Retry(guard.MaxWait(-1, guard.Fixed(10*time.Millisecond, 0))))
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &le) || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("MaxWait(-1): %v after %s, want a *LockedError wrapping the context's deadline", err, time.Since(start))
 	}
 }
 

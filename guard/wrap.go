@@ -116,7 +116,7 @@ func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...O
 		if err != nil {
 			return resp, err
 		}
-		_, err = b.l.run(ctx, b.s, k, func(ctx context.Context) (err error) {
+		_, err = b.r.run(ctx, b.s, k, func(ctx context.Context) (err error) {
 			resp, err = fn(ctx, req)
 			return err
 		})
@@ -153,7 +153,7 @@ func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) err
 	if err != nil {
 		return err
 	}
-	_, err = b.l.run(ctx, b.s, key, fn)
+	_, err = b.r.run(ctx, b.s, key, fn)
 	return err
 }
 
@@ -188,7 +188,7 @@ func (l *Locker) Run(ctx context.Context, fn func(context.Context) error, opts .
 		return false, err
 	}
 	s.entryRetry()
-	if u := s.wrap.locker; u != nil && u != l {
+	if u := s.wrap.use; u != nil && u != runner(l) {
 		return false, &ConfigError{Field: "Use", Reason: "names another Locker than the one Run is called on"}
 	}
 	key, err := fixedKey(s.wrap, "Run")
@@ -235,10 +235,20 @@ type decorator struct {
 
 // binding is a decorator's call settings resolved against one Locker.
 type binding struct {
-	l   *Locker
+	r   runner
 	s   *settings
 	err error
 }
+
+// runner is what a decorator takes its locks from: a Locker's run primitive, under
+// its settings.
+type runner interface {
+	run(ctx context.Context, s *settings, key string, fn func(context.Context) error) (ran bool, err error)
+	config() *settings
+}
+
+// config returns the Locker's settings, which a decorator's options apply over.
+func (l *Locker) config() *settings { return &l.cfg }
 
 // newDecorator checks opts and resolves them against the Locker they name, or the
 // current default Locker when it is set. keep copies opts for later defaults.
@@ -255,20 +265,20 @@ func newDecorator(opts []Option, where string, keep bool) (*decorator, error) {
 	if keep {
 		d.opts = append([]Option(nil), opts...)
 	}
-	if l := base.wrap.locker; l != nil {
-		if d.fixed = d.bind(l); d.fixed.err != nil {
+	if r := base.wrap.use; r != nil {
+		if d.fixed = d.bind(r); d.fixed.err != nil {
 			return nil, d.fixed.err
 		}
 	}
 	return d, nil
 }
 
-// bind resolves the decorator's options against l's settings.
-func (d *decorator) bind(l *Locker) *binding {
-	s := l.cfg
+// bind resolves the decorator's options against r's settings.
+func (d *decorator) bind(r runner) *binding {
+	s := *r.config()
 	err := s.apply(d.opts, scopeCall|scopeWrap, d.where)
 	s.entryRetry()
-	return &binding{l: l, s: &s, err: err}
+	return &binding{r: r, s: &s, err: err}
 }
 
 // binding returns the Locker of a call and the settings to acquire with.
@@ -281,7 +291,7 @@ func (d *decorator) binding() (*binding, error) {
 		return nil, errNoLocker
 	}
 	b := d.bound.Load()
-	if b == nil || b.l != l {
+	if b == nil || b.r != runner(l) {
 		b = d.bind(l)
 		d.bound.Store(b)
 	}

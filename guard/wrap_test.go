@@ -33,7 +33,7 @@ type receipt struct {
 }
 
 // fastRetry waits for a busy lock without long backoff sleeps.
-var fastRetry = guard.Retry(guard.UntilCanceled(guard.Fixed(10*time.Millisecond, 10*time.Millisecond)))
+var fastRetry = guard.Retry(guard.MaxWait(-1, guard.Fixed(10*time.Millisecond, 10*time.Millisecond)))
 
 // intervalLog records the critical sections of a service method.
 type intervalLog struct {

@@ -28,7 +28,7 @@
 // A busy lock is waited for as the rule's guard.Retry option says, else the one given
 // to guard.New, else at most 5s; waiting never outlasts the RPC's deadline. A call
 // without a deadline therefore gets codes.Aborted after 5s rather than waiting for as
-// long as the holder keeps the lock; give the rule guard.Retry(guard.UntilCanceled(nil))
+// long as the holder keeps the lock; give the rule guard.Retry(guard.MaxWait(-1, nil))
 // to wait until the RPC ends.
 //
 // Key templates use the syntax of package keyfunc with three sources: {req.field} reads

@@ -243,7 +243,7 @@ func (config LockConfig) guardOptions() ([]guard.Option, error) {
 	case config.MaxWait > 0:
 		own = append(own, guard.Retry(guard.MaxWait(config.MaxWait, nil)))
 	case config.MaxWait < 0:
-		own = append(own, guard.Retry(guard.UntilCanceled(nil)))
+		own = append(own, guard.Retry(guard.MaxWait(-1, nil)))
 	}
 	fixed := []guard.Option{guard.Use(config.Locker)}
 	if config.FailOpen { // run the handler unlocked at once rather than wait out an outage

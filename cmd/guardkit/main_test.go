@@ -303,7 +303,7 @@ func TestUnlock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	old := a.hold(t, "export:nightly")
-	woken := a.wait(ctx, "export:nightly", 1, guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))
+	woken := a.wait(ctx, "export:nightly", 1, guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0))))
 	queued(t, srv.Addr(), "export:nightly")
 
 	// Declined at the prompt: nothing changes.

@@ -73,7 +73,7 @@ func (c config) lockerOpts() []guard.Option {
 	opts := []guard.Option{
 		guard.TTL(c.TTL),
 		guard.ReleaseTimeout(c.ReleaseTimeout),
-		guard.Retry(guard.UntilCanceled(guard.Fixed(c.RetryDelay, c.RetryJitter))),
+		guard.Retry(guard.MaxWait(-1, guard.Fixed(c.RetryDelay, c.RetryJitter))),
 	}
 	if c.SyncReplicas > 0 {
 		opts = append(opts, guard.SyncReplicas(c.SyncReplicas, c.SyncTimeout))

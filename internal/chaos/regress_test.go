@@ -56,7 +56,7 @@ func TestRetriedReleaseAfterHandoff(t *testing.T) {
 	}
 	got := make(chan *guard.Lease, 1)
 	go func() {
-		next, err := waiter.Acquire(ctx, "handoff", guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))
+		next, err := waiter.Acquire(ctx, "handoff", guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0))))
 		if err != nil {
 			t.Errorf("waiter: %v", err)
 		}

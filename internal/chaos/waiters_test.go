@@ -47,7 +47,7 @@ func waiters(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	)
 	rest, restCancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer restCancel()
-	slow := guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))) // only releases wake waiters
+	slow := guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0))) // only releases wake waiters
 	for i := range sc.waiters {
 		n := nodes[i%2]
 		wctx, cancel := context.WithCancel(rest)

@@ -137,7 +137,7 @@ func TestEngineWakeUpOnRelease(t *testing.T) {
 	// release.lua with PUBLISH, can let it in before its context ends.
 	got := make(chan error, 1)
 	go func() {
-		w, err := waiter.Acquire(ctx, "job", guard.Retry(guard.UntilCanceled(guard.Fixed(time.Minute, 0))))
+		w, err := waiter.Acquire(ctx, "job", guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0))))
 		if err == nil {
 			err = w.Release(context.Background())
 		}

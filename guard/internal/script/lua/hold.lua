@@ -76,8 +76,12 @@ local function drop_hold(count, nonces, dropped, v, absent)
       note(':!' .. undo, v[4])
       return 0 -- nothing to undo: the attempt is refused should it arrive later
     end
-    -- Forget the undone attempt, so that a second undo (a client retry) does nothing.
+    -- Forget the undone attempt, so that a second undo (a client retry) does nothing,
+    -- and mark it undone in the fence, so that a copy of it that reaches the server
+    -- later (resent by a client whose call timed out, or slowed on another connection)
+    -- is refused instead of counted anew.
     redis.call('HSET', KEYS[1], nonces, forget(v[2], undo))
+    note(':!' .. undo, v[4])
   end
   if not v[1] then
     refuse_late(v[4])

@@ -4,9 +4,9 @@
 --         releases that left it holding, newest first, space-separated (within 100 bytes)
 -- KEYS[2] fence (see acquire.lua): a final release appends ":<nonce>", so that a retry of
 --         the call, even after other owners took and freed the lock, reports it released;
---         an undo that finds its attempt not applied appends ":!<undo nonce>", so that the
---         attempt, should it reach the server later (from a connection or a server that
---         was slow), is refused
+--         an undo appends ":!<undo nonce>", whether it found its attempt applied or not,
+--         so that the attempt, should a copy of it reach the server later (resent after a
+--         timeout, or from a connection or a server that was slow), is refused
 -- KEYS[3] queue (see acquire.lua)
 -- ARGV[1] owner ID (for an undo, the attempt's: see undo_holder in chain.lua)
 -- ARGV[2] release nonce (unique per release; makes a client-side retry of this call a no-op)

@@ -20,7 +20,10 @@ if ARGV[5] == '1' then
   enqueue() -- polite: a permit is free, but others of this process wait for one
   return {0, -1}
 end
-local token = new_token(f, t)
+local token = new_token(f, t, ARGV[10])
 put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], owner .. '#t', token)
+if token == ARGV[10] then
+  redis.call('HSET', KEYS[1], owner .. '#tp', token) -- a quorum Locker's proposal (acquire.lua's ARGV[8])
+end
 lease(owner, now, 0, top)
 return tonumber(token)
