@@ -636,7 +636,10 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 		err  error
 	}
 	var r reply
-	_, urgent, _ := l.waits.State(h.rk.channel()) // this process's waiters are next
+	urgent := false
+	if l.st.autoPipelined() {
+		_, urgent, _ = l.waits.State(h.rk.channel()) // this process's waiters are next
+	}
 	if l.st.inline(urgent) {
 		r.code, r.err = l.st.release(ctx, h, urgent)
 	} else {

@@ -251,6 +251,10 @@ func (q *quorum) renew(timeout time.Duration, batch []*held, ttls []time.Duratio
 // quorum's clients do not batch.
 func (q *quorum) inline(bool) bool { return q.honours }
 
+// autoPipelined is false: a quorum's clients are plain clients, one per server (its own
+// per-server batches keep the order of the calls: see batch).
+func (q *quorum) autoPipelined() bool { return false }
+
 // refresh does nothing: a quorum's clients each reach one server.
 func (q *quorum) refresh(error) {}
 

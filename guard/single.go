@@ -113,6 +113,8 @@ func (s *single) renew(timeout time.Duration, batch []*held, ttls []time.Duratio
 
 func (s *single) inline(alone bool) bool { return s.waitsWithContext(alone) }
 
+func (s *single) autoPipelined() bool { return s.batching }
+
 func (s *single) ping(ctx context.Context) error { return pingClient(ctx, s.client) }
 
 func (s *single) scripted() *conn { return &s.conn }

@@ -41,6 +41,9 @@ type store interface {
 	// that it can run on the caller's goroutine; alone is true for a call sent outside
 	// any batch (see conn.waitsWithContext).
 	inline(alone bool) bool
+	// autoPipelined reports whether the client batches calls (an auto-pipeliner): a call
+	// that must not wait for a batch is then sent alone (see conn.runScript's urgent).
+	autoPipelined() bool
 	// refresh tells the store that a call failed with err (a Cluster reloads its map).
 	refresh(err error)
 	// ping reports whether the servers that serve locks answer (see Locker.Ping).
