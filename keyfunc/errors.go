@@ -52,8 +52,9 @@ func (e *SyntaxError) Error() string {
 	return msg
 }
 
-// Is reports whether target is ErrSyntax.
-func (e *SyntaxError) Is(target error) bool { return target == ErrSyntax }
+// Unwrap returns ErrSyntax, for errors.Is (as guard's typed errors unwrap to their
+// sentinel).
+func (e *SyntaxError) Unwrap() error { return ErrSyntax }
 
 // BindError reports a well-formed placeholder that could not be bound at
 // parse time: its source is unknown (Err matches ErrUnknownSource) or the

@@ -19,8 +19,11 @@ func (e *ConfigError) Error() string {
 	return "middleware: invalid configuration: " + e.Field + ": " + e.Reason
 }
 
-// Is reports whether target is guard.ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == guard.ErrInvalidConfig }
-
-// Unwrap returns the underlying error, if any.
-func (e *ConfigError) Unwrap() error { return e.Err }
+// Unwrap returns guard.ErrInvalidConfig, then the underlying error when there is one,
+// for errors.Is and errors.As (as guard's typed errors do).
+func (e *ConfigError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{guard.ErrInvalidConfig}
+	}
+	return []error{guard.ErrInvalidConfig, e.Err}
+}
