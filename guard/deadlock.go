@@ -133,6 +133,8 @@ func (d *detector) error() error {
 // wait-for graph is kept in, the settings that name its keys and time its walks, the
 // Locker's background goroutines and nonces, and the count of walks.
 type graph struct {
+	// c is the deployment the wait records and walks go to: a single store's conn (a
+	// quorum Locker does not detect deadlocks, so its graph is never walked).
 	c     *conn
 	cfg   *settings
 	aside func(func()) bool

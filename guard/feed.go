@@ -25,7 +25,7 @@ const (
 
 // feedSource is a Locker's deployment as its waiters' Hub sees it.
 type feedSource struct {
-	st      store
+	st      store  // the Locker's: its routes, its conns and its refresh
 	id      string // the Locker's ID, which its queue entries carry
 	aside   func(func()) bool
 	timeout time.Duration // bounds each call (the ReleaseTimeout)
