@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Fragment is one Lua file of shared functions.
@@ -132,9 +133,9 @@ func (lk *linker) reach(body string) {
 	n := len(lk.fns)
 	lk.calls = make([][]int, n+1)
 	for i, fn := range lk.fns {
-		lk.calls[i] = uses(fn.Text, lk.at, i)
+		lk.calls[i] = uses(namesOf(fn.Text).used, lk.at, i)
 	}
-	lk.calls[n] = uses(body, lk.at, -1)
+	lk.calls[n] = uses(Names(body), lk.at, -1)
 	lk.need = make([]bool, n)
 	var visit func(i int)
 	visit = func(i int) {
@@ -175,8 +176,8 @@ func (lk *linker) nest() {
 		if len(common) == 0 {
 			continue
 		}
-		names := free(lk.fns[j].Text)
-		if !slices.ContainsFunc(lk.outer(common[0]), func(k int) bool { return overlap(declared(lk.fns[k].Text), names) }) {
+		names := namesOf(lk.fns[j].Text).free
+		if !slices.ContainsFunc(lk.outer(common[0]), func(k int) bool { return overlap(namesOf(lk.fns[k].Text).declared, names) }) {
 			lk.parent[j] = common[0]
 		}
 	}
@@ -247,7 +248,7 @@ func (lk *linker) places(i int, lines []string, first, end, indent int) map[int]
 	where := map[int][]level{}            // a function's place: the scope of the line it goes before
 	for n := len(kids) - 1; n >= 0; n-- { // users come after what they use
 		j := kids[n]
-		if overlap(bodyNames, free(lk.fns[j].Text)) {
+		if overlap(bodyNames, namesOf(lk.fns[j].Text).free) {
 			where[j] = []level{{first - 1, first}}
 			continue
 		}
@@ -373,15 +374,32 @@ type placed struct {
 	indent string
 }
 
-// uses returns the functions of at that code uses, but self.
-func uses(code string, at map[string]int, self int) []int {
+// uses returns the functions of at among used (a text's Names), but self.
+func uses(used []string, at map[string]int, self int) []int {
 	var out []int
-	for _, n := range Names(code) {
+	for _, n := range used {
 		if j, ok := at[n]; ok && j != self {
 			out = append(out, j)
 		}
 	}
 	return out
+}
+
+// texts keeps, for each function text read so far, its declared and free names: nest
+// and places ask for them again and again, every Link reads the same fragments, and the
+// regexps are most of a link's time. The fragments are a program's own, few and small.
+var texts sync.Map // string → *names
+
+// names are the names a function text uses (Names), declares and takes from outside.
+type names struct{ used, declared, free []string }
+
+// namesOf returns text's declared and free names, read once.
+func namesOf(text string) *names {
+	if v, ok := texts.Load(text); ok {
+		return v.(*names)
+	}
+	v, _ := texts.LoadOrStore(text, &names{used: Names(text), declared: declared(text), free: free(text)})
+	return v.(*names)
 }
 
 // declared returns the names a function text declares: its name and parameters, its

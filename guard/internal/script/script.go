@@ -2,6 +2,7 @@ package script
 
 import (
 	"embed"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,9 +37,15 @@ const MayRunOOM = "allow-oom"
 // without "allow-oom" is refused with OOM when the server is out of memory, before it
 // writes anything. Redis 6.2 cannot parse that line: a caller that sees its compile error
 // falls back to the plain form for good.
+//
+// The package's scripts are linked (see link) the first time one of their forms is
+// asked for, not when the package starts: linking them all took a program that imports
+// guard about 60 ms and 9 MB of garbage before main, and a Locker needs a few of them.
 type Script struct {
-	sha, src   any // with the "#!lua" line
-	sha6, src6 any // without it, for Redis 6.2
+	once       sync.Once
+	make       func() string // returns the body; nil for a script made with its body
+	sha, src   any           // with the "#!lua" line
+	sha6, src6 any           // without it, for Redis 6.2
 	flags      string
 	body       string
 }
@@ -46,16 +53,32 @@ type Script struct {
 // New returns the script of body, with flags (Redis 7 script flags, such as MayRunOOM,
 // or "no-writes"; "" for none) in its "#!lua" line.
 func New(flags, body string) *Script {
+	s := &Script{flags: flags}
+	s.set(body)
+	s.once.Do(func() {})
+	return s
+}
+
+// lazy returns the script whose body make returns, made the first time it is needed.
+func lazy(flags string, make func() string) *Script {
+	return &Script{flags: flags, make: make}
+}
+
+// set fills in the forms of the script of body.
+func (s *Script) set(body string) {
 	head := "#!lua\n"
-	if flags != "" {
-		head = "#!lua flags=" + flags + "\n"
+	if s.flags != "" {
+		head = "#!lua flags=" + s.flags + "\n"
 	}
 	src := head + body
-	return &Script{
-		sha: redis.NewScript(src).Hash(), src: src,
-		sha6: redis.NewScript(body).Hash(), src6: body,
-		flags: flags, body: body,
-	}
+	s.sha, s.src = redis.NewScript(src).Hash(), src
+	s.sha6, s.src6 = redis.NewScript(body).Hash(), body
+	s.body = body
+}
+
+// load makes a lazy script's forms, once.
+func (s *Script) load() {
+	s.once.Do(func() { s.set(s.make()) })
 }
 
 // common are the fragments every script is linked with, in the order their functions
@@ -82,12 +105,13 @@ func link(body string, frags ...string) string {
 
 // build returns the script of lua/<name>.lua linked with the named fragments, with flags.
 func build(flags, name string, frags ...string) *Script {
-	return New(flags, link(Source(name), frags...))
+	return lazy(flags, func() string { return link(Source(name), frags...) })
 }
 
 // Form returns the SHA1 and the source of the form to send: the plain one after a
 // server could not parse the "#!lua" line (legacy).
 func (s *Script) Form(legacy bool) (sha, src any) {
+	s.load()
 	if legacy {
 		return s.sha6, s.src6
 	}
@@ -95,13 +119,19 @@ func (s *Script) Form(legacy bool) (sha, src any) {
 }
 
 // Plain returns the source of the plain form, for Redis 6.2.
-func (s *Script) Plain() any { return s.src6 }
+func (s *Script) Plain() any {
+	s.load()
+	return s.src6
+}
 
 // Flags returns the script's Redis 7 flags.
 func (s *Script) Flags() string { return s.flags }
 
 // Body returns the script without its "#!lua" line.
-func (s *Script) Body() string { return s.body }
+func (s *Script) Body() string {
+	s.load()
+	return s.body
+}
 
 // Gated returns s with the quorum's restart gate (gate.lua) put before it, keeping its
 // flags.
