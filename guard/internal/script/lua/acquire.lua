@@ -59,9 +59,6 @@ if undone(f) then
   return {0, -1} -- undone already: the caller left
 end
 local t = new_token(f, redis.call('TIME'), ARGV[8])
-put_hold(ARGV[7], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], '#t', t)
-if t == ARGV[8] then
-  redis.call('HSET', lock, '#tp', t) -- the quorum Locker's proposal, taken
-end
+put_new_hold(ARGV[7], owner .. '#l', '#t', t, ARGV[8], owner, '1', owner .. '#a', ARGV[3])
 redis.call('PEXPIRE', lock, ARGV[2])
 return tonumber(t)

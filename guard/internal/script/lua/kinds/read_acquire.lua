@@ -21,9 +21,6 @@ if refused then
   return busy(redis.call('PTTL', lock))
 end
 local token = new_token(f, t, ARGV[10])
-put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], owner .. '#t', token)
-if token == ARGV[10] then
-  redis.call('HSET', lock, owner .. '#tp', token) -- a quorum Locker's proposal (acquire.lua's ARGV[8])
-end
+put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3])
 lease(owner, now, mark, top)
 return tonumber(token)

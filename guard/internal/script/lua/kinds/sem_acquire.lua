@@ -21,9 +21,6 @@ if ARGV[5] == '1' then
   return {0, -1}
 end
 local token = new_token(f, t, ARGV[10])
-put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], owner .. '#t', token)
-if token == ARGV[10] then
-  redis.call('HSET', KEYS[1], owner .. '#tp', token) -- a quorum Locker's proposal (acquire.lua's ARGV[8])
-end
+put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3])
 lease(owner, now, 0, top)
 return tonumber(token)

@@ -33,10 +33,7 @@ if ARGV[5] == '1' then
   return {0, -1}
 end
 local token = new_token(f, t, ARGV[10])
-put_hold(ARGV[9], '#Wl', '#W', owner, '#Wn', '1', '#Wa', ARGV[3], '#t', token)
-if token == ARGV[10] then
-  redis.call('HSET', lock, '#tp', token) -- a quorum Locker's proposal (acquire.lua's ARGV[8])
-end
+put_new_hold(ARGV[9], '#Wl', '#t', token, ARGV[10], '#W', owner, '#Wn', '1', '#Wa', ARGV[3])
 if v[n + 2] then
   redis.call('HDEL', lock, '#ww')
 end
