@@ -565,7 +565,7 @@ func (l *Locker) compensate(ctx context.Context, h *held, nonce string, err erro
 	run := func(ctx context.Context) {
 		defer close(done)
 		settled(ctx, err)
-		l.undoWithin(ctx, h, nonce)
+		l.st.undo(ctx, h, nonce)
 	}
 	if l.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
@@ -599,11 +599,6 @@ func (l *Locker) undoNow(ctx context.Context, h *held, nonce string) {
 func (l *Locker) undo(h *held, nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 	defer cancel()
-	l.undoWithin(ctx, h, nonce)
-}
-
-// undoWithin is undo bounded by ctx.
-func (l *Locker) undoWithin(ctx context.Context, h *held, nonce string) {
 	l.st.undo(ctx, h, nonce)
 }
 

@@ -1006,7 +1006,7 @@ func (a *quorumAttempt) late(r nodeReply) {
 		return
 	}
 	a.lateMu.Unlock()
-	a.q.lateGrant(a.h, a.nonce, a, r)
+	a.lateGrant(r)
 }
 
 // settle marks the attempt settled (its outcome, and a won hold's token, final) and
@@ -1018,7 +1018,7 @@ func (a *quorumAttempt) settle() {
 	a.pending = nil
 	a.lateMu.Unlock()
 	for _, r := range pending {
-		a.q.lateGrant(a.h, a.nonce, a, r)
+		a.lateGrant(r)
 	}
 }
 
@@ -1117,9 +1117,10 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 	}
 }
 
-// lateGrant handles a reply to attempt a, with nonce, for h that came after a was
-// decided, once a is settled.
-func (q *quorum) lateGrant(h *held, nonce string, a *quorumAttempt, r nodeReply) {
+// lateGrant handles a reply to the attempt that came after it was decided, once it is
+// settled.
+func (a *quorumAttempt) lateGrant(r nodeReply) {
+	q, h, nonce := a.q, a.h, a.nonce
 	late, granted, err := lateOutcome(r)
 	switch {
 	case err == errNotSent, err != nil && isServerError(err), err == nil && !granted:

@@ -31,7 +31,9 @@ type store interface {
 	undo(ctx context.Context, h *held, nonce string)
 	// release drops one hold of h with its release nonce.
 	release(ctx context.Context, h *held, urgent bool) (releaseReply, error)
-	// leave tells Redis, aside, that h's owner no longer waits (see Locker.leave).
+	// leave tells Redis, aside, that h's owner no longer waits, for the kinds whose spec
+	// leaves: it gives up its place in a fair lock's queue, or a waiting writer's hold
+	// on new readers.
 	leave(h *held)
 	// renew renews the leases of batch with the TTLs asked for (0: not sent), within
 	// timeout, and puts each lease's outcome in errs (see Locker.sendRenewals).

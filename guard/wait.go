@@ -142,7 +142,7 @@ func (l *Locker) endWait(w *waitRun) {
 		l.waits.Leave(w.kw, w.acquired)
 	}
 	if !w.acquired && w.queuedRemote && w.h.s.spec.leaves {
-		l.leave(w.h)
+		l.st.leave(w.h)
 	}
 }
 
@@ -314,10 +314,6 @@ func (w *waitRun) sleep() error {
 	}
 	return nil
 }
-
-// leave tells Redis, aside, that h's owner no longer waits (kinds whose spec leaves): it
-// gives up its place in a fair lock's queue, or a waiting writer's hold on new readers.
-func (l *Locker) leave(h *held) { l.st.leave(h) }
 
 // waitError turns the error of a wait that ended before an attempt into the call's error.
 func (w *waitRun) waitError(err error) error {
