@@ -365,15 +365,31 @@ func TestQuorumRestartedEmpty(t *testing.T) {
 			if check {
 				delay = guard.RestartDelay(3 * time.Second)
 			}
-			// TTL 3s: A renews every second, long after B's attempt below.
-			a := r.locker(t, guard.TTL(3*time.Second), delay)
-			b := r.locker(t, guard.TTL(3*time.Second), delay)
+			// Without the check, TTL 30s: A's first renewal comes 10 s after its grant, after
+			// B's attempt below however long the restart takes on a loaded machine; a renewal
+			// before it would take A's hold back on the restarted server (see
+			// TestQuorumRepair), and B would be refused. With the check, TTL 3s: a fresh
+			// server waits for the longer of RestartDelay and the TTL before its first grant,
+			// and B is refused whether or not a renewal came first.
+			ttl := guard.TTL(30 * time.Second)
+			if check {
+				ttl = guard.TTL(3 * time.Second)
+			}
+			a := r.locker(t, ttl, delay)
+			b := r.locker(t, ttl, delay)
 			ctx := ctxTimeout(t, 30*time.Second)
 
 			foreign := holdOn(t, r.servers[2], "restart")
 			// Fresh servers: with the check, the first grant waits until they have been up
 			// for the delay.
 			le := mustAcquire(t, a, ctx, "restart")
+			// A's attempt won on servers 0 and 1; wait until server 2 has answered it busy
+			// (which marks the lock waited for, #w) before the foreign hold ends there: on a
+			// loaded machine the call could reach server 2 after that, find the lock free,
+			// and join A's hold, which B could then not outvote.
+			waitUntil(t, 5*time.Second, "A's attempt answered busy on server 2", func() bool {
+				return r.servers[2].Client(t).HExists(ctx, lockName("restart"), "#w").Val()
+			})
 			mustRelease(t, foreign)
 			r.servers[0].Restart(t)
 
