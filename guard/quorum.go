@@ -121,7 +121,10 @@ func (q *quorum) observe(d time.Duration) {
 //     ReplyBudget): a paused minority does not hold contenders for their validity. Otherwise it is undone on every server that granted it or left its
 //     outcome unknown, and counts as a busy attempt — or fails with a *RedisError
 //     (ErrUnavailable) whose Err says what each server answered, when so many servers
-//     failed that no majority could have answered.
+//     failed that no majority could have answered, and with one whose Err is the
+//     context's error when the caller's context ended while servers that could still
+//     have made a majority were silent (as a call to one server that does not return in
+//     time: not ErrLocked because one server named another owner).
 //   - An attempt proposes its fencing token: the Locker's clock in microseconds, above
 //     every token it proposed before. A server takes it when its own clock is within a
 //     tenth of the TTL (or of FenceRetention, if shorter) of it and it exceeds the key's
@@ -936,6 +939,14 @@ func (q *quorum) acquireRound(ctx context.Context, h *held, nonce, manner string
 	}
 	a.outcome.Store(attemptLost) // also when every server answered without a decision
 	q.undoAt(h, nonce, a.undoOn())
+	if err := callerCtx.Err(); err != nil && !a.refused && len(a.grants)+a.cut >= q.need {
+		// The caller's context ended while servers that could still have made a majority
+		// with the grants were silent: as a call to one server that does not return in
+		// time, the attempt failed with the context's error. Reported busy because one
+		// server said another owner holds the lock, it would say the lock is held when
+		// the owner's own servers had not answered yet.
+		return acquireReply{err: err}
+	}
 	if len(a.grants) > 0 && a.busy > 0 && manner != mannerTry {
 		// A split vote: contenders that each won some servers undo at once, and the
 		// undo's announcement wakes them all together. A pause of up to a budget, drawn
@@ -977,6 +988,7 @@ type quorumAttempt struct {
 	errs     []error // per server, once one failed or refused (see fail)
 	undo     uint64  // the servers that may hold a grant of this attempt (bit i: server i)
 	failed   int     // servers that answered with an error, or not at all
+	cut      int     // of those, the servers given up when the context ended
 	refused  bool
 	pttl     int64 // the shortest TTL among the busy servers' holders, ms; -1: none
 	outcome  atomic.Int32
@@ -1062,6 +1074,9 @@ func (a *quorumAttempt) take(r nodeReply) bool {
 			a.undo |= 1 << r.i
 		}
 		a.failed++
+		if errors.Is(r.err, context.Canceled) || errors.Is(r.err, context.DeadlineExceeded) {
+			a.cut++
+		}
 	} else {
 		a.reply(r.i, ar)
 	}

@@ -1149,3 +1149,51 @@ func BenchmarkQuorumAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// TestQuorumAttemptCutByContext: an attempt whose caller's context ends before the
+// servers decided it fails with the context's error (a *RedisError, ErrUnavailable),
+// as a call to one server that does not return in time does — not with ErrLocked when
+// one server says another owner holds the lock while the owner's own servers have not
+// answered. Here the owner holds the lock on servers 0 and 1, server 2 has a leftover
+// hold of another owner (a release that has not reached it yet, on a loaded machine),
+// server 1 is paused, and a reentry through another Locker ends its context within the
+// reply budget: one reentry grant, one busy, one silent server — undecided.
+func TestQuorumAttemptCutByContext(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	a := r.locker(t, guard.TTL(10*time.Second), guard.RestartDelay(0))
+	// B's clients give up at their context's deadline: its attempts run on the caller's
+	// goroutine, which waits for the round (a Locker whose clients do not returns at the
+	// deadline with a *RedisError whatever the round does).
+	var cs []redis.UniversalClient
+	for _, s := range r.servers {
+		cs = append(cs, s.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true }))
+	}
+	b, err := guard.NewQuorum(cs, guard.TTL(10*time.Second), guard.RestartDelay(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := ctxTimeout(t, 10*time.Second)
+	le := mustAcquire(t, a, ctx, "cut")
+	defer func() { _ = le.Release(context.Background()) }()
+	c2 := r.servers[2].Client(t)
+	if err := c2.Del(ctx, lockName("cut")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := holdOn(t, r.servers[2], "cut")
+	defer func() { _ = other.Release(context.Background()) }()
+	r.servers[1].Pause(t)
+	defer r.servers[1].Resume(t)
+
+	// Within budgetMin (20 ms): the silent server is not yet counted as failed.
+	cctx, cancel := context.WithTimeout(le.Context(), 15*time.Millisecond)
+	defer cancel()
+	_, err = b.TryAcquire(cctx, "cut")
+	var re *guard.RedisError
+	if errors.Is(err, guard.ErrLocked) || !errors.As(err, &re) || !errors.Is(err, guard.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("reentry cut by its context: %v, want a *RedisError (ErrUnavailable) with context.DeadlineExceeded, not ErrLocked", err)
+	}
+	if err := le.Err(); err != nil {
+		t.Fatalf("the outer lease: %v", err)
+	}
+}
