@@ -931,6 +931,7 @@ func (q *quorum) acquireRound(ctx context.Context, h *held, nonce, manner string
 		var v any
 		var err error
 		if a.top, v, err = q.raise(callerCtx, h, nonce, a.proposal, a.grants); err == nil {
+			a.hold = h.qh
 			return acquireReply{v: v}
 		}
 		a.outcome.Store(attemptLost)
@@ -994,6 +995,12 @@ type quorumAttempt struct {
 	outcome  atomic.Int32
 	proposal int64 // the token proposed to the servers (see propose)
 	top      int64 // the hold's token, once settled
+	// hold is the hold the attempt won (h.qh as raise made it), once settled: a late
+	// grant joins this one. The acquisition may have given it back (granted too late,
+	// see Locker.waitAttempt) and won another with a later attempt, whose h.qh a late
+	// grant of this one must not touch: the undo of this attempt's nonce, sent to every
+	// server, drops the grant or has it refused.
+	hold *quorumHold
 
 	lateMu     sync.Mutex
 	settled    bool        // acquireRound is done with the attempt (see settle)
@@ -1147,19 +1154,19 @@ func (a *quorumAttempt) lateGrant(r nodeReply) {
 		// is. A release of the hold, like the undo of an acquisition given up, goes to
 		// every server with this attempt's nonce, and drops this grant or, reaching the
 		// server first, has it refused.
-		h.qh.carry.Or(1 << r.i)
+		a.hold.carry.Or(1 << r.i)
 	case err == nil && q.env.gone(h):
 		// Undone: its grant on this server came after the acquisition was given up or
 		// the hold's release reached the server, and would stay there until its TTL.
 		q.undoAt(h, nonce, onlyAt(len(a.q.nodes), r.i))
 	case late.carries(a.top, a.proposal):
-		h.qh.carry.Or(1 << r.i) // a grant after the majority's: part of the hold
+		a.hold.carry.Or(1 << r.i) // a grant after the majority's: part of the hold
 	case err == nil:
 		// A grant after the majority's: part of the hold, once told the hold's token
 		// (aside: the reply's goroutine may have others to hand on).
 		raise := func() {
 			if q.raiseOn(context.Background(), q.nodes[r.i], h, a.top) == nil {
-				h.qh.carry.Or(1 << r.i)
+				a.hold.carry.Or(1 << r.i)
 			}
 		}
 		if !q.env.aside(raise) {
