@@ -1165,7 +1165,7 @@ func (a *quorumAttempt) lateGrant(r nodeReply) {
 		// A grant after the majority's: part of the hold, once told the hold's token
 		// (aside: the reply's goroutine may have others to hand on).
 		raise := func() {
-			if q.raiseOn(context.Background(), q.nodes[r.i], h, a.top) == nil {
+			if q.raiseOn(context.Background(), q.nodes[r.i], h, a.top, nonce) == nil {
 				a.hold.carry.Or(1 << r.i)
 			}
 		}
@@ -1248,7 +1248,7 @@ func (q *quorum) raise(ctx context.Context, h *held, nonce string, proposal int6
 		reply = append(reply.([]any), string(holder))
 		q.env.rekey(h, holder)
 	}
-	errs := q.writeBack(ctx, h, top, proposal, grants)
+	errs := q.writeBack(ctx, h, nonce, top, proposal, grants)
 	carried := 0
 	h.qh = &quorumHold{nonce: nonce}
 	for _, g := range grants {
@@ -1275,7 +1275,7 @@ func (q *quorum) raise(ctx context.Context, h *held, nonce string, proposal int6
 // writeBack tells top, at once, to every granting server that does not carry it yet, and
 // returns each server's error (nil where it carries top now, or did already; nil for
 // all when none needed it).
-func (q *quorum) writeBack(ctx context.Context, h *held, top, proposal int64, grants []quorumGrant) []error {
+func (q *quorum) writeBack(ctx context.Context, h *held, nonce string, top, proposal int64, grants []quorumGrant) []error {
 	if !slices.ContainsFunc(grants, func(g quorumGrant) bool { return !g.carries(top, proposal) }) {
 		return nil
 	}
@@ -1288,7 +1288,7 @@ func (q *quorum) writeBack(ctx context.Context, h *held, top, proposal int64, gr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[g.i] = q.raiseOn(ctx, q.nodes[g.i], h, top)
+			errs[g.i] = q.raiseOn(ctx, q.nodes[g.i], h, top, nonce)
 		}()
 	}
 	wg.Wait()
@@ -1382,16 +1382,12 @@ func onlyAt(n, i int) []bool {
 	return on
 }
 
-// raiseOn gives h's hold on one server the token top (raise.lua).
-func (q *quorum) raiseOn(ctx context.Context, c *conn, h *held, top int64) error {
-	tokenField, _ := tokenFields(h)
-	holderField, holderValue := string(h.hk.owner), ""
-	if h.s.kind == KindWrite {
-		holderField, holderValue = "#W", string(h.hk.owner)
-	}
+// raiseOn gives h's hold on one server the token top (raise.lua), if the attempt with
+// nonce made or counted it there.
+func (q *quorum) raiseOn(ctx context.Context, c *conn, h *held, top int64, nonce string) error {
 	ctx, cancel := context.WithTimeout(ctx, min(q.env.timeout, h.s.ttl-h.s.driftMargin()))
 	defer cancel()
-	args := []any{nil, nil, 2, h.rk.lock, h.rk.fence, strconv.FormatInt(top, 10), tokenField, holderField, holderValue, h.args.retention}
+	args := raiseArgs(h, top, nonce)
 	n, err := c.runScript(ctx, raiseScript, args, true).Int64()
 	switch {
 	case err != nil:
@@ -1400,6 +1396,17 @@ func (q *quorum) raiseOn(ctx context.Context, c *conn, h *held, top int64) error
 		return errNotHeld
 	}
 	return nil
+}
+
+// raiseArgs returns the command line of raise.lua for h's hold, the token top and the
+// attempt with nonce (the first two slots left for the script's SHA1 and source).
+func raiseArgs(h *held, top int64, nonce string) []any {
+	tokenField, _ := tokenFields(h)
+	holderField, holderValue, nonces := string(h.hk.owner), "", string(h.hk.owner)+"#a"
+	if h.s.kind == KindWrite {
+		holderField, holderValue, nonces = "#W", string(h.hk.owner), "#Wa"
+	}
+	return []any{nil, nil, 2, h.rk.lock, h.rk.fence, strconv.FormatInt(top, 10), tokenField, holderField, holderValue, h.args.retention, nonces, nonce}
 }
 
 // undoAt undoes, aside, the attempt with nonce on the servers marked in on (all when
@@ -1727,7 +1734,7 @@ func (q *quorum) repair(h *held, i int) {
 		if err != nil || !g.acquired {
 			return
 		}
-		if g.holds > 1 || q.raiseOn(ctx, c, h, h.token) != nil || q.env.gone(h) {
+		if g.holds > 1 || q.raiseOn(ctx, c, h, h.token, nonce) != nil || q.env.gone(h) {
 			// A reentry (the owner took it there through another Locker meanwhile) is
 			// not this hold's to count; a failed write-back or a release leaves it.
 			q.undoAt(h, nonce, onlyAt(len(q.nodes), i))

@@ -7,6 +7,11 @@
 -- ARGV[3] the hash field that says who holds the lock (the owner; '#W' for a writer)
 -- ARGV[4] the value that field must have, "" for any (a writer's owner)
 -- ARGV[5] fence retention in milliseconds
+-- ARGV[6] the hash field of the hold's applied attempt nonces ('<owner>#a'; '#Wa' for a
+--         writer)
+-- ARGV[7] the nonce of the attempt whose grant is raised: a hold that this attempt did
+--         not make or count (it was undone here, and the owner holds the lock again by
+--         another attempt) is left alone
 --
 -- The token is also written to the confirmed field, the token field's name followed by
 -- 'q' ('#tq'), which only this script writes: a reentry through Redis reads the hold's
@@ -17,7 +22,9 @@
 -- The fence's last token is raised to the token when it is lower, so that this server's
 -- next token exceeds it: any majority that grants the lock next shares a server with the
 -- one that granted this hold. Returns 1 when the hold is still here and now carries the
--- token, 0 when it is not (it expired or was released meanwhile).
+-- token, 0 when it is not (it expired or was released meanwhile, or its attempt was
+-- undone here: a late write-back of an attempt given back must not lower the token of
+-- the owner's later hold).
 local lock, t = KEYS[1], ARGV[1]
 local f = redis.call('GET', KEYS[2])
 local last = f and string.match(f, '^%d+')
@@ -26,6 +33,9 @@ if not last or tonumber(last) < tonumber(t) then
 end
 local holder = redis.call('HGET', lock, ARGV[3])
 if not holder or (ARGV[4] ~= '' and holder ~= ARGV[4]) then
+  return 0
+end
+if not listed(redis.call('HGET', lock, ARGV[6]), ARGV[7]) then
   return 0
 end
 redis.call('HSET', lock, ARGV[2], t, ARGV[2] .. 'q', t)
