@@ -61,7 +61,7 @@ var guaranteeCuts = []struct {
 		file: "fence", re: regexp.MustCompile(`local s = t\[1\] \.\. string\.rep\('0', 6 - #t\[2\]\) \.\. t\[2\]`), with: "local s = '0'",
 		describe: "the clock's digits as the token's floor (the token is the fence key's last + 1)"}}},
 	{"scripts/no-acquire-nonce", "a retried acquire counts once", []scriptEdit{{
-		file: "acquire", re: regexp.MustCompile(`owner \.\. '#a', ARGV\[3\], `), with: "",
+		file: "acquire", re: regexp.MustCompile(`, owner \.\. '#a', ARGV\[3\]\)`), with: ")",
 		describe: "the attempt's nonce written into the lock hash"}}},
 	{"scripts/no-queue-pop", "a release wakes the next process queued for the lock", []scriptEdit{{
 		file: "queue", re: regexp.MustCompile(`local next = redis\.call\('LPOP', KEYS\[3\]\)`), with: "local next = false",
