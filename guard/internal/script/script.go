@@ -43,7 +43,7 @@ const MayRunOOM = "allow-oom"
 // guard about 60 ms and 9 MB of garbage before main, and a Locker needs a few of them.
 type Script struct {
 	once       sync.Once
-	make       func() string // returns the body; nil for a script made with its body
+	makeBody   func() string // returns the body; nil for a script made with its body
 	sha, src   any           // with the "#!lua" line
 	sha6, src6 any           // without it, for Redis 6.2
 	flags      string
@@ -59,9 +59,9 @@ func New(flags, body string) *Script {
 	return s
 }
 
-// lazy returns the script whose body make returns, made the first time it is needed.
-func lazy(flags string, make func() string) *Script {
-	return &Script{flags: flags, make: make}
+// lazy returns the script whose body makeBody returns, made the first time it is needed.
+func lazy(flags string, makeBody func() string) *Script {
+	return &Script{flags: flags, makeBody: makeBody}
 }
 
 // set fills in the forms of the script of body.
@@ -78,7 +78,7 @@ func (s *Script) set(body string) {
 
 // load makes a lazy script's forms, once.
 func (s *Script) load() {
-	s.once.Do(func() { s.set(s.make()) })
+	s.once.Do(func() { s.set(s.makeBody()) })
 }
 
 // common are the fragments every script is linked with, in the order their functions
