@@ -398,7 +398,13 @@ func namesOf(text string) *names {
 	if v, ok := texts.Load(text); ok {
 		return v.(*names)
 	}
-	v, _ := texts.LoadOrStore(text, &names{used: Names(text), declared: declared(text), free: free(text)})
+	nm := &names{used: Names(text), declared: declared(text)}
+	for _, n := range nm.used {
+		if !slices.Contains(nm.declared, n) {
+			nm.free = append(nm.free, n)
+		}
+	}
+	v, _ := texts.LoadOrStore(text, nm)
 	return v.(*names)
 }
 
@@ -412,19 +418,6 @@ func declared(text string) []string {
 			for _, g := range m[1:] {
 				out = append(out, name.FindAllString(g, -1)...)
 			}
-		}
-	}
-	return out
-}
-
-// free returns the names a function text uses and does not declare: those it takes from
-// where it is defined.
-func free(text string) []string {
-	var out []string
-	decl := declared(text)
-	for _, n := range Names(text) {
-		if !slices.Contains(decl, n) {
-			out = append(out, n)
 		}
 	}
 	return out
