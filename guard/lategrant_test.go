@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/fanout"
 )
 
 // TestLateGrantJoinsItsOwnHold: a grant of a won attempt that comes after the majority's
@@ -29,7 +30,7 @@ func TestLateGrantJoinsItsOwnHold(t *testing.T) {
 	} {
 		cmd := redis.NewCmd(context.Background())
 		cmd.SetVal(reply)
-		a.lateGrant(nodeReply{i: 2, v: cmd})
+		a.lateGrant(fanout.Reply{I: 2, V: cmd})
 		if got := first.carry.Load(); got != 1<<2 {
 			t.Fatalf("late grant %v: the first attempt's hold carries servers %b, want server 2", reply, got)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/fanout"
 	"github.com/guardkit/guardkit/guard/internal/feed"
 	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/redis/go-redis/v9"
@@ -32,12 +33,9 @@ type quorum struct {
 	mu      sync.Mutex
 	scripts map[*script.Script]*script.Script // acquire scripts as a quorum sends them (see wrap)
 
-	fixed    time.Duration // ReplyBudget; 0: derived from rtt
-	rtt      atomic.Int64  // smoothed round trip of a server's reply, ns
-	proposed atomic.Int64  // the last token proposed (see propose), µs
+	proposed atomic.Int64 // the last token proposed (see propose), µs
 
-	calls   chan roundCall // to an idle worker (see dispatch)
-	batches []batch        // per server (see enqueue)
+	fan *fanout.Fanout // the calls on every server at once (rounds)
 
 	honours bool     // every server's client gives up on calls at their context's deadline
 	env     storeEnv // what the quorum takes of its Locker
@@ -50,60 +48,38 @@ type quorumHold struct {
 	carry atomic.Uint64 // the servers known to carry the hold (bit i: server i)
 }
 
+// node is a quorum server's conn as the fan-out calls it (fanout.Node).
+type node struct{ c *conn }
+
+// Run runs s alone, urgent (see conn.runScript): the fan-out batches the calls itself.
+func (n node) Run(ctx context.Context, s *script.Script, args []any) *redis.Cmd {
+	return n.c.runScript(ctx, s, args, true)
+}
+
+// Legacy reports whether the server wants the scripts' plain form.
+func (n node) Legacy() bool { return n.c.legacy.Load() }
+
+// Pipeline returns a pipeline on the server's client.
+func (n node) Pipeline() redis.Pipeliner { return n.c.client.Pipeline() }
+
 // maxQuorum is the most servers a quorum Locker takes: a hold records the servers that
 // carry it in a 64-bit set (held.carry).
 const maxQuorum = 63
 
-// Bounds of the reply budget derived from round trips (see ReplyBudget).
-const (
-	budgetTrips = 8
-	budgetMin   = 20 * time.Millisecond
-)
-
-// budget returns an attempt's reply budget for a lock of the given TTL.
-func (q *quorum) budget(ttl time.Duration) time.Duration {
-	if q.fixed > 0 {
-		return q.fixed
-	}
-	return min(max(budgetTrips*time.Duration(q.rtt.Load()), budgetMin), ttl/10)
-}
-
 // patience returns how long a round waits for silent servers when the replies in hand
-// do not contest it (see ReplyBudget): 8 budgets and at least a second, within the
-// lease's validity budget (TTL minus the drift margin) — a loaded machine whose replies all
-// come late is slow, not down.
+// do not contest it (see ReplyBudget and fanout.Patience), within the lease's validity
+// budget (TTL minus the drift margin).
 func (q *quorum) patience(s *settings) time.Duration {
-	b := q.budget(s.ttl)
-	return max(min(max(budgetTrips*b, time.Second), s.ttl-s.driftMargin()), b)
-}
-
-// limits bounds a round's wait for silent servers: past budget when the replies so far
-// contest the round (see roundOps), past patience in any case; zero: no bound.
-type limits struct {
-	budget, patience time.Duration
+	return q.fan.Patience(s.ttl, s.ttl-s.driftMargin())
 }
 
 // jitter sleeps a random time below the reply budget, or until ctx ends.
 func (q *quorum) jitter(ctx context.Context, ttl time.Duration) {
-	t := time.NewTimer(rand.N(q.budget(ttl)) + 1)
+	t := time.NewTimer(rand.N(q.fan.Budget(ttl)) + 1)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
-	}
-}
-
-// observe folds a server's reply time into the smoothed round trip (weight 1/8).
-func (q *quorum) observe(d time.Duration) {
-	for {
-		old := q.rtt.Load()
-		next := int64(d)
-		if old > 0 {
-			next = old + (int64(d)-old)/8
-		}
-		if q.rtt.CompareAndSwap(old, next) {
-			return
-		}
 	}
 }
 
@@ -157,7 +133,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 	if n < 3 || n%2 == 0 || n > maxQuorum {
 		return nil, &ConfigError{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 to %d, got %d", maxQuorum, n)}
 	}
-	q := &quorum{need: n/2 + 1, scripts: make(map[*script.Script]*script.Script), calls: make(chan roundCall)}
+	q := &quorum{need: n/2 + 1, scripts: make(map[*script.Script]*script.Script)}
 	seen := make(map[string]int)
 	for i, c := range clients {
 		field := "clients[" + strconv.Itoa(i) + "]"
@@ -178,7 +154,11 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Locker, error)
 		}
 		q.nodes = append(q.nodes, &conn{client: c, honoursDeadlines: honoursDeadlines(c)})
 	}
-	q.batches = make([]batch, n)
+	fans := make([]fanout.Node, n)
+	for i, c := range q.nodes {
+		fans[i] = node{c}
+	}
+	q.fan = fanout.New(fans)
 	// Calls run inline when every server's client gives up at its context's deadline.
 	q.honours = true
 	for _, c := range q.nodes {
@@ -200,7 +180,7 @@ func (q *quorum) configure(cfg *settings, env storeEnv) error {
 	if cfg.restartDelaySet {
 		q.delay = cfg.restartDelay
 	}
-	q.fixed = cfg.replyBudget
+	q.fan.Start(env.aside, env.done, cfg.replyBudget)
 	q.mark = cfg.prefix + "quorum:ready"
 	q.env = env
 	return nil
@@ -255,7 +235,7 @@ func (q *quorum) renew(timeout time.Duration, batch []*held, ttls []time.Duratio
 func (q *quorum) inline(bool) bool { return q.honours }
 
 // autoPipelined is false: a quorum's clients are plain clients, one per server (its own
-// per-server batches keep the order of the calls: see batch).
+// per-server batches keep the order of the calls: see the fanout package).
 func (q *quorum) autoPipelined() bool { return false }
 
 // refresh does nothing: a quorum's clients each reach one server.
@@ -465,397 +445,7 @@ var (
 	errNotHeld    = errors.New("not held there")
 	errUndone     = errors.New("granted, but no majority did: undone")
 	errNoAnswer   = errors.New("no answer before the outcome was decided")
-	errSilent     = errors.New("no answer within the reply budget")
-	errNotSent    = errors.New("not sent: the attempt was over before its turn")
 )
-
-// nodeReply is one server's answer in a round.
-type nodeReply struct {
-	i   int
-	v   any
-	err error
-}
-
-// roundOps is what a round does (see round), besides its calls (scriptCall, funcCall):
-// take is handed each reply while the round is undecided, the round's lock held, and
-// reports whether it decided the round; late is handed each reply that came after, and
-// must not block (it runs on the goroutine that received the reply, which may have other
-// replies to hand on); contested reports, the lock held, whether the replies taken so
-// far contest the round (limits.budget then applies).
-type roundOps interface {
-	take(r nodeReply) bool
-	late(r nodeReply)
-	contested() bool
-}
-
-// scriptCall is a round's ops whose call on server i runs script s with args (whose
-// first two slots the call fills): the calls go out in the servers' batches (see batch),
-// and each reply is a *redis.Cmd.
-type scriptCall interface {
-	line(i int) (s *script.Script, args []any)
-}
-
-// staleCall is a scriptCall whose calls still waiting in a batch may be over: they are
-// not sent then (see send).
-type staleCall interface {
-	stale() bool
-}
-
-// funcCall is a round's ops whose call on server i is a function, made on a worker.
-type funcCall interface {
-	call(ctx context.Context, i int) (any, error)
-}
-
-// round makes ops' call on every server of the quorum at once and hands the replies to
-// ops.take, in arrival order and one at a time, until it reports the round decided;
-// replies that come later go to ops.late. A server still silent past lim (see limits) is
-// handed to take as failed (errSilent), and one still silent when ctx ends with ctx's
-// error; its reply, when it comes, goes to late. rs is the round's zero record, kept by
-// the caller. round returns once the round is decided or every server answered; the
-// calls still running go on aside (Close waits for them), and cancel is called when the
-// last one returns.
-func (q *quorum) round(ctx context.Context, cancel context.CancelFunc, lim limits, rs *roundRun, ops roundOps) {
-	nodes := q.nodes
-	rs.q, rs.cancel, rs.lim, rs.ops = q, cancel, lim, ops
-	rs.left, rs.finished, rs.start = len(nodes), make(chan struct{}), time.Now()
-	for i := range nodes {
-		if sc, ok := ops.(scriptCall); ok {
-			s, args := sc.line(i)
-			q.enqueue(i, queued{rs: rs, ctx: ctx, s: s, args: args})
-		} else if !q.dispatch(roundCall{rs: rs, ctx: ctx, i: i}) {
-			rs.one(ctx, i)
-		}
-	}
-	rs.await(ctx)
-}
-
-// roundCall is a job for a worker (see dispatch): a funcCall's call on server i in round
-// rs, or, without rs, sending server i's batches (see drain).
-type roundCall struct {
-	rs  *roundRun
-	ctx context.Context
-	i   int
-}
-
-// run does the job.
-func (c roundCall) run(q *quorum) {
-	if c.rs == nil {
-		q.drain(c.i)
-		return
-	}
-	c.rs.one(c.ctx, c.i)
-}
-
-// workerIdle is how long a worker waits for another job before it ends (see dispatch).
-const workerIdle = 250 * time.Millisecond
-
-// dispatch runs job c on an idle worker, or on a new one, and reports false, running
-// nothing, once the Locker is closed. A worker is a goroutine that Close waits for and
-// that takes the next job of any round for a while after its own: a round that started
-// a goroutine per server would grow each one's stack for the client's call, anew every
-// time, which costs more than the call itself.
-func (q *quorum) dispatch(c roundCall) bool {
-	select {
-	case q.calls <- c:
-		return true
-	default:
-	}
-	return q.env.aside(func() { q.work(c, q.env.done) })
-}
-
-// work runs job c, then the jobs dispatched to it until it has been idle for workerIdle
-// or the Locker closes (done).
-func (q *quorum) work(c roundCall, done <-chan struct{}) {
-	c.run(q)
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		select {
-		case c = <-q.calls:
-			c.run(q)
-			idle.Reset(workerIdle)
-		case <-idle.C:
-			return
-		case <-done:
-			return
-		}
-	}
-}
-
-// batch is one server's script calls waiting to go out. One batch of a server is in
-// flight at a time (maxSenders): the calls made meanwhile wait, and go out together in
-// the next, one pipeline — as many rounds in flight at once cost the client and the
-// server one write and one read each, not one per round — and the server runs the calls
-// in the order they were made.
-type batch struct {
-	mu      sync.Mutex
-	queue   []queued
-	spare   []queued // an empty queue's storage, kept for the next
-	senders int      // batches being sent (see drain)
-}
-
-// maxSenders is the most batches of one server in flight at once: with one, a server
-// gets the calls of each batch after it answered the previous one, and batches are
-// largest.
-const maxSenders = 1
-
-// queued is one script call waiting in a batch.
-type queued struct {
-	rs   *roundRun
-	ctx  context.Context
-	s    *script.Script
-	args []any
-}
-
-// enqueue puts call c on server i in its batch, and starts sending the batch unless
-// maxSenders are at it (on the caller's goroutine once the Locker is closed).
-func (q *quorum) enqueue(i int, c queued) {
-	b := &q.batches[i]
-	b.mu.Lock()
-	if b.queue == nil {
-		b.queue, b.spare = b.spare, nil
-	}
-	b.queue = append(b.queue, c)
-	start := b.senders < maxSenders
-	if start {
-		b.senders++
-	}
-	b.mu.Unlock()
-	if start && !q.dispatch(roundCall{i: i}) {
-		q.drain(i)
-	}
-}
-
-// drain sends server i's batches until its queue is empty.
-func (q *quorum) drain(i int) {
-	b := &q.batches[i]
-	var buf []queued
-	for {
-		b.mu.Lock()
-		calls := b.queue
-		if len(calls) == 0 {
-			b.senders--
-			if b.spare == nil {
-				b.spare = buf
-			}
-			b.mu.Unlock()
-			return
-		}
-		b.queue = buf
-		b.mu.Unlock()
-		q.send(i, calls)
-		clear(calls)
-		buf = calls[:0]
-	}
-}
-
-// send makes calls on server i: alone, or in one pipeline bounded by the latest of their
-// deadlines. A call whose context ended before it went out is not sent. A reply of
-// NOSCRIPT (the server does not have the script yet) makes that call again alone (see
-// runScript).
-func (q *quorum) send(i int, calls []queued) {
-	c := q.nodes[i]
-	live := 0
-	var last time.Time
-	bounded := true
-	for k, qc := range calls {
-		if err := qc.ctx.Err(); err != nil {
-			qc.rs.reply(i, nil, err)
-			continue
-		}
-		if st, ok := qc.rs.ops.(staleCall); ok && st.stale() {
-			qc.rs.reply(i, nil, errNotSent)
-			continue
-		}
-		calls[live] = calls[k]
-		live++
-		d, ok := qc.ctx.Deadline()
-		bounded = bounded && ok
-		if d.After(last) {
-			last = d
-		}
-	}
-	calls = calls[:live]
-	if live == 1 {
-		cmd := c.runScript(calls[0].ctx, calls[0].s, calls[0].args, true)
-		calls[0].rs.reply(i, cmd, cmd.Err())
-		return
-	}
-	if live == 0 {
-		return
-	}
-	ctx := context.Background()
-	if bounded {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, last)
-		defer cancel()
-	}
-	legacy := c.legacy.Load()
-	pipe := c.client.Pipeline()
-	cmds := make([]*redis.Cmd, live)
-	for k, qc := range calls {
-		sha, _ := qc.s.Form(legacy)
-		qc.args[0], qc.args[1] = "evalsha", sha
-		cmds[k] = pipe.Do(ctx, qc.args...)
-	}
-	_, _ = pipe.Exec(ctx)
-	for k, qc := range calls {
-		cmd := cmds[k]
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmd = c.runScript(qc.ctx, qc.s, qc.args, true)
-		}
-		qc.rs.reply(i, cmd, cmd.Err())
-	}
-}
-
-// roundRun is one round in progress (see round).
-type roundRun struct {
-	q      *quorum
-	cancel context.CancelFunc
-	lim    limits
-	ops    roundOps
-	start  time.Time
-
-	finished chan struct{} // closed once the round is decided
-	mu       sync.Mutex
-	decided  bool
-	overdue  bool   // past the budget: a contested round gives up on its silent servers
-	left     int    // calls still running
-	answered uint64 // the servers that answered (bit i: server i)
-}
-
-// decide hands r to take; mu is held. It reports whether the round just ended.
-func (rs *roundRun) decide(r nodeReply) bool {
-	rs.answered |= 1 << r.i
-	if rs.decided {
-		return false
-	}
-	rs.decided = rs.ops.take(r)
-	return rs.decided
-}
-
-// giveUp hands the servers still silent to take as failed with err, when the round is
-// past its patience or its context ended (all), or past its budget and contested; mu is
-// held. It reports whether the round just ended (also undecided, once every server
-// answered or was given up).
-func (rs *roundRun) giveUp(all bool, err error) bool {
-	if rs.decided || !all && !(rs.overdue && rs.ops.contested()) {
-		return false
-	}
-	for i := range rs.q.nodes {
-		if rs.answered&(1<<i) == 0 && !rs.decided {
-			rs.decide(nodeReply{i: i, err: err})
-		}
-	}
-	if all {
-		rs.decided = true
-	}
-	return rs.decided
-}
-
-// one makes the funcCall's call on server i and hands its reply on.
-func (rs *roundRun) one(ctx context.Context, i int) {
-	v, err := rs.ops.(funcCall).call(ctx, i)
-	rs.reply(i, v, err)
-}
-
-// reply hands server i's reply on: to take while the round is undecided, else to late.
-func (rs *roundRun) reply(i int, v any, err error) {
-	if err == nil {
-		rs.q.observe(time.Since(rs.start))
-	}
-	r := nodeReply{i: i, v: v, err: err}
-	rs.mu.Lock()
-	was := rs.answered&(1<<i) != 0 || rs.decided
-	ended := rs.decide(r) || rs.giveUp(false, errSilent)
-	rs.left--
-	last := rs.left == 0
-	if last && !was && !ended && !rs.decided {
-		ended, rs.decided = true, true // every server answered, undecided
-	}
-	rs.mu.Unlock()
-	if ended {
-		close(rs.finished)
-	}
-	if was {
-		rs.ops.late(r)
-	}
-	if last {
-		rs.cancel()
-	}
-}
-
-// timeUp marks the round past its budget (or its patience or context, all set) and gives
-// up what that allows, with err.
-func (rs *roundRun) timeUp(all bool, err error) {
-	rs.mu.Lock()
-	was := rs.decided
-	rs.overdue = true
-	ended := !was && rs.giveUp(all, err)
-	rs.mu.Unlock()
-	if ended {
-		close(rs.finished)
-	}
-}
-
-// await returns once the round is decided: by its replies, by its limits, or by the end
-// of ctx, its calls' context — a call that waits in a batch (see batch) does not end
-// with it, and the servers still silent are then given up with its error.
-func (rs *roundRun) await(ctx context.Context) {
-	lim := rs.lim
-	var budget, patience <-chan time.Time
-	if lim.budget > 0 && lim.budget < lim.patience {
-		t := getTimer(lim.budget)
-		defer putTimer(t)
-		budget = t.C
-	}
-	if lim.patience > 0 {
-		t := getTimer(lim.patience)
-		defer putTimer(t)
-		patience = t.C
-	}
-	done := ctx.Done()
-	for {
-		select {
-		case <-rs.finished:
-			return
-		case <-budget:
-			budget = nil
-			rs.timeUp(false, errSilent)
-		case <-patience:
-			patience = nil
-			rs.timeUp(true, errSilent)
-		case <-done:
-			done = nil
-			rs.timeUp(true, ctx.Err())
-		}
-	}
-}
-
-// timers are stopped timers for rounds to wait with (see getTimer).
-var timers sync.Pool
-
-// getTimer returns a timer that fires after d, from timers when one is there; putTimer
-// stops it and gives it back.
-func getTimer(d time.Duration) *time.Timer {
-	if t, ok := timers.Get().(*time.Timer); ok {
-		t.Reset(d)
-		return t
-	}
-	return time.NewTimer(d)
-}
-
-func putTimer(t *time.Timer) {
-	if !t.Stop() {
-		// Fired, and maybe not received: a program built for Go before 1.23 keeps the
-		// value in the channel, where the next user would find it.
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-	timers.Put(t)
-}
 
 // quorumGrant is one server's grant in an attempt.
 type quorumGrant struct {
@@ -925,7 +515,7 @@ func (q *quorum) acquireRound(ctx context.Context, h *held, nonce, manner string
 	callerCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, h.s.ttl-h.s.driftMargin())
 	defer a.settle()
-	q.round(ctx, cancel, limits{q.budget(h.s.ttl), q.patience(h.s)}, &a.rs, a)
+	q.fan.Round(ctx, cancel, fanout.Limits{Budget: q.fan.Budget(h.s.ttl), Patience: q.patience(h.s)}, &a.rs, a)
 
 	if a.outcome.Load() == attemptWon {
 		var v any
@@ -976,9 +566,9 @@ func (q *quorum) newAttempt(h *held, nonce, manner string) *quorumAttempt {
 }
 
 // quorumAttempt is one attempt of acquireRound in progress: the replies taken so far.
-// take runs under the round's lock; late runs once the attempt is settled.
+// Take runs under the round's lock; Late runs once the attempt is settled.
 type quorumAttempt struct {
-	rs       roundRun
+	rs       fanout.Run
 	q        *quorum
 	h        *held
 	nonce    string
@@ -1003,21 +593,22 @@ type quorumAttempt struct {
 	hold *quorumHold
 
 	lateMu     sync.Mutex
-	settled    bool        // acquireRound is done with the attempt (see settle)
-	pending    []nodeReply // late replies that came before (in pendingBuf)
-	pendingBuf [4]nodeReply
+	settled    bool           // acquireRound is done with the attempt (see settle)
+	pending    []fanout.Reply // late replies that came before (in pendingBuf)
+	pendingBuf [4]fanout.Reply
 
 	replied, confirmed, proposed, held, busy int
 }
 
-// line returns the script and command line of the attempt on server i (see scriptCall).
-func (a *quorumAttempt) line(i int) (*script.Script, []any) {
+// Line returns the script and command line of the attempt on server i (see
+// fanout.ScriptCall).
+func (a *quorumAttempt) Line(i int) (*script.Script, []any) {
 	return a.script, a.lines[i*a.width : (i+1)*a.width : (i+1)*a.width]
 }
 
-// late handles a reply that came after the attempt was decided (see lateGrant): at once
+// Late handles a reply that came after the attempt was decided (see lateGrant): at once
 // once the attempt is settled, else when it is (see settle).
-func (a *quorumAttempt) late(r nodeReply) {
+func (a *quorumAttempt) Late(r fanout.Reply) {
 	a.lateMu.Lock()
 	if !a.settled {
 		a.pending = append(a.pending, r)
@@ -1041,15 +632,16 @@ func (a *quorumAttempt) settle() {
 	}
 }
 
-// stale reports whether the attempt is over — it lost, or its acquisition was given up
+// Stale reports whether the attempt is over — it lost, or its acquisition was given up
 // or its hold released — so that its calls still waiting in a batch are not sent: their
-// undo, or the hold's release, may have reached the server before them (see batch).
-func (a *quorumAttempt) stale() bool {
+// undo, or the hold's release, may have reached the server before them (a server's
+// batches keep its calls in order).
+func (a *quorumAttempt) Stale() bool {
 	return a.outcome.Load() == attemptLost || a.q.env.gone(a.h)
 }
 
-// contested reports whether another owner's hold, or a refusal, contests the attempt.
-func (a *quorumAttempt) contested() bool { return a.busy > 0 || a.refused }
+// Contested reports whether another owner's hold, or a refusal, contests the attempt.
+func (a *quorumAttempt) Contested() bool { return a.busy > 0 || a.refused }
 
 // fail records what server i answered instead of a grant.
 func (a *quorumAttempt) fail(i int, err error) {
@@ -1068,24 +660,24 @@ func (a *quorumAttempt) undoOn() []bool {
 	return on
 }
 
-// take records one server's reply and reports whether the attempt is decided.
-func (a *quorumAttempt) take(r nodeReply) bool {
+// Take records one server's reply and reports whether the attempt is decided.
+func (a *quorumAttempt) Take(r fanout.Reply) bool {
 	a.replied++
 	var ar attemptReply
-	if r.err == nil {
-		ar, r.err = parseAttempt(r.v.(*redis.Cmd))
+	if r.Err == nil {
+		ar, r.Err = parseAttempt(r.V.(*redis.Cmd))
 	}
-	if r.err != nil {
-		a.fail(r.i, r.err)
-		if !isServerError(r.err) {
-			a.undo |= 1 << r.i
+	if r.Err != nil {
+		a.fail(r.I, r.Err)
+		if !isServerError(r.Err) {
+			a.undo |= 1 << r.I
 		}
 		a.failed++
-		if errors.Is(r.err, context.Canceled) || errors.Is(r.err, context.DeadlineExceeded) {
+		if errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded) {
 			a.cut++
 		}
 	} else {
-		a.reply(r.i, ar)
+		a.reply(r.I, ar)
 	}
 	// A hold the owner has on a majority already is a reentry: its servers confirmed its
 	// token, or hold it and one of them confirmed the token (the others' write-back may
@@ -1141,32 +733,32 @@ func (a *quorumAttempt) reply(i int, r attemptReply) {
 
 // lateGrant handles a reply to the attempt that came after it was decided, once it is
 // settled.
-func (a *quorumAttempt) lateGrant(r nodeReply) {
+func (a *quorumAttempt) lateGrant(r fanout.Reply) {
 	q, h, nonce := a.q, a.h, a.nonce
 	late, granted, err := lateOutcome(r)
 	switch {
-	case err == errNotSent, err != nil && isServerError(err), err == nil && !granted:
+	case err == fanout.ErrNotSent, err != nil && isServerError(err), err == nil && !granted:
 	case a.outcome.Load() == attemptLost:
-		q.undoAt(h, nonce, onlyAt(len(a.q.nodes), r.i)) // the attempt lost: undone
+		q.undoAt(h, nonce, onlyAt(len(a.q.nodes), r.I)) // the attempt lost: undone
 	case err == nil && late.holds == 1 && late.carries(a.top, a.proposal):
 		// A fresh grant after the majority's that took the proposal that became the
 		// hold's token: part of the hold (renewed and released with the others) as it
 		// is. A release of the hold, like the undo of an acquisition given up, goes to
 		// every server with this attempt's nonce, and drops this grant or, reaching the
 		// server first, has it refused.
-		a.hold.carry.Or(1 << r.i)
+		a.hold.carry.Or(1 << r.I)
 	case err == nil && q.env.gone(h):
 		// Undone: its grant on this server came after the acquisition was given up or
 		// the hold's release reached the server, and would stay there until its TTL.
-		q.undoAt(h, nonce, onlyAt(len(a.q.nodes), r.i))
+		q.undoAt(h, nonce, onlyAt(len(a.q.nodes), r.I))
 	case late.carries(a.top, a.proposal):
-		a.hold.carry.Or(1 << r.i) // a grant after the majority's: part of the hold
+		a.hold.carry.Or(1 << r.I) // a grant after the majority's: part of the hold
 	case err == nil:
 		// A grant after the majority's: part of the hold, once told the hold's token
 		// (aside: the reply's goroutine may have others to hand on).
 		raise := func() {
-			if q.raiseOn(context.Background(), q.nodes[r.i], h, a.top, nonce) == nil {
-				a.hold.carry.Or(1 << r.i)
+			if q.raiseOn(context.Background(), q.nodes[r.I], h, a.top, nonce) == nil {
+				a.hold.carry.Or(1 << r.I)
 			}
 		}
 		if !q.env.aside(raise) {
@@ -1178,11 +770,11 @@ func (a *quorumAttempt) lateGrant(r nodeReply) {
 // lateOutcome decodes a reply r that came after its attempt was decided: the grant it
 // carries, whether it granted, and the call's error (the transport's, or a reply that
 // could not be read), nil when the reply was read.
-func lateOutcome(r nodeReply) (late quorumGrant, granted bool, err error) {
-	if r.err != nil {
-		return quorumGrant{}, false, r.err
+func lateOutcome(r fanout.Reply) (late quorumGrant, granted bool, err error) {
+	if r.Err != nil {
+		return quorumGrant{}, false, r.Err
 	}
-	ar, err := parseAttempt(r.v.(*redis.Cmd))
+	ar, err := parseAttempt(r.V.(*redis.Cmd))
 	if err != nil {
 		return quorumGrant{}, false, err
 	}
@@ -1454,7 +1046,7 @@ func (q *quorum) releaseAll(ctx context.Context, h *held, nonce string) (release
 		d = time.Now().Add(q.env.timeout)
 	}
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), d)
-	q.round(rctx, cancel, limits{patience: q.patience(h.s)}, &rr.rs, rr)
+	q.fan.Round(rctx, cancel, fanout.Limits{Patience: q.patience(h.s)}, &rr.rs, rr)
 	if rr.ok < q.need {
 		errs := make([]error, n)
 		for i := range errs {
@@ -1467,7 +1059,7 @@ func (q *quorum) releaseAll(ctx context.Context, h *held, nonce string) (release
 
 // releaseRound is one release of releaseAll in progress: the replies taken so far.
 type releaseRound struct {
-	rs       roundRun
+	rs       fanout.Run
 	q        *quorum
 	h        *held
 	lines    []any // each server's command line, width long, one after the other
@@ -1483,52 +1075,53 @@ type releaseSlot struct {
 	err  error
 }
 
-// line returns the script and command line of the release on server i (see scriptCall).
-func (rr *releaseRound) line(i int) (*script.Script, []any) {
+// Line returns the script and command line of the release on server i (see
+// fanout.ScriptCall).
+func (rr *releaseRound) Line(i int) (*script.Script, []any) {
 	w := rr.width
 	return rr.h.s.spec.release, rr.lines[i*w : (i+1)*w : (i+1)*w]
 }
 
-// take records one server's reply and reports whether the release is decided.
-func (rr *releaseRound) take(r nodeReply) bool {
-	rr.carriers &^= 1 << r.i
-	rr.late(r)
+// Take records one server's reply and reports whether the release is decided.
+func (rr *releaseRound) Take(r fanout.Reply) bool {
+	rr.carriers &^= 1 << r.I
+	rr.Late(r)
 	var code releaseReply
-	if r.err == nil {
-		code, r.err = decodeRelease(r.v.(*redis.Cmd))
+	if r.Err == nil {
+		code, r.Err = decodeRelease(r.V.(*redis.Cmd))
 	}
-	if r.err != nil {
-		rr.slots[r.i].err = r.err
+	if r.Err != nil {
+		rr.slots[r.I].err = r.Err
 		rr.ko++
 	} else {
-		rr.slots[r.i].code = code
+		rr.slots[r.I].code = code
 		rr.ok++
 	}
 	need := rr.q.need
 	return rr.ok >= need && rr.carriers == 0 || rr.ko > len(rr.slots)-need
 }
 
-// late sends the release once more, aside, to a server whose call failed without its
+// Late sends the release once more, aside, to a server whose call failed without its
 // answer (a timeout: the command may have been dropped with its connection), with the
 // same nonce, which makes it a no-op where the first one ran: a hold count left there
 // would outlive the release until its TTL. That is also so of a server not yet known to
 // carry the hold: a grant of the winning attempt that answered late may be there (see
 // lateGrant).
-func (rr *releaseRound) late(r nodeReply) {
-	if r.err != nil && r.err != errSilent && !isServerError(r.err) {
+func (rr *releaseRound) Late(r fanout.Reply) {
+	if r.Err != nil && r.Err != fanout.ErrSilent && !isServerError(r.Err) {
 		// A line of its own: the first call may still be on its way (given up when the
 		// round's context ended), its first two slots being filled.
 		w := rr.width
 		line := make([]any, w)
-		copy(line[2:], rr.lines[r.i*w+2:(r.i+1)*w])
-		rr.q.each(onlyAt(len(rr.slots), r.i), false, func(ctx context.Context, c *conn) error {
+		copy(line[2:], rr.lines[r.I*w+2:(r.I+1)*w])
+		rr.q.each(onlyAt(len(rr.slots), r.I), false, func(ctx context.Context, c *conn) error {
 			return c.runScript(ctx, rr.h.s.spec.release, line, true).Err()
 		})
 	}
 }
 
-// contested is false: a release waits out its patience.
-func (rr *releaseRound) contested() bool { return false }
+// Contested is false: a release waits out its patience.
+func (rr *releaseRound) Contested() bool { return false }
 
 // mergeRelease merges the servers' release replies (those without an error) into one:
 // still held where a majority still holds it, else freed (with the turn's news, when a
@@ -1597,18 +1190,18 @@ func (q *quorum) renewAt(timeout time.Duration, batch []*held, idx []int, ttls [
 	}
 	// A server that reports the hold gone after the renewal was decided is repaired too.
 	var lateMu sync.Mutex
-	late := func(nr nodeReply) {
-		g := nr.v.(*renewGroup)
+	late := func(nr fanout.Reply) {
+		g := nr.V.(*renewGroup)
 		for k, i := range g.idx {
 			if v, err := g.cmds[k].Int64(); err == nil && v != 1 && errs[i] == nil {
 				lateMu.Lock()
-				q.repair(batch[i], nr.i)
+				q.repair(batch[i], nr.I)
 				lateMu.Unlock()
 			}
 		}
 	}
-	var rs roundRun
-	q.round(ctx, cancel, limits{}, &rs, funcOps{callF: call, takeF: qr.take, lateF: late, q: q})
+	var rs fanout.Run
+	q.fan.Round(ctx, cancel, fanout.Limits{}, &rs, funcOps{callF: call, takeF: qr.Take, lateF: late, q: q})
 	// The servers that reported a renewed hold gone get it back.
 	for _, i := range idx {
 		if errs[i] != nil {
@@ -1622,18 +1215,25 @@ func (q *quorum) renewAt(timeout time.Duration, batch []*held, idx []int, ttls [
 	}
 }
 
-// funcOps is a round's ops made of functions, never contested.
+// funcOps is a round's ops made of functions, never contested (fanout.FuncCall).
 type funcOps struct {
 	callF func(context.Context, *conn) (any, error)
-	takeF func(nodeReply) bool
-	lateF func(nodeReply)
+	takeF func(fanout.Reply) bool
+	lateF func(fanout.Reply)
 	q     *quorum
 }
 
-func (f funcOps) call(ctx context.Context, i int) (any, error) { return f.callF(ctx, f.q.nodes[i]) }
-func (f funcOps) take(r nodeReply) bool                        { return f.takeF(r) }
-func (f funcOps) late(r nodeReply)                             { f.lateF(r) }
-func (f funcOps) contested() bool                              { return false }
+// Call runs callF on server i's conn.
+func (f funcOps) Call(ctx context.Context, i int) (any, error) { return f.callF(ctx, f.q.nodes[i]) }
+
+// Take hands r to takeF.
+func (f funcOps) Take(r fanout.Reply) bool { return f.takeF(r) }
+
+// Late hands r to lateF.
+func (f funcOps) Late(r fanout.Reply) { f.lateF(r) }
+
+// Contested is false: the round waits out its patience.
+func (f funcOps) Contested() bool { return false }
 
 // quorumRenewal is one batch's renewal on a quorum in progress (see renewAt): per
 // lease of the batch, the servers' answers so far.
@@ -1649,13 +1249,13 @@ type quorumRenewal struct {
 	open    int       // how many are pending
 }
 
-// take records one server's replies and reports whether every lease is decided.
-func (qr *quorumRenewal) take(nr nodeReply) bool {
-	g, _ := nr.v.(*renewGroup)
+// Take records one server's replies and reports whether every lease is decided.
+func (qr *quorumRenewal) Take(nr fanout.Reply) bool {
+	g, _ := nr.V.(*renewGroup)
 	if g == nil { // given up: the round's context ended
 		for i, pending := range qr.pending {
 			if pending {
-				qr.record(i, nr.i, 0, nr.err)
+				qr.record(i, nr.I, 0, nr.Err)
 			}
 		}
 		return qr.open == 0
@@ -1663,7 +1263,7 @@ func (qr *quorumRenewal) take(nr nodeReply) bool {
 	for k, i := range g.idx {
 		if qr.pending[i] {
 			v, err := g.cmds[k].Int64()
-			qr.record(i, nr.i, v, err)
+			qr.record(i, nr.I, v, err)
 		}
 	}
 	return qr.open == 0
