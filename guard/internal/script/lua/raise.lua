@@ -31,11 +31,12 @@ local last = f and string.match(f, '^%d+')
 if not last or tonumber(last) < tonumber(t) then
   put_token(f, last, t, ARGV[5])
 end
-local holder = redis.call('HGET', lock, ARGV[3])
+local v = redis.call('HMGET', lock, ARGV[3], ARGV[6])
+local holder = v[1]
 if not holder or (ARGV[4] ~= '' and holder ~= ARGV[4]) then
   return 0
 end
-if not listed(redis.call('HGET', lock, ARGV[6]), ARGV[7]) then
+if not listed(v[2], ARGV[7]) then
   return 0
 end
 redis.call('HSET', lock, ARGV[2], t, ARGV[2] .. 'q', t)
