@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -156,20 +157,49 @@ func lateReply(t *testing.T, v *vote) fanout.Reply {
 	}
 }
 
-// A round returns once a majority decided it; the silent server's reply, when it comes,
-// goes to Late, and the round's cancel runs after that last call.
-func TestRoundDecidedByMajority(t *testing.T) {
+// funcFanout returns a Fanout over three servers of function rounds, its owner closed
+// at the test's end.
+func funcFanout(t *testing.T) *fanout.Fanout {
 	o := newOwner(t)
 	f := fanout.New(funcNodes(3))
 	f.Start(o.aside, o.done, 0)
-	hold, release := gate(t)
-	v := newVote(2, 3)
-	v.call = func(_ context.Context, i int) (any, error) {
-		if i == 2 {
+	return f
+}
+
+// answers returns a call that answers server i with i, once hold opens for the servers
+// in held.
+func answers(hold <-chan struct{}, held ...int) func(context.Context, int) (any, error) {
+	return func(_ context.Context, i int) (any, error) {
+		if slices.Contains(held, i) {
 			<-hold
 		}
 		return i, nil
 	}
+}
+
+// givenUp fails t unless Take's last reply gave server i up with ErrSilent.
+func givenUp(t *testing.T, v *vote, i int) {
+	t.Helper()
+	if got := v.taken[len(v.taken)-1]; got.I != i || !errors.Is(got.Err, fanout.ErrSilent) {
+		t.Fatalf("Take's last reply %+v, want server %d given up with ErrSilent", got, i)
+	}
+}
+
+// lateFrom fails t unless the next late reply is server i's, without error.
+func lateFrom(t *testing.T, v *vote, i int) {
+	t.Helper()
+	if r := lateReply(t, v); r.I != i || r.Err != nil {
+		t.Fatalf("late reply %+v, want server %d's", r, i)
+	}
+}
+
+// A round returns once a majority decided it; the silent server's reply, when it comes,
+// goes to Late, and the round's cancel runs after that last call.
+func TestRoundDecidedByMajority(t *testing.T) {
+	f := funcFanout(t)
+	hold, release := gate(t)
+	v := newVote(2, 3)
+	v.call = answers(hold, 2)
 	var rs fanout.Run
 	returned, last := round(context.Background(), f, fanout.Limits{}, &rs, v)
 	wait(t, returned, "the round decided by servers 0 and 1")
@@ -191,9 +221,7 @@ func TestRoundDecidedByMajority(t *testing.T) {
 // A contested round gives its silent servers up once the budget has passed (ErrSilent);
 // their replies still go to Late.
 func TestContestedRoundGivesUpAtBudget(t *testing.T) {
-	o := newOwner(t)
-	f := fanout.New(funcNodes(3))
-	f.Start(o.aside, o.done, 0)
+	f := funcFanout(t)
 	hold, release := gate(t)
 	v := newVote(2, 3)
 	v.call = func(_ context.Context, i int) (any, error) {
@@ -208,23 +236,16 @@ func TestContestedRoundGivesUpAtBudget(t *testing.T) {
 	var rs fanout.Run
 	returned, last := round(context.Background(), f, fanout.Limits{Budget: 10 * time.Millisecond, Patience: time.Hour}, &rs, v)
 	wait(t, returned, "a contested round past its budget")
-	got := v.taken[len(v.taken)-1]
-	if got.I != 2 || !errors.Is(got.Err, fanout.ErrSilent) {
-		t.Fatalf("Take's last reply %+v, want server 2 given up with ErrSilent", got)
-	}
+	givenUp(t, v, 2)
 	release()
-	if r := lateReply(t, v); r.I != 2 || r.Err != nil {
-		t.Fatalf("late reply %+v, want server 2's", r)
-	}
+	lateFrom(t, v, 2)
 	wait(t, last, "the round's cancel")
 }
 
 // An uncontested round waits for a server that answers after the budget: slow is not
 // down.
 func TestUncontestedRoundWaitsPastBudget(t *testing.T) {
-	o := newOwner(t)
-	f := fanout.New(funcNodes(3))
-	f.Start(o.aside, o.done, 0)
+	f := funcFanout(t)
 	v := newVote(3, 3)
 	v.call = func(_ context.Context, i int) (any, error) {
 		if i == 2 {
@@ -243,44 +264,26 @@ func TestUncontestedRoundWaitsPastBudget(t *testing.T) {
 
 // Past its patience a round gives its silent servers up, contested or not.
 func TestRoundGivesUpAtPatience(t *testing.T) {
-	o := newOwner(t)
-	f := fanout.New(funcNodes(3))
-	f.Start(o.aside, o.done, 0)
+	f := funcFanout(t)
 	hold, release := gate(t)
 	v := newVote(3, 3)
-	v.call = func(_ context.Context, i int) (any, error) {
-		if i == 2 {
-			<-hold
-		}
-		return i, nil
-	}
+	v.call = answers(hold, 2)
 	var rs fanout.Run
 	returned, last := round(context.Background(), f, fanout.Limits{Budget: 10 * time.Millisecond, Patience: 50 * time.Millisecond}, &rs, v)
 	wait(t, returned, "an uncontested round past its patience")
-	if got := v.taken[len(v.taken)-1]; got.I != 2 || !errors.Is(got.Err, fanout.ErrSilent) {
-		t.Fatalf("Take's last reply %+v, want server 2 given up with ErrSilent", got)
-	}
+	givenUp(t, v, 2)
 	release()
-	if r := lateReply(t, v); r.I != 2 || r.Err != nil {
-		t.Fatalf("late reply %+v, want server 2's", r)
-	}
+	lateFrom(t, v, 2)
 	wait(t, last, "the round's cancel")
 }
 
 // A round whose context ends hands its silent servers to Take with the context's error;
 // a call that ignores its context still reports to Late.
 func TestRoundEndsWithContext(t *testing.T) {
-	o := newOwner(t)
-	f := fanout.New(funcNodes(3))
-	f.Start(o.aside, o.done, 0)
+	f := funcFanout(t)
 	hold, release := gate(t)
 	v := newVote(2, 3)
-	v.call = func(_ context.Context, i int) (any, error) {
-		if i > 0 {
-			<-hold // a client that does not give up at its context's end
-		}
-		return i, nil
-	}
+	v.call = answers(hold, 1, 2) // a client that does not give up at its context's end
 	ctx, cancel := context.WithCancel(context.Background())
 	var rs fanout.Run
 	returned, last := round(ctx, f, fanout.Limits{Patience: time.Hour}, &rs, v)
