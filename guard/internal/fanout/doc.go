@@ -1,6 +1,8 @@
 // Package fanout makes one call on every one of a set of independent servers at once,
 // and hands the replies to the caller's decision one at a time, for guard's quorum
-// Locker (guard.NewQuorum): it is the quorum's only way to reach its servers.
+// Locker (guard.NewQuorum): its acquisitions, releases and renewals are rounds of a
+// Fanout. (The calls that need no decision — an undo, a repair, a release sent again to
+// one server — run aside on that server alone, and Inspect reads every server itself.)
 //
 // A round (Fanout.Round) sends its call to every server and hands each reply to
 // Ops.Take, in arrival order, under the round's lock, until Take reports the round
