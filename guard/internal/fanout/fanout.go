@@ -60,9 +60,6 @@ func (f *Fanout) Start(aside func(fn func()) bool, done <-chan struct{}, budget 
 	f.aside, f.done, f.fixed = aside, done, budget
 }
 
-// Len returns the number of servers.
-func (f *Fanout) Len() int { return len(f.nodes) }
-
 // Bounds of the reply budget derived from round trips (see Budget).
 const (
 	budgetTrips = 8

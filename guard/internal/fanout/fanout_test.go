@@ -354,11 +354,9 @@ func TestBudgetAndPatience(t *testing.T) {
 	}
 }
 
-// clientNode is a server of the script rounds, with its round trips counted.
-type clientNode struct {
-	c     *redis.Client
-	trips *atomic.Int64
-}
+// clientNode is a server of the script rounds (its client counts its round trips:
+// tripCounter).
+type clientNode struct{ c *redis.Client }
 
 func (n clientNode) Run(ctx context.Context, s *script.Script, args []any) *redis.Cmd {
 	sha, src := s.Form(false)
@@ -406,7 +404,7 @@ func scriptNodes(t *testing.T, servers []*redistest.Server) ([]fanout.Node, []*a
 		trips[i] = new(atomic.Int64)
 		c := s.Client(t)
 		c.AddHook(tripCounter{trips[i]})
-		nodes[i] = clientNode{c: c, trips: trips[i]}
+		nodes[i] = clientNode{c}
 	}
 	return nodes, trips
 }
