@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
-	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 )
 
@@ -51,13 +50,13 @@ import (
 func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServerInterceptor {
 	s := mustServer(locker, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, tok, rej := s.accept(ctx)
+		ctx, rej := s.accept(ctx)
 		r := s.match(info.FullMethod)
 		if r == nil {
 			return handler(ctx, req)
 		}
 		var resp any
-		err := s.guard(ctx, r, &call{ctx: ctx, method: info.FullMethod, req: req}, tok, rej, func(ctx context.Context) (err error) {
+		err := s.guard(ctx, r, &call{ctx: ctx, method: info.FullMethod, req: req}, rej, func(ctx context.Context) (err error) {
 			resp, err = handler(ctx, req)
 			return err
 		})
@@ -83,7 +82,7 @@ func UnaryServerInterceptor(locker *guard.Locker, opts ...Option) grpc.UnaryServ
 func StreamServerInterceptor(locker *guard.Locker, opts ...Option) grpc.StreamServerInterceptor {
 	s := mustServer(locker, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, tok, rej := s.accept(ss.Context())
+		ctx, rej := s.accept(ss.Context())
 		r := s.match(info.FullMethod)
 		if r == nil {
 			if ctx != ss.Context() {
@@ -91,7 +90,7 @@ func StreamServerInterceptor(locker *guard.Locker, opts ...Option) grpc.StreamSe
 			}
 			return handler(srv, ss)
 		}
-		return s.guard(ctx, r, &call{ctx: ctx, method: info.FullMethod}, tok, rej, func(ctx context.Context) error {
+		return s.guard(ctx, r, &call{ctx: ctx, method: info.FullMethod}, rej, func(ctx context.Context) error {
 			return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
 		})
 	}
@@ -161,30 +160,24 @@ func newServer(locker *guard.Locker, opts []Option) (*server, error) {
 
 // invocation is one guarded RPC as it passes through its rule's lock.
 type invocation struct {
-	run    func(context.Context) error
-	signer *ctxid.Signer
-	token  string // the inbound token the owner was accepted from, if any
-	herr   error  // the handler's own error, kept aside so that Run's error is guard's
+	run  func(context.Context) error
+	herr error // the handler's own error, kept aside so that Run's error is guard's
 }
 
 // handle is the function every rule's lock runs: it hands the handler the lease's
-// context and keeps the handler's error.
+// context as it is, and keeps the handler's error. That context carries the lease's
+// section, within the owner the inbound token vouched for, and the token's hop count
+// (ctxid.Enter keeps it), so the handler's own guarded calls reenter the lock and an
+// outgoing call counts one more hop. Nothing is read from the token again: accepting it
+// a second time would put its owner, who does not hold the lock, in the section's place.
 func (inv *invocation) handle(ctx context.Context) error {
-	if inv.token != "" && ctxid.HopsFromContext(ctx) == 0 {
-		// The lease's context re-attaches the owner with a hop count of zero; put back
-		// the count the token carried, so that MaxHops bounds chains of guarded hops.
-		if owned, _, err := inv.signer.Accept(ctx, inv.token); err == nil {
-			ctx = owned
-		}
-	}
 	inv.herr = inv.run(ctx)
 	return nil
 }
 
-// guard runs run under r's lock for c and maps the outcome to a gRPC status. token is the
-// inbound token the owner in ctx was accepted from, rej the inbound token that was
-// refused; at most one is set.
-func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej *rejection, run func(context.Context) error) error {
+// guard runs run under r's lock for c and maps the outcome to a gRPC status. rej is the
+// inbound token that was refused, if any.
+func (s *server) guard(ctx context.Context, r *rule, c *call, rej *rejection, run func(context.Context) error) error {
 	m := mapping{method: c.method}
 	key, err := r.key.Render(c)
 	if err != nil {
@@ -193,7 +186,7 @@ func (s *server) guard(ctx context.Context, r *rule, c *call, token string, rej 
 	if s.o.exposeKey {
 		m.key = key
 	}
-	inv := &invocation{run: run, signer: s.o.signer, token: token}
+	inv := &invocation{run: run}
 	ran, err := r.run(ctx, key, inv.handle)
 	switch {
 	case !ran:

@@ -23,12 +23,12 @@ type rejection struct {
 	err    error  // matches ctxid.ErrUntrusted, and the ctxid reason when there is one
 }
 
-// accept returns ctx carrying the caller's owner, and the token that vouched for it, when
-// the caller is trusted and sent exactly one token that verifies. Otherwise it returns
-// ctx as it is, so that the lock is taken for a fresh owner, and, when the caller sent a
+// accept returns ctx carrying the caller's owner and the token's hop count when the
+// caller is trusted and sent exactly one token that verifies. Otherwise it returns ctx
+// as it is, so that the lock is taken for a fresh owner, and, when the caller sent a
 // token under the metadata key, why it was refused; that is also recorded as an event
-// on the RPC's span.
-func (s *server) accept(ctx context.Context) (context.Context, string, *rejection) {
+// on the RPC's span. A token is read here once per RPC, whatever its hop count.
+func (s *server) accept(ctx context.Context) (context.Context, *rejection) {
 	toks := metadata.ValueFromIncomingContext(ctx, s.o.mdKey)
 	var rej *rejection
 	if len(toks) > 0 && s.o.trustedPeer != nil && !s.o.trustedPeer(ctx) {
@@ -36,9 +36,9 @@ func (s *server) accept(ctx context.Context) (context.Context, string, *rejectio
 		rej = &rejection{reason: rejectUntrustedPeer,
 			err: fmt.Errorf("%w: the caller is not a trusted peer (WithTrustedPeer)", ctxid.ErrUntrusted)}
 	} else {
-		owned, tok, ref := s.o.signer.Inbound(ctx, fmt.Sprintf("metadata %q", s.o.mdKey), toks)
+		owned, _, ref := s.o.signer.Inbound(ctx, fmt.Sprintf("metadata %q", s.o.mdKey), toks)
 		if ref == nil {
-			return owned, tok, nil
+			return owned, nil
 		}
 		rej = &rejection{reason: ref.Reason, err: ref}
 		if ref.Reason == ctxid.RefusedNoSigner {
@@ -47,5 +47,5 @@ func (s *server) accept(ctx context.Context) (context.Context, string, *rejectio
 	}
 	trace.SpanFromContext(ctx).AddEvent("guard.owner_rejected",
 		trace.WithAttributes(attribute.String("guard.reason", rej.reason)))
-	return ctx, "", rej
+	return ctx, rej
 }

@@ -2,6 +2,8 @@ package interceptor_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -190,4 +192,99 @@ func TestCrossServiceReentry(t *testing.T) {
 			t.Fatalf("B saw %+v, want reentry through x-lock-owner only", b)
 		}
 	})
+}
+
+// A hand-made token with 0 hops is an owner like one the client interceptor sends
+// (1 hop): the handler runs in the lease's section, within the token's owner, and a
+// guarded call of its own on the rule's key reenters, over a unary and a streaming RPC.
+// The server once re-accepted a 0-hop token inside the handler, replacing the lease's
+// section with the token's owner, which does not hold the lock, so that call was busy.
+func TestZeroHopTokenReenters(t *testing.T) {
+	srv := redistest.Start(t)
+	locker, _ := newLocker(t, srv)
+	signer := newSigner(t, []ctxid.Key{keyCurrent})
+
+	type inside struct {
+		owner, section ctxid.ID // the handler's owner, the lease's section
+		hops           int
+		nested         error // guard.Do on the rule's key from the handler
+		nestedReenters bool
+	}
+	seen := make(chan inside, 1)
+	look := func(ctx context.Context, key string) {
+		var in inside
+		in.owner, _ = ctxid.FromContext(ctx)
+		in.hops = ctxid.HopsFromContext(ctx)
+		if le, ok := guard.LeaseFromContext(ctx); ok {
+			in.section = le.Owner()
+		}
+		in.nested = guard.Do(ctx, func(ctx context.Context) error {
+			le, ok := guard.LeaseFromContext(ctx)
+			in.nestedReenters = ok && le.Reentrant()
+			return nil
+		}, guard.Use(locker), guard.Key(key), guard.Retry(guard.NoRetry()))
+		seen <- in
+	}
+	hold := func(ctx context.Context, req *dynamicpb.Message) (*wrapperspb.Int64Value, error) {
+		look(ctx, "account:"+req.Get(transferDesc.Fields().ByName("from_account")).String())
+		return wrapperspb.Int64(0), nil
+	}
+	watch := func(_ *dynamicpb.Message, ss grpc.ServerStream) error {
+		look(ss.Context(), "watch:"+mWatch)
+		return nil
+	}
+	opts := []interceptor.Option{unregistered, interceptor.WithSigner(signer), interceptor.WithRules(
+		interceptor.Rule{Method: mHold, Key: "account:{req.from_account}"},
+		interceptor.Rule{Method: mWatch, Key: "watch:{method}"},
+	)}
+	addr := serve(t, service(map[string]unaryFunc{"Hold": hold}, map[string]streamFunc{"Watch": watch}),
+		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, opts...)),
+		grpc.ChainStreamInterceptor(interceptor.StreamServerInterceptor(locker, opts...)))
+	conn := dial(t, addr) // no client interceptor: the caller puts its token in by hand
+
+	check := func(t *testing.T, caller ctxid.ID, hops int, in inside) {
+		t.Helper()
+		if in.nested != nil || !in.nestedReenters {
+			t.Errorf("guard.Do on the rule's key inside the handler: %v (reentrant %v), want a reentry", in.nested, in.nestedReenters)
+		}
+		if in.section == "" || !in.section.Within(caller) || in.owner != in.section {
+			t.Errorf("handler's owner %q, lease's section %q: want the lease's section, within the caller %q", in.owner, in.section, caller)
+		}
+		if in.hops != hops {
+			t.Errorf("handler's hop count %d, want the token's %d", in.hops, hops)
+		}
+	}
+	for _, hops := range []int{0, 1} {
+		t.Run(fmt.Sprintf("%d hops", hops), func(t *testing.T) {
+			caller := ctxid.New()
+			tok, err := signer.Sign(caller, hops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := metadata.AppendToOutgoingContext(ctxTimeout(t, 10*time.Second), interceptor.MetadataKey, tok)
+
+			t.Run("unary", func(t *testing.T) {
+				if _, err := invoke(ctx, conn, mHold, transfer("zero-hop")); err != nil {
+					t.Fatalf("Hold: %v", err)
+				}
+				check(t, caller, hops, <-seen)
+			})
+			t.Run("stream", func(t *testing.T) {
+				stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, mWatch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := stream.SendMsg(transfer("zero-hop")); err != nil {
+					t.Fatal(err)
+				}
+				if err := stream.CloseSend(); err != nil {
+					t.Fatal(err)
+				}
+				if err := stream.RecvMsg(&wrapperspb.Int64Value{}); err != io.EOF {
+					t.Fatalf("Watch ended with %v, want io.EOF", err)
+				}
+				check(t, caller, hops, <-seen)
+			})
+		})
+	}
 }
