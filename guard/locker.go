@@ -53,6 +53,7 @@ type Locker struct {
 	hints holdTimes // hold times seen, for LockedError.RetryAfter (hint.go)
 	graph *graph    // the wait-for graph its waits' deadlock detectors walk (deadlock.go)
 	aside aside     // background calls: compensating releases, abandoned attempts
+	undos undoLanes // undos Redis did not answer, tried again until it does (undo.go)
 }
 
 // maxOwnerLen bounds owner IDs set by callers with ctxid.NewContext: a root of up to 128
@@ -115,7 +116,7 @@ func newLocker(st store, where string, opts []Option) (*Locker, error) {
 	l.idArg = l.id
 	l.tel = newTelemetry(l.cfg.tracerProvider, l.cfg.meterProvider, l.cfg.redactKeys)
 	env := storeEnv{aside: l.background, done: l.done, timeout: l.cfg.releaseTimeout, nonce: l.newNonce,
-		gone: l.gone, rekey: l.rekeyLocked, repaired: l.tel.repaired}
+		gone: l.gone, rekey: l.rekeyLocked, repaired: l.tel.repaired, retry: l.retryUndo}
 	if err := st.configure(&l.cfg, env); err != nil {
 		return nil, err
 	}
@@ -493,7 +494,7 @@ func (l *Locker) attemptAside(ctx context.Context, h *held, nonce string, sent t
 	case <-ctx.Done():
 		if state.CompareAndSwap(0, 2) {
 			// Redis did not answer before ctx ended: unavailable, for this caller.
-			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: ctx.Err()}
+			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: cutByBudget(ctx, ctx.Err())}
 		}
 		return l.settle(ctx, h, nonce, sent, <-replies)
 	}
@@ -523,6 +524,9 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 		l.st.refresh(r.err)
 		if !isServerError(r.err) {
 			l.st.unsure(ctx, h, nonce, r.err) // the script may have run
+		}
+		if err := cutByBudget(ctx, r.err); err != r.err {
+			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
 		}
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(r.err, cerr) {
 			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errors.Join(cerr, r.err)}

@@ -1010,9 +1010,15 @@ func (q *quorum) undoAt(h *held, nonce string, on []bool) {
 	q.each(on, true, func(ctx context.Context, c *conn) error {
 		var err error
 		for _, args := range h.undoArgs(nonce) {
-			e := c.runScript(ctx, h.s.spec.release, args, true).Err()
-			if e != nil && !isServerError(e) && ctx.Err() == nil {
-				e = c.runScript(ctx, h.s.spec.release, args, true).Err()
+			call := func(ctx context.Context) error { return c.runScript(ctx, h.s.spec.release, args, true).Err() }
+			e := call(ctx)
+			if !answered(e) && ctx.Err() == nil {
+				e = call(ctx)
+			}
+			if !answered(e) {
+				// The server may run the attempt when it wakes: try until it answers
+				// (see undo.go).
+				q.env.retry(c, call)
 			}
 			if e != nil {
 				err = e

@@ -63,11 +63,19 @@ func (s *single) unsure(_ context.Context, h *held, nonce string, err error) {
 
 // undo drops the hold of the attempt with nonce: the undo is sent as its owner and, for
 // an attempt that took on a section's hold, as that section (see held.undoArgs).
+// An undo that gets no answer goes on trying in the Locker's lane for this deployment
+// (see undo.go): the attempt may still run when a frozen server wakes.
 func (s *single) undo(ctx context.Context, h *held, nonce string) {
 	var err error
 	for _, args := range h.undoArgs(nonce) {
-		if e := s.runScript(ctx, h.s.spec.release, args, true).Err(); e != nil {
+		call := func(ctx context.Context) error {
+			err := s.runScript(ctx, h.s.spec.release, args, true).Err()
+			s.refresh(err)
+			return err
+		}
+		if e := call(ctx); !answered(e) {
 			err = e
+			s.env.retry(&s.conn, call)
 		}
 	}
 	s.refresh(err)

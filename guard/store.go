@@ -85,6 +85,9 @@ type storeEnv struct {
 	rekey func(h *held, holder ctxid.ID)
 	// repaired records that h's hold was taken back on server (telemetry).
 	repaired func(h *held, server string)
+	// retry takes an undo on c that Redis did not answer, and tries it again until Redis
+	// does (Locker.retryUndo).
+	retry func(c *conn, call func(ctx context.Context) error)
 }
 
 // aside is the Locker's work that runs on goroutines of its own — compensating

@@ -20,6 +20,13 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 	var w waitRun // on the stack: every acquisition passes here
 	w.init(l, ctx, h, p, deadline)
 	defer l.endWait(&w)
+	if !deadline.IsZero() {
+		// The budget bounds every Redis call of the wait, whatever the client's own
+		// timeouts and retries (a frozen server answers nothing: see attemptGrace).
+		var cancel context.CancelFunc
+		w.actx, cancel = context.WithDeadlineCause(ctx, deadline.Add(attemptGrace), errBudgetSpent)
+		defer cancel()
+	}
 	for {
 		w.listen()
 		g, late, err := l.waitAttempt(&w, a)
@@ -84,9 +91,12 @@ func (w *waitRun) decide(g granted, late bool, err error) (step, granted, error)
 // this process, and what the last attempt said. The Locker's wait loop (Locker.wait)
 // keeps it on its stack.
 type waitRun struct {
-	hints    *holdTimes      // the Locker's, for the Retry-After of a busy lock
-	done     <-chan struct{} // the Locker's, closed by Close
-	ctx      context.Context
+	hints *holdTimes      // the Locker's, for the Retry-After of a busy lock
+	done  <-chan struct{} // the Locker's, closed by Close
+	ctx   context.Context // the caller's: its end is the caller's
+	// actx is what the attempts run under: ctx, cut at the budget's deadline plus
+	// attemptGrace when the policy has one. Its end alone is not the caller's.
+	actx     context.Context
 	h        *held
 	p        RetryPolicy
 	deadline time.Time
@@ -111,7 +121,7 @@ type waitRun struct {
 
 // init sets w up for a wait of h under p.
 func (w *waitRun) init(l *Locker, ctx context.Context, h *held, p RetryPolicy, deadline time.Time) {
-	*w = waitRun{hints: &l.hints, done: l.done, ctx: ctx, h: h, p: p, deadline: deadline, style: h.s.spec.wait, ttl: -1}
+	*w = waitRun{hints: &l.hints, done: l.done, ctx: ctx, actx: ctx, h: h, p: p, deadline: deadline, style: h.s.spec.wait, ttl: -1}
 	w.subscribed, w.queued, w.yielding = l.waits.State(h.rk.channel())
 	// A newcomer makes its first attempt at once, even when others of this process queue
 	// for the key: its owner may hold the lock through another process (a downstream
@@ -224,7 +234,7 @@ func (l *Locker) waitAttempt(w *waitRun, a *acquisition) (g granted, late bool, 
 	// The attempt of a caller that waited, or whose Locker queues for the key, is a step
 	// of a handoff: on an auto-pipelining client it is sent at once.
 	h := w.h
-	g, err = l.attempt(w.ctx, h, manner, w.attempts > 1 || w.queued || w.yielding)
+	g, err = l.attempt(w.actx, h, manner, w.attempts > 1 || w.queued || w.yielding)
 	if err == nil && g.acquired && !time.Now().Before(g.sent.Add(h.s.ttl-h.s.driftMargin())) {
 		// Granted, but the reply came so late (Redis was down and the client retried)
 		// that the lease's validity, measured from the send, has already run out: give
@@ -232,7 +242,7 @@ func (l *Locker) waitAttempt(w *waitRun, a *acquisition) (g granted, late bool, 
 		// other: the policy decides whether another one follows.
 		// It is undone before any next attempt, unless the caller's deadline comes
 		// first: its TTL, counted from the same send, ends soon after anyway.
-		l.undoNow(w.ctx, h, g.nonce)
+		l.undoNow(w.actx, h, g.nonce)
 		late, g = true, granted{pttl: -1}
 	}
 	if err == nil && !g.acquired {
@@ -328,6 +338,26 @@ func (w *waitRun) waitError(err error) error {
 		return w.busy(nil)
 	}
 	return w.busy(err)
+}
+
+// attemptGrace is how long past the wait's deadline its last attempt may take. The wait
+// makes a last attempt when its budget runs out (sleep ends there): on a healthy server
+// it takes a round trip, and the grace lets it; on a frozen or unreachable one the
+// attempt, and so the call, ends at the deadline plus this grace.
+const attemptGrace = 250 * time.Millisecond
+
+// errBudgetSpent is the error of a Redis call cut short by the wait's budget (its caller's
+// context had not ended): it says so in place of the context.DeadlineExceeded of the
+// attempt's own context, which was not the caller's.
+var errBudgetSpent = errors.New("no answer from Redis within the wait budget")
+
+// cutByBudget returns err, or errBudgetSpent when err is the end of ctx, an attempt's
+// context, by the wait's budget rather than by the caller's context.
+func cutByBudget(ctx context.Context, err error) error {
+	if ctx.Err() != nil && context.Cause(ctx) == errBudgetSpent && errors.Is(err, context.DeadlineExceeded) {
+		return errBudgetSpent
+	}
+	return err
 }
 
 // errLateGrant ends an acquisition whose last attempt took the lock but whose reply came

@@ -1,0 +1,115 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// budgetSlack is how far past its budget a call may return: the budget's grace for the
+// attempt in flight at the deadline, and the scheduler.
+const budgetSlack = 500 * time.Millisecond
+
+// TestBudgetWhileFrozen: a wait budget bounds the whole call while Redis is frozen
+// (SIGSTOP: connections are accepted, nothing is answered), whatever the client's own
+// timeouts and retries — for Do, Acquire and Wrap, with and without
+// ContextTimeoutEnabled, with a context that has no deadline. The call fails with
+// ErrUnavailable, fn is not run, and the caller's context is not blamed.
+func TestBudgetWhileFrozen(t *testing.T) {
+	srv := redistest.Start(t)
+	const budget = 2 * time.Second
+	for _, deadlines := range []bool{false, true} {
+		c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = deadlines })
+		l := lockerOn(t, c)
+		mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up"))
+		calls := map[string]func(ctx context.Context) error{
+			"Do": func(ctx context.Context) error {
+				return guard.Do(ctx, func(context.Context) error {
+					return errors.New("fn ran while Redis was frozen")
+				}, guard.Use(l), guard.RawKey("budget-do"), guard.Retry(guard.MaxWait(budget, nil)))
+			},
+			"Acquire": func(ctx context.Context) error {
+				le, err := l.Acquire(ctx, "budget-acquire", guard.Retry(guard.MaxWait(budget, nil)))
+				if err == nil {
+					_ = le.Release(ctx)
+					return errors.New("acquired while Redis was frozen")
+				}
+				return err
+			},
+			"Wrap": func(ctx context.Context) error {
+				f := guard.Wrap(func(context.Context, int) (int, error) { return 0, errors.New("fn ran") },
+					guard.Use(l), guard.RawKey("budget-wrap"), guard.Retry(guard.MaxWait(budget, nil)))
+				_, err := f(ctx, 1)
+				return err
+			},
+		}
+		for name, call := range calls {
+			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%t", name, deadlines), func(t *testing.T) {
+				srv.Pause(t)
+				resumed := false
+				defer func() {
+					if !resumed {
+						srv.Resume(t)
+					}
+				}()
+				start := time.Now()
+				err := call(context.Background())
+				took := time.Since(start)
+				srv.Resume(t)
+				resumed = true
+				if took > budget+budgetSlack {
+					t.Errorf("returned after %s, want within the budget %s + %s", took, budget, budgetSlack)
+				}
+				if !errors.Is(err, guard.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("err = %v, want ErrUnavailable, and no context error: the caller's context did not end", err)
+				}
+			})
+		}
+	}
+}
+
+// TestNoGhostAfterFreeze: a caller told that its acquisition failed while Redis was
+// frozen never leaves a hold behind. The attempt written into the frozen server's socket
+// runs when the server wakes, after its caller gave up; it must be refused or undone
+// promptly — for a freeze shorter than the TTL and one longer — with and without
+// ContextTimeoutEnabled.
+func TestNoGhostAfterFreeze(t *testing.T) {
+	for _, freeze := range []time.Duration{15 * time.Second, 45 * time.Second} {
+		for _, deadlines := range []bool{false, true} {
+			t.Run(fmt.Sprintf("freeze=%s/ContextTimeoutEnabled=%t", freeze, deadlines), func(t *testing.T) {
+				t.Parallel()
+				srv := redistest.Start(t)
+				c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = deadlines })
+				l := lockerOn(t, c)
+				mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up"))
+				const key = "ghost"
+				srv.Pause(t)
+				paused := time.Now()
+				err := guard.Do(context.Background(), func(context.Context) error {
+					return errors.New("fn ran while Redis was frozen")
+				}, guard.Use(l), guard.RawKey(key), guard.Retry(guard.MaxWait(2*time.Second, nil)))
+				if !errors.Is(err, guard.ErrUnavailable) {
+					srv.Resume(t)
+					t.Fatalf("Do on a frozen Redis = %v, want ErrUnavailable", err)
+				}
+				time.Sleep(time.Until(paused.Add(freeze)))
+				srv.Resume(t)
+				time.Sleep(2 * time.Second)
+				st, err := l.Inspect(ctxTimeout(t, 5*time.Second), key)
+				if err != nil {
+					t.Fatalf("Inspect: %v", err)
+				}
+				if len(st.Holders) > 0 {
+					t.Fatalf("2s after a %s freeze the lock has holders %+v, though the only caller was told it failed", freeze, st.Holders)
+				}
+			})
+		}
+	}
+}
