@@ -73,7 +73,11 @@ type held struct {
 	// due is validUntil as a monoNow reading while the hold is held, 0 after: read
 	// without h.mu by every check of the lease (overdue), so that a check made after the
 	// deadline sees the loss whether or not the timer has run.
-	due      atomic.Int64
+	due atomic.Int64
+	// lost is the loss's cause from the moment lose decides it, before it has told the
+	// handles: a check of the lease made meanwhile (Err, the lease's contexts) reads it
+	// without h.mu and reports the loss then, not once lose has got round to it.
+	lost     atomic.Pointer[LeaseLostError]
 	renewErr error // last renewal error, cleared by a successful renewal
 
 	// renewal is h's place in the watchdog's queue, guarded by the watchdog.
@@ -162,6 +166,13 @@ func (h *held) overdue() {
 	}
 }
 
+// lostNow returns the cause of h's loss once lose has decided it (see held.lost), even
+// while lose is still telling the handles; nil while h is held. It costs an atomic load.
+func (h *held) lostNow() *LeaseLostError {
+	h.overdue()
+	return h.lost.Load()
+}
+
 // expire runs when the validity timer fires, or when a check finds the deadline passed.
 func (h *held) expire() {
 	h.mu.Lock()
@@ -185,9 +196,10 @@ func (l *Locker) lose(h *held, reason string, err error) {
 		h.mu.Unlock()
 		return
 	}
+	lost := &LeaseLostError{Key: h.hk.key, Reason: reason, Err: err}
+	h.lost.Store(lost) // before due goes: a check between the two must see one or the other
 	h.state = stateLost
 	h.due.Store(0)
-	lost := &LeaseLostError{Key: h.hk.key, Reason: reason, Err: err}
 	h.cause = lost
 	h.timer.Stop()
 	handles := append([]*Lease(nil), h.handles...)
@@ -411,7 +423,9 @@ func (c *leaseCtx) Err() error {
 }
 
 func (c *leaseCtx) check() {
-	c.le.h.overdue()
+	if lost := c.le.h.lostNow(); lost != nil {
+		c.le.end(lost) // at once, if lose has not reached this handle yet
+	}
 	if c.bound != nil {
 		if cause := c.le.ended(); cause != nil {
 			c.bound(cause)
@@ -424,7 +438,9 @@ func (c *leaseCtx) check() {
 // renewal, it returns the lease's *LeaseLostError, even when the process was stopped
 // past the deadline and the validity timer has not run yet.
 func (le *Lease) Err() error {
-	le.h.overdue()
+	if lost := le.h.lostNow(); lost != nil {
+		le.end(lost) // at once, if lose has not reached this handle yet
+	}
 	return le.ended()
 }
 

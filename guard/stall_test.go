@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,5 +113,45 @@ func TestNoGhostAfterFreeze(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestLeaseReadsItsDeadline: once ValidUntil has passed, Err and the lease's context
+// report the loss at every instant — also while the loss is being announced on another
+// goroutine (the validity timer's lose, which tells the handles last). Goroutines spin on
+// the checks across the deadline of a lease ended by MaxHold, many times.
+func TestLeaseReadsItsDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, time.Minute)
+	rounds := envInt("GUARD_DEADLINE_ROUNDS", 100)
+	for i := range rounds {
+		le := mustAcquire(t, l, ctx, fmt.Sprintf("deadline-%d", i), guard.MaxHold(20*time.Millisecond))
+		lctx := le.Context()
+		until := le.ValidUntil()
+		var bad atomic.Value
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(until.Add(5 * time.Millisecond)) {
+					now := time.Now()
+					errL, errC := le.Err(), lctx.Err()
+					if now.After(until) && (errL == nil || errC == nil) {
+						bad.Store(fmt.Sprintf("%s after ValidUntil: Err() = %v, Context().Err() = %v", now.Sub(until), errL, errC))
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if b := bad.Load(); b != nil {
+			t.Fatalf("round %d: %s", i, b)
+		}
+		if err := le.Err(); !errors.Is(err, guard.ErrLeaseLost) {
+			t.Fatalf("round %d: Err() = %v after the hold limit, want ErrLeaseLost", i, err)
+		}
+		_ = le.Release(ctx)
 	}
 }
