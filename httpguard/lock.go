@@ -1,0 +1,293 @@
+package httpguard
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/keyfunc"
+)
+
+// lock is one Lock middleware, shared by every route it wraps.
+type lock struct {
+	skip      Skipper
+	key       *keyfunc.Template[*http.Request]
+	locker    *guard.Locker
+	opts      []guard.Option // every request's guard options but its key
+	routes    sync.Map       // route → opts naming the lock after route
+	signer    *ctxid.Signer
+	failOpen  bool
+	deny      func(http.ResponseWriter, *http.Request, *guard.LockedError)
+	onError   func(http.ResponseWriter, *http.Request, error)
+	log       *slog.Logger
+	pathValue PathValueFunc
+	muxPaths  bool // pathValue is r.PathValue: the standard ServeMux routes
+	route     func(*http.Request) string
+	logged    sync.Map // noParamError → true: route mistakes already logged
+}
+
+// options returns the guard options of a request to route, whose lock telemetry names
+// after route (guard.Name), unless the configuration's Options name it otherwise.
+func (m *lock) options(route string) []guard.Option {
+	if route == "" {
+		return m.opts
+	}
+	if o, ok := m.routes.Load(route); ok {
+		return o.([]guard.Option)
+	}
+	o, _ := m.routes.LoadOrStore(route, append([]guard.Option{guard.Name(route)}, m.opts...))
+	return o.([]guard.Option)
+}
+
+func (m *lock) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.skip != nil && m.skip(r) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	ctx := m.owner(r)
+	key, err := m.key.Render(r)
+	if err != nil {
+		var np *noParamError
+		if errors.As(err, &np) {
+			m.logOnce(r, *np)
+		}
+		m.onError(w, r.WithContext(ctx), fmt.Errorf("%w: template %q: %w", guard.ErrInvalidKey, m.key.String(), err))
+		return
+	}
+	rw := &responseWriter{ResponseWriter: w}
+	ran, err := m.locker.Run(ctx, func(ctx context.Context) error {
+		next.ServeHTTP(rw, r.WithContext(ctx))
+		return nil
+	}, withKey(m.options(m.route(r)), key)...)
+	switch {
+	case err == nil:
+		return
+	case ran && !errors.Is(err, guard.ErrLeaseLost):
+		// The handler ran under a valid lease and only the release failed (a
+		// *guard.ReleaseError): its response stands.
+		m.log.Warn("httpguard: release failed after the handler answered", "error", err)
+		return
+	case ran: // the lease was lost while the handler ran
+		if rw.started {
+			m.log.Error("httpguard: lock lost while the handler ran; its response had started", "error", err)
+		}
+		m.onError(rw, r.WithContext(ctx), err)
+		return
+	}
+	var busy *guard.LockedError
+	switch {
+	case errors.As(err, &busy):
+		m.deny(w, r.WithContext(ctx), busy) // the context tells OwnerRejection
+	case m.failOpen && errors.Is(err, guard.ErrUnavailable):
+		next.ServeHTTP(w, r.WithContext(ctx))
+	default:
+		m.onError(w, r.WithContext(ctx), err)
+	}
+}
+
+// logOnce logs, once per route and path value, that the route's key names a path value
+// the route lacks: every request to it is answered 500, and the fix is in the code.
+func (m *lock) logOnce(r *http.Request, np noParamError) {
+	if _, seen := m.logged.LoadOrStore(np, true); seen {
+		return
+	}
+	m.log.Error("httpguard: the key template names a path value the route lacks; its requests are answered 500",
+		"template", m.key.String(), "method", r.Method, "error", &np)
+}
+
+// owner returns the request's context with a lock owner: the one it carries already,
+// else the caller's when its signed token verifies, else a fresh one. A token that does
+// not verify is never used; why is recorded on the request's span and in the returned
+// context (OwnerRejection).
+func (m *lock) owner(r *http.Request) context.Context {
+	ctx := r.Context()
+	if _, ok := ctxid.FromContext(ctx); ok {
+		return ctx
+	}
+	ctx, _, ref := m.signer.Inbound(ctx, ctxid.Header+" header", r.Header[ctxid.Header])
+	if ref == nil {
+		ctx, _ = ctxid.Ensure(ctx) // the token's owner, or a fresh one without a token
+		return ctx
+	}
+	rej := &rejection{reason: ref.Reason, err: ref}
+	if ref.Reason == ctxid.RefusedNoSigner {
+		rej.err = fmt.Errorf("LockConfig.Signer is nil: %w", ref)
+	}
+	trace.SpanFromContext(ctx).AddEvent("guard.owner_rejected",
+		trace.WithAttributes(attribute.String("guard.reason", rej.reason)))
+	ctx, _ = ctxid.Ensure(ctx)
+	return context.WithValue(ctx, rejectionKey{}, rej)
+}
+
+// rejectionKey is the context key of a request's *rejection.
+type rejectionKey struct{}
+
+// rejection is an inbound owner header that was not accepted, and why.
+type rejection struct {
+	reason string // a ctxid.Refused* value or a ctxid.VerifyError code
+	err    error  // has the *ctxid.VerifyError in its chain
+}
+
+// OwnerRejection reports why the Lock middleware did not accept the ctxid.Header
+// ("Guardkit-Owner") header of the request whose context is ctx: reason is one of
+// no_signer (LockConfig.Signer is nil), several_values, too_long, malformed,
+// invalid_owner, unknown_key, bad_signature, too_many_hops, not_yet_valid or expired;
+// err explains it. Both are zero when the request sent no such header, when its token
+// was accepted, and outside a Lock middleware. A DenyHandler can use it as the default
+// one does.
+func OwnerRejection(ctx context.Context) (reason string, err error) {
+	if rej, ok := ctx.Value(rejectionKey{}).(*rejection); ok {
+		return rej.reason, rej.err
+	}
+	return "", nil
+}
+
+// HeaderOwnerRejected is the response header in which the default DenyHandler says why
+// the request's Guardkit-Owner header was not accepted, such as "bad_signature".
+const HeaderOwnerRejected = "Guardkit-Owner-Rejected"
+
+// What a client reads: plain words, never the key, an owner, a token or an address.
+const (
+	textBusy        = "locked by another request"
+	textUnavailable = "lock service unavailable"
+	textLeaseLost   = "lock lost while handling the request"
+	textInvalidKey  = "cannot build the lock key from the request"
+	textInternal    = "internal error: the route's lock is misconfigured"
+	textUpgrade     = "the request holds this lock for reading and cannot take it for writing"
+	textDeadlock    = "deadlock: the request waited for a lock in a cycle of requests and was chosen to fail"
+)
+
+// denyConflict is the default DenyHandler.
+func denyConflict(w http.ResponseWriter, r *http.Request, err *guard.LockedError) {
+	w.Header().Set("Retry-After", RetryAfter(err.RetryAfter))
+	reason, rejected := OwnerRejection(r.Context())
+	if rejected == nil {
+		http.Error(w, textBusy, http.StatusConflict)
+		return
+	}
+	// The caller meant to reenter a lock of its own: a Signer missing here, or keys
+	// that differ between the services, would otherwise show as a plain 409.
+	w.Header().Set(HeaderOwnerRejected, reason)
+	http.Error(w, fmt.Sprintf("%s; the %s header was not accepted (%s%s)", textBusy, ctxid.Header, reason, verifyReason(rejected)),
+		http.StatusConflict)
+}
+
+// verifyReason is ": " and the fixed text of the reason of the *ctxid.VerifyError in
+// err's chain, or "". The error's detail is left out: it may quote the token.
+func verifyReason(err error) string {
+	var ve *ctxid.VerifyError
+	if !errors.As(err, &ve) || ve.Reason == nil {
+		return ""
+	}
+	return ": " + strings.TrimPrefix(ve.Reason.Error(), "ctxid: ")
+}
+
+// RetryAfter formats a retry hint (guard.LockedError's RetryAfter) as a Retry-After
+// value: whole seconds, rounded up, at least 1, since an unknown or elapsed hint must
+// not invite an immediate retry storm.
+func RetryAfter(d time.Duration) string {
+	s := (d + time.Second - 1) / time.Second
+	return strconv.FormatInt(int64(max(s, 1)), 10)
+}
+
+// errorStatus is the default ErrorHandler.
+func (m *lock) errorStatus(w http.ResponseWriter, r *http.Request, err error) {
+	if Started(w) {
+		return // the handler's response stands; serve logged the loss
+	}
+	Respond(w, r, err)
+}
+
+// Respond writes the response the Lock middleware's default handlers write for err, a
+// guard error, and reports whether it wrote one, so that a handler answers a guarded
+// call of its own (guard.Wrap, guard.Do, Locker.Acquire) as the middleware answers its
+// route's lock instead of with a 500: a busy lock (*guard.LockedError) 409 Conflict with
+// Retry-After, a deadlock's victim 409 without it, a refused upgrade 409, an invalid key
+// 400 (or an *Error's status and text), Redis unavailable or a lost lease 503. The text
+// is plain words, never the key, an owner, a token or Redis's address. For an error that
+// is not guard's, and for nil, it writes nothing and returns false.
+func Respond(w http.ResponseWriter, r *http.Request, err error) bool {
+	var (
+		busy *guard.LockedError
+		he   *Error
+		np   *noParamError
+	)
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &busy):
+		denyConflict(w, r, busy)
+	case errors.Is(err, guard.ErrLeaseLost):
+		http.Error(w, textLeaseLost, http.StatusServiceUnavailable)
+	case errors.As(err, &np):
+		http.Error(w, textInternal, http.StatusInternalServerError)
+	case errors.Is(err, guard.ErrInvalidKey) && errors.As(err, &he):
+		http.Error(w, he.Text, he.Code)
+	case errors.Is(err, guard.ErrInvalidKey):
+		http.Error(w, textInvalidKey, http.StatusBadRequest)
+	case errors.Is(err, guard.ErrUpgrade):
+		http.Error(w, textUpgrade, http.StatusConflict)
+	case errors.Is(err, guard.ErrDeadlock):
+		http.Error(w, textDeadlock, http.StatusConflict) // no Retry-After: waiting does not clear it
+	case errors.Is(err, guard.ErrUnavailable), errors.Is(err, guard.ErrClosed):
+		http.Error(w, textUnavailable, http.StatusServiceUnavailable)
+	default:
+		return false
+	}
+	return true
+}
+
+// Started reports whether the handler behind the Lock middleware has started its
+// response (written a status or a byte) on w, the ResponseWriter an ErrorHandler is
+// given: a lease lost after that cannot change what the client receives.
+func Started(w http.ResponseWriter) bool {
+	rw, ok := w.(*responseWriter)
+	return ok && rw.started
+}
+
+// responseWriter notes whether the handler started its response. It passes Flush and
+// Hijack on, and Unwrap gives http.ResponseController the writer beneath.
+type responseWriter struct {
+	http.ResponseWriter
+	started bool
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		w.started = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	w.started = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush sends what the handler wrote so far, when the writer beneath can.
+func (w *responseWriter) Flush() {
+	w.started = true
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection over, when the writer beneath can.
+func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.started = true
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// Unwrap returns the writer beneath, for http.ResponseController.
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
