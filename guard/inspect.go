@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,7 +15,9 @@ import (
 	"github.com/guardkit/guardkit/guard/internal/script"
 )
 
-var inspectScript = redis.NewScript(script.Inspect)
+// inspectScript reads one lock (inspect.lua); it writes nothing and runs as read-only
+// (runReadOnly), so that reading needs no more than read-only credentials.
+var inspectScript = script.New("no-writes", script.Inspect)
 
 // maxWaitersRead bounds the entries Inspect reads of each wait queue.
 const maxWaitersRead = 1000
@@ -43,9 +46,12 @@ type LockState struct {
 	WriterWaiting time.Duration
 	// Contended reports that someone had to wait for the current hold.
 	Contended bool
-	// Fence is the last fencing token issued for the key: every later hold's token
-	// exceeds it. 0 when the key's fence record has expired (see FenceRetention). On a
-	// quorum Locker's majority view, the token that every majority's next one exceeds.
+	// Fence is the last fencing token issued for the key that Redis still shows: the
+	// higher of the key's fence record (kept FenceRetention after the last grant or
+	// release) and its live holders' tokens, so never below a holder's token. Every later
+	// hold's token exceeds it. 0 when nobody holds the lock and its fence record has
+	// expired. On a quorum Locker's majority view, the token that every majority's next
+	// one exceeds.
 	Fence int64
 	// Time is the server's clock when the state was read.
 	Time time.Time
@@ -121,6 +127,14 @@ func (l *Locker) ID() string { return l.id }
 // call that writes nothing (one per server on a quorum Locker, which reports each
 // server's view and the majority's), takes no lock and may be called from any process.
 //
+// Each kind of one key is a lock of its own in Redis (see Kind): Inspect of the exclusive
+// lock "doc:1" finds it free while a read lock "doc:1" is held. When the kind is not
+// known, InspectKinds reads them all. Keys longer than MaxKeyLen are read too: that
+// bound is on what acquisitions store, and a lock that exists was stored by some Locker.
+//
+// The script runs as read-only (EVALSHA_RO, flag no-writes; EVALSHA on Redis 6.2, which
+// has no _RO commands), so that an ACL user with +@read +evalsha_ro +eval_ro can read.
+//
 // Errors: ErrInvalidKey, ErrInvalidConfig, ErrClosed, and a *RedisError
 // (ErrUnavailable) when the server could not be read — on a quorum Locker, when fewer
 // than a majority could, its Err saying what each server answered.
@@ -134,6 +148,38 @@ func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (*Lock
 		return nil, err
 	}
 	return states[0], nil
+}
+
+// InspectKinds reads the lock named key of every kind at once — exclusive, read-write,
+// semaphore, fair — for a caller that does not know which kind the key is used as, and
+// returns one state per kind in that order (the read-write lock's Kind is KindWrite
+// while a writer holds it, else KindRead; a quorum Locker reports a fair lock, which it
+// does not serve, as free). Each kind of a key is a lock of its own in Redis (see Kind),
+// so a key is in use as the kinds whose states have Holders, Waiters or WriterWaiting;
+// a key used as more than one kind shows several. It makes one pipelined call per server
+// (the kinds' keys share a hash tag: one Cluster node holds them all), reads as Inspect
+// does, and has its errors.
+func (l *Locker) InspectKinds(ctx context.Context, key string) ([]*LockState, error) {
+	if key == "" {
+		return nil, invalidKey(key, "empty")
+	}
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	kinds := []*kindSpec{exclusiveSpec, readSpec, semaphoreSpec, fairSpec}
+	reqs := make([]inspectReq, len(kinds))
+	for i, k := range kinds {
+		rk, err := l.readKeys(key, k)
+		if err != nil {
+			return nil, err
+		}
+		reqs[i] = inspectReq{key: key, spec: k, rk: rk}
+	}
+	states, _, err := l.st.read(ctx, "inspect", reqs, l.readStates)
+	if err != nil {
+		return nil, err
+	}
+	return states, nil
 }
 
 func (l *Locker) isClosed() bool {
@@ -164,16 +210,18 @@ func (r inspectReq) keys() []string {
 func (l *Locker) readStates(ctx context.Context, c *conn, reqs []inspectReq) []*LockState {
 	out := make([]*LockState, len(reqs))
 	cmds := make([]*redis.Cmd, len(reqs))
+	args := []any{maxWaitersRead}
 	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, r := range reqs {
-			cmds[i] = inspectScript.EvalSha(ctx, p, r.keys(), maxWaitersRead)
+			cmds[i] = p.Do(ctx, c.readArgs(inspectScript, r.keys(), args)...)
 		}
 		return nil
 	})
 	for i, r := range reqs {
 		cmd := cmds[i]
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmd = inspectScript.Run(ctx, c.client, r.keys(), maxWaitersRead) // loads it on that node
+		if err := cmd.Err(); err != nil && isServerError(err) {
+			// NOSCRIPT (loads it on that node), or no EVALSHA_RO there.
+			cmd = c.runReadOnly(ctx, inspectScript, r.keys(), args, cmd)
 		}
 		st := &LockState{Key: r.key, Kind: r.spec.kind}
 		if err := cmd.Err(); err != nil {
@@ -193,9 +241,14 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 	if !ok || len(v) < 5 {
 		return fmt.Errorf("guard: inspect: unexpected reply %v", reply)
 	}
-	nowUs, err := serverTime(v[0])
-	if err != nil {
-		return err
+	// No server time: a user who may not call TIME read a lock none of whose keys
+	// exists (see inspect.lua's server_time), so nothing depends on the clock.
+	nowUs := time.Now().UnixMicro()
+	if v[0] != nil {
+		var err error
+		if nowUs, err = serverTime(v[0]); err != nil {
+			return err
+		}
 	}
 	st.Time = time.UnixMicro(nowUs)
 	fields := map[string]string{}
@@ -220,6 +273,7 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 			h.AcquiredAt = time.UnixMicro(h.Token)
 		}
 	}
+	raiseFence(st)
 	if q, _ := v[4].([]any); r.spec.kind != KindFair {
 		for _, id := range q {
 			st.Waiters = append(st.Waiters, Waiter{Locker: fmt.Sprint(id)})
@@ -249,6 +303,17 @@ func fillHolders(st *LockState, spec *kindSpec, fields map[string]string, pttl i
 		st.Kind = KindWrite
 	} else if spec != semaphoreSpec {
 		st.Kind = KindRead
+	}
+}
+
+// raiseFence makes st's fence at least each live holder's token: the fence record
+// expires FenceRetention after the last grant or release, and a hold may outlive it (a
+// hold renewed longer than that); its token was issued all the same, and every later
+// token exceeds it (a new token is one more than the last recorded, and never below the
+// server's clock, which a token in microseconds was drawn from).
+func raiseFence(st *LockState) {
+	for _, h := range st.Holders {
+		st.Fence = max(st.Fence, h.Token)
 	}
 }
 
@@ -454,6 +519,7 @@ func (q *quorum) majority(op string, r inspectReq, views []*LockState) (*LockSta
 			st.Holders = append(st.Holders, mergeHolder(hs, q.need, st.Time))
 		}
 	}
+	raiseFence(st)
 	return st, nil
 }
 
@@ -515,6 +581,17 @@ func nth(ds []time.Duration, n int) time.Duration {
 	return ds[n-1]
 }
 
+// readKeys builds the Redis names of key's lock of kind k for an operator's call
+// (Inspect, List, ForceRelease), without MaxKeyLen's bound. That bound keeps what an
+// acquisition stores in check; a lock that exists was stored by some Locker, whatever
+// its MaxKeyLen, and an operator must be able to read it and end it: a Locker of the
+// default settings (the guardkit command's) would otherwise never see it.
+func (l *Locker) readKeys(key string, k *kindSpec) (redisKeys, error) {
+	s := l.cfg
+	s.maxKeyLen = math.MaxInt
+	return s.redisKeys(key, k)
+}
+
 // inspectReq checks key and opts for an operator's call named where (Inspect,
 // ForceRelease) and returns what the call reads or writes, with the call's settings.
 func (l *Locker) inspectReq(key string, opts []Option, where string) (inspectReq, *settings, error) {
@@ -522,7 +599,7 @@ func (l *Locker) inspectReq(key string, opts []Option, where string) (inspectReq
 	if err != nil {
 		return inspectReq{}, nil, err
 	}
-	rk, err := l.redisKeys(key, s.spec)
+	rk, err := l.readKeys(key, s.spec)
 	if err != nil {
 		return inspectReq{}, nil, err
 	}

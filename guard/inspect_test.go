@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
@@ -538,4 +539,249 @@ func TestInspectSentinel(t *testing.T) {
 func isQuorumFailure(err error) bool {
 	_, _, ok := guard.QuorumFailure(err)
 	return ok
+}
+
+// readOnlyUser creates on srv an ACL user allowed only rules (and every key), and
+// returns a client logged in as it.
+func readOnlyUser(t *testing.T, srv *redistest.Server, name string, rules ...string) *redis.Client {
+	t.Helper()
+	admin := srv.Client(t)
+	args := append([]any{"acl", "setuser", name, "reset", "on", ">pw", "~*", "&*", "-@all"}, toAny(rules)...)
+	if err := admin.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER %s: %v", name, err)
+	}
+	return srv.Client(t, func(o *redis.Options) { o.Username, o.Password = name, "pw" })
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// An operator given read-only credentials (+@read +evalsha_ro +eval_ro: no EVALSHA, no
+// TIME) reads every kind with Inspect, InspectKinds and List, with the holders' tokens,
+// time left and acquisition times; the server logs no refused command (TIME is not
+// tried). A user allowed EVALSHA but not EVALSHA_RO (credentials written for an earlier
+// version) reads too.
+func TestInspectReadOnlyUser(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	holder, _ := newLocker(t, srv, guard.TTL(5*time.Second), guard.Label("orders@test pid 42"))
+	var leases []*guard.Lease
+	for _, c := range inspectCases {
+		le := mustAcquire(t, holder, ctx, "ro:"+c.name, c.hold...)
+		defer le.Release(context.Background())
+		leases = append(leases, le)
+	}
+	for _, user := range []struct{ name, rules string }{
+		{"ro", "+@read +evalsha_ro +eval_ro"},
+		{"legacy", "+@read +evalsha +eval"},
+	} {
+		t.Run(user.name, func(t *testing.T) {
+			c := readOnlyUser(t, srv, user.name, strings.Fields(user.rules)...)
+			if err := c.Time(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+				t.Fatalf("TIME as %s: %v, want NOPERM (the test's ACL does not restrict)", user.name, err)
+			}
+			if err := admin.ScriptFlush(ctx).Err(); err != nil { // EVAL_RO's path too
+				t.Fatal(err)
+			}
+			if err := admin.Do(ctx, "acl", "log", "reset").Err(); err != nil {
+				t.Fatal(err)
+			}
+			operator := lockerOn(t, c)
+			for i, k := range inspectCases {
+				st, err := operator.Inspect(ctx, "ro:"+k.name, k.hold...)
+				if err != nil {
+					t.Fatalf("Inspect %s as %s: %v", k.name, user.name, err)
+				}
+				checkReadOnlyState(t, st, leases[i], k.kind)
+			}
+			kinds, err := operator.InspectKinds(ctx, "ro:read")
+			if err != nil || len(kinds) != 4 || len(kinds[1].Holders) != 1 || len(kinds[0].Holders)+len(kinds[2].Holders)+len(kinds[3].Holders) != 0 {
+				t.Fatalf("InspectKinds as %s: %+v, %v; want the read lock only", user.name, kinds, err)
+			}
+			n := 0
+			listAll(t, operator, ctx, "ro:*", func(page []*guard.LockState) { n += len(page) })
+			if n != len(inspectCases) {
+				t.Errorf("List as %s found %d locks, want %d", user.name, n, len(inspectCases))
+			}
+			// (The legacy user's refused EVALSHA_RO is logged: the fallback costs that.)
+			if log := admin.Do(ctx, "acl", "log").Val(); user.name == "ro" && fmt.Sprint(log) != "[]" {
+				t.Errorf("ACL LOG after reading as %s: %v, want no refused command", user.name, log)
+			}
+		})
+	}
+}
+
+// checkReadOnlyState checks what a read-only user's Inspect reports of le's hold.
+func checkReadOnlyState(t *testing.T, st *guard.LockState, le *guard.Lease, kind guard.Kind) {
+	t.Helper()
+	if len(st.Holders) != 1 {
+		t.Fatalf("%s: holders %+v, want 1", st.Key, st.Holders)
+	}
+	h := st.Holders[0]
+	now := time.Now()
+	switch {
+	case h.Kind != kind || h.Token != le.Token() || st.Fence != le.Token():
+		t.Errorf("%s: kind %s token %d fence %d, want %s and the lease's %d", st.Key, h.Kind, h.Token, st.Fence, kind, le.Token())
+	case h.TTL <= 0 || h.TTL > 5*time.Second:
+		t.Errorf("%s: time left %s, want in (0, 5s]", st.Key, h.TTL)
+	case st.Time.Before(now.Add(-time.Second)) || st.Time.After(now.Add(time.Second)):
+		// The server's clock is this machine's, read from a key's expiry.
+		t.Errorf("%s: read at %s, want about %s", st.Key, st.Time, now)
+	case h.AcquiredAt.IsZero() || h.Label != "orders@test pid 42":
+		t.Errorf("%s: acquired at %s, label %q", st.Key, h.AcquiredAt, h.Label)
+	}
+}
+
+// A server without EVALSHA_RO and EVAL_RO (Redis 6.2; here a Redis 7 with the two
+// renamed away, which answers as 6.2 does: unknown command) is read with EVALSHA; one
+// that cannot parse the "#!lua" line either (miniredis, as Redis 6.2) gets the plain
+// script.
+func TestInspectWithoutReadOnlyCommands(t *testing.T) {
+	ctx := ctxTimeout(t, 20*time.Second)
+	srv := redistest.Start(t, redistest.Args("--rename-command", "EVALSHA_RO", "", "--rename-command", "EVAL_RO", ""))
+	m := miniredis.RunT(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer mc.Close()
+	for name, c := range map[string]*redis.Client{"no _RO commands": srv.Client(t), "no script flags": mc} {
+		t.Run(name, func(t *testing.T) {
+			if err := c.Do(ctx, "evalsha_ro", "0000000000000000000000000000000000000000", 0).Err(); name != "no script flags" && (err == nil || !strings.Contains(err.Error(), "unknown command")) {
+				t.Fatalf("EVALSHA_RO: %v, want unknown command", err)
+			}
+			l := lockerOn(t, c)
+			le := mustAcquire(t, l, ctx, "plain:1")
+			defer le.Release(context.Background())
+			other := lockerOn(t, c)
+			st, err := other.Inspect(ctx, "plain:1")
+			if err != nil || len(st.Holders) != 1 || st.Holders[0].Token != le.Token() {
+				t.Fatalf("Inspect: %+v, %v; want the holder with token %d", st, err, le.Token())
+			}
+			n := 0
+			listAll(t, other, ctx, "plain:*", func(page []*guard.LockState) { n += len(page) })
+			if n != 1 {
+				t.Errorf("List found %d locks, want 1", n)
+			}
+		})
+	}
+}
+
+// A hold that outlives its key's fence record (FenceRetention shorter than the time it
+// is held) shows a fence no lower than its token, for Inspect, InspectKinds and List.
+func TestInspectFenceOutlived(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	holder, _ := newLocker(t, srv, guard.TTL(3*time.Second), guard.FenceRetention(time.Second))
+	operator, _ := newLocker(t, srv)
+	for _, c := range []inspectCase{inspectCases[0], inspectCases[1]} {
+		t.Run(c.name, func(t *testing.T) {
+			key := "outlived:" + c.name
+			le := mustAcquire(t, holder, ctx, key, c.hold...)
+			defer le.Release(context.Background())
+			var fences []string
+			keys, _ := admin.Keys(ctx, "guard:{"+key+"}*:fence").Result()
+			fences = append(fences, keys...)
+			if len(fences) != 1 {
+				t.Fatalf("fence records %q, want 1", fences)
+			}
+			waitUntil(t, 10*time.Second, "the fence record to expire", func() bool {
+				return admin.Exists(ctx, fences[0]).Val() == 0
+			})
+			st, err := operator.Inspect(ctx, key, c.hold...)
+			if err != nil || len(st.Holders) != 1 {
+				t.Fatalf("Inspect: %+v, %v", st, err)
+			}
+			if st.Fence != le.Token() {
+				t.Errorf("fence %d with the fence record gone, want the holder's token %d", st.Fence, le.Token())
+			}
+			var listed *guard.LockState
+			listAll(t, operator, ctx, key, func(page []*guard.LockState) {
+				for _, s := range page {
+					listed = s
+				}
+			})
+			if listed == nil || listed.Fence != le.Token() {
+				t.Errorf("List: %+v, want the fence %d", listed, le.Token())
+			}
+		})
+	}
+}
+
+// A lock whose key is longer than the operator's MaxKeyLen (taken by a Locker with a
+// higher one) is listed, inspected, found by InspectKinds and ended by ForceRelease.
+func TestInspectLongKey(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	holder, _ := newLocker(t, srv, guard.MaxKeyLen(4096), guard.TTL(3*time.Second))
+	operator, _ := newLocker(t, srv) // MaxKeyLen 1024
+	key := "long:" + strings.Repeat("k", 1100)
+	le := mustAcquire(t, holder, ctx, key, guard.Read())
+	defer le.Release(context.Background())
+	if _, err := operator.Acquire(ctx, key); !errors.Is(err, guard.ErrInvalidKey) {
+		t.Fatalf("the operator's Acquire: %v, want ErrInvalidKey (the bound still holds there)", err)
+	}
+	var listed []*guard.LockState
+	listAll(t, operator, ctx, "long:*", func(page []*guard.LockState) { listed = append(listed, page...) })
+	if len(listed) != 1 || listed[0].Key != key || len(listed[0].Holders) != 1 {
+		t.Fatalf("List: %d locks, want the long key's", len(listed))
+	}
+	st, err := operator.Inspect(ctx, key, guard.Read())
+	if err != nil || len(st.Holders) != 1 || st.Holders[0].Token != le.Token() {
+		t.Fatalf("Inspect: %+v, %v", st, err)
+	}
+	kinds, err := operator.InspectKinds(ctx, key)
+	if err != nil || len(kinds[1].Holders) != 1 {
+		t.Fatalf("InspectKinds: %+v, %v", kinds, err)
+	}
+	ended, err := operator.ForceRelease(ctx, key, guard.Read())
+	if err != nil || len(ended.Holders) != 1 {
+		t.Fatalf("ForceRelease: %+v, %v", ended, err)
+	}
+	waitEnded(t, le.Context(), 10*time.Second, "the force-released lease")
+}
+
+// InspectKinds finds the kind a key is used as: the held kind's state has the holder,
+// the others are free; a key used as two kinds shows both.
+func TestInspectKindsFinds(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	holder, _ := newLocker(t, srv)
+	operator, _ := newLocker(t, srv)
+	index := map[guard.Kind]int{guard.KindExclusive: 0, guard.KindRead: 1, guard.KindWrite: 1, guard.KindSemaphore: 2, guard.KindFair: 3}
+	for _, c := range inspectCases {
+		t.Run(c.name, func(t *testing.T) {
+			key := "kinds:" + c.name
+			le := mustAcquire(t, holder, ctx, key, c.hold...)
+			defer le.Release(context.Background())
+			states, err := operator.InspectKinds(ctx, key)
+			if err != nil || len(states) != 4 {
+				t.Fatalf("InspectKinds: %v, %v", states, err)
+			}
+			for i, st := range states {
+				held := len(st.Holders) > 0
+				if want := i == index[c.kind]; held != want || st.Key != key {
+					t.Errorf("state %d (%s): held %v, want %v", i, st.Kind, held, want)
+				}
+			}
+			if h := states[index[c.kind]].Holders[0]; h.Kind != c.kind || h.Token != le.Token() {
+				t.Errorf("holder %+v, want kind %s token %d", h, c.kind, le.Token())
+			}
+		})
+	}
+	a := mustAcquire(t, holder, ctx, "kinds:two")
+	defer a.Release(context.Background())
+	b := mustAcquire(t, holder, ctx, "kinds:two", guard.Fair())
+	defer b.Release(context.Background())
+	states, err := operator.InspectKinds(ctx, "kinds:two")
+	if err != nil || len(states[0].Holders) != 1 || len(states[3].Holders) != 1 {
+		t.Errorf("a key used as two kinds: %+v, %v; want exclusive and fair held", states, err)
+	}
+	if _, err := operator.InspectKinds(ctx, ""); !errors.Is(err, guard.ErrInvalidKey) {
+		t.Errorf("InspectKinds(\"\") = %v, want ErrInvalidKey", err)
+	}
 }

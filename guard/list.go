@@ -25,7 +25,8 @@ const listScanCount = 1000
 // move during it a lock may be returned twice or not at all.
 //
 // pattern is a glob over keys, as in Redis's MATCH: '*' any run, '?' one byte, '[…]' a
-// class; "" lists every lock. A lock is listed while it is held or waited for. On a
+// class; "" lists every lock. A lock is listed while it is held or waited for, whatever
+// its key's length (MaxKeyLen bounds what acquisitions store, not what is read). On a
 // quorum Locker a lock is returned once, from the last server that holds it, with the
 // majority's view and each server's; one whose copies change during the listing (a
 // server that catches up on a hold after its answer came late) may be returned twice.
@@ -203,7 +204,7 @@ func (l *Locker) lockNames(names []string) []inspectReq {
 			continue
 		}
 		key := unescapeKey(rest[:end])
-		rk, err := l.redisKeys(key, spec)
+		rk, err := l.readKeys(key, spec)
 		if err != nil || rk.lock != name {
 			continue
 		}

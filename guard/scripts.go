@@ -171,3 +171,80 @@ func (h *held) undoArgs(nonce string) [][]any {
 	}
 	return args
 }
+
+// runReadOnly runs s, a script that writes nothing (flag "no-writes"), with keys and
+// args as read-only: EVALSHA_RO, then EVAL_RO after a NOSCRIPT reply, so that a user
+// allowed only to read (+@read +evalsha_ro +eval_ro) can run it. A server that has no _RO
+// commands (Redis 6.2: "unknown command") or a user allowed EVALSHA but not EVALSHA_RO
+// (NOPERM) gets EVALSHA and EVAL; that failing too, the _RO refusal is returned, which
+// names the command to allow. A server that cannot parse the "#!lua" line (Redis 6.2 and
+// servers like it) gets the plain form with EVALSHA and EVAL, as runScript sends it.
+// first, when not nil, is the reply to the command line of readArgs already sent (in a
+// pipeline). It is for the read paths only (Inspect, List).
+func (c *conn) runReadOnly(ctx context.Context, s *script.Script, keys []string, args []any, first *redis.Cmd) *redis.Cmd {
+	legacy := c.legacy.Load()
+	cmd := first
+	if cmd == nil {
+		cmd = c.client.Do(ctx, c.readArgs(s, keys, args)...)
+	}
+	if legacy { // cmd is EVALSHA's
+		return c.evalOnNoScript(ctx, cmd, "eval", s, keys, args)
+	}
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		_, src := s.Form(false)
+		cmd = c.client.Do(ctx, scriptLine("eval_ro", src, keys, args)...)
+	}
+	err := cmd.Err()
+	if err == nil || !roRefused(err) && !flagsRefused(err) {
+		return cmd
+	}
+	sha, _ := s.Form(false)
+	plain := c.client.Do(ctx, scriptLine("evalsha", sha, keys, args)...)
+	if plain = c.evalOnNoScript(ctx, plain, "eval", s, keys, args); plain.Err() != nil && roRefused(err) {
+		return cmd // the _RO refusal says what to allow
+	}
+	return plain
+}
+
+// readArgs returns the command line of runReadOnly's first call: EVALSHA_RO, or EVALSHA
+// on a conn that uses the plain scripts (Redis 6.2, which has no _RO commands).
+func (c *conn) readArgs(s *script.Script, keys []string, args []any) []any {
+	legacy := c.legacy.Load()
+	sha, _ := s.Form(legacy)
+	if legacy {
+		return scriptLine("evalsha", sha, keys, args)
+	}
+	return scriptLine("evalsha_ro", sha, keys, args)
+}
+
+// evalOnNoScript returns cmd, or, when it was refused with NOSCRIPT, the reply of eval
+// (EVAL) with s's source: its "#!lua" form unless the conn uses the plain ones, the plain
+// form after a compile error of the other.
+func (c *conn) evalOnNoScript(ctx context.Context, cmd *redis.Cmd, eval string, s *script.Script, keys []string, args []any) *redis.Cmd {
+	if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return cmd
+	}
+	legacy := c.legacy.Load()
+	_, src := s.Form(legacy)
+	cmd = c.client.Do(ctx, scriptLine(eval, src, keys, args)...)
+	if !legacy && flagsRefused(cmd.Err()) {
+		cmd = c.client.Do(ctx, scriptLine(eval, s.Plain(), keys, args)...)
+	}
+	return cmd
+}
+
+// roRefused reports whether err refuses a read-only script command itself: a server
+// without it (Redis 6.2) or a user not allowed it.
+func roRefused(err error) bool {
+	return isServerError(err) && (redis.HasErrorPrefix(err, "NOPERM") || strings.Contains(strings.ToLower(err.Error()), "unknown command"))
+}
+
+// scriptLine returns the command line cmd script numkeys keys... args...
+func scriptLine(cmd string, script any, keys []string, args []any) []any {
+	out := make([]any, 0, 3+len(keys)+len(args))
+	out = append(out, cmd, script, len(keys))
+	for _, k := range keys {
+		out = append(out, k)
+	}
+	return append(out, args...)
+}

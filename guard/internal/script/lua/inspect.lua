@@ -8,12 +8,39 @@
 --         of a fair lock
 -- n       the most entries read from each queue
 --
--- Returns {server TIME, the lock hash as HGETALL gives it, the lock's PTTL, the fence's
---          first 24 bytes, the queue's first n Locker IDs[, the holders zset with scores
---          | the fair queue's first n owners, their entries]}.
+-- Returns {server time (see server_time), the lock hash as HGETALL gives it, the lock's
+--          PTTL, the fence's first 24 bytes, the queue's first n Locker IDs[, the holders
+--          zset with scores | the fair queue's first n owners, their entries]}.
+--
+-- It runs as read-only (EVALSHA_RO, flag no-writes) for Inspect and List, so that a user
+-- allowed only to read (+@read +evalsha_ro +eval_ro) can run it: every command it calls
+-- is in @read, but TIME (see server_time).
+
+-- server_time returns the server's clock as TIME gives it, {seconds, microseconds}. TIME
+-- is not in @read: for a user who may not call it (Redis 7's redis.acl_check_cmd says
+-- so, without logging a refusal), the clock is read from a key's expiry, in
+-- milliseconds: PEXPIRETIME (absolute) less PTTL (relative) is the time the server
+-- counts the key's TTL from. Every key of a lock expires, so a lock that exists has such
+-- a key; when none exists, false (the caller uses its own clock: there is nothing whose
+-- time left depends on it).
+local function server_time()
+  if not redis.acl_check_cmd or redis.acl_check_cmd('TIME') then
+    return redis.call('TIME')
+  end
+  for _, k in ipairs(KEYS) do
+    local left = redis.call('PTTL', k)
+    if left >= 0 then
+      local ms = redis.call('PEXPIRETIME', k) - left
+      return {math.floor(ms / 1000), (ms % 1000) * 1000}
+    end
+  end
+  return false
+end
+
+-- lock_state reads the lock's state (see the top of this file).
 local function lock_state(n)
   n = tonumber(n) - 1
-  local out = {redis.call('TIME'), redis.call('HGETALL', KEYS[1]), redis.call('PTTL', KEYS[1]),
+  local out = {server_time(), redis.call('HGETALL', KEYS[1]), redis.call('PTTL', KEYS[1]),
     redis.call('GETRANGE', KEYS[2], 0, 23), redis.call('LRANGE', KEYS[3], 0, n)}
   if KEYS[5] then
     local owners = redis.call('LRANGE', KEYS[4], 0, n)
