@@ -18,14 +18,16 @@ var forceScript = script.Force
 // It returns the lock's state as it was ended — its holders and waiters — with Fence the
 // raised token.
 //
-// Dangers. The holders are not told and may still be running: the exclusion their work
-// relied on is gone, and the next waiter's work may run beside it. A holder learns at
-// its next renewal (within a third of its TTL by default) that its lease is lost (its
-// context is cancelled with ErrLeaseLost, and a decorated call returns that error); work
-// that ignores its context goes on. The fence is what protects the data: every later
-// hold's token exceeds the returned Fence, so storage that refuses tokens lower than the
-// highest it has seen refuses the old holders' writes once the next holder has written
-// (or once it has been given Fence). Writes that carry no token are not protected.
+// Dangers. The holders may still be running when it returns: the exclusion their work
+// relied on is gone, and the next waiter's work may run beside theirs until they stop.
+// The release is announced on Pub/Sub, and a holder's Locker renews the lock at once on
+// hearing it: the lease is lost within a round trip or so (its context is cancelled
+// with ErrLeaseLost, and a decorated call returns that error). A holder whose
+// connection missed the announcement learns at its next renewal (within a third of its
+// TTL by default). Work that ignores its context goes on. The fence is what protects
+// the data: every later hold's token exceeds the returned Fence, so storage that refuses
+// tokens lower than the highest it has seen refuses the old holders' writes once the
+// next holder has written (or once it has been given Fence). Writes that carry no token are not protected.
 // Prefer waiting out the holder's TTL, or stopping the holder, when either is possible.
 //
 // The raise takes one token from the key's sequence. A fair lock is granted to the first
@@ -91,6 +93,7 @@ func (l *Locker) forceOn(ctx context.Context, c *conn, r inspectReq, s *settings
 		}
 		raised, _ := v[1].(string)
 		st.Fence, _ = strconv.ParseInt(raised, 10, 64)
+		announceForce(ctx, c, r.rk.lock) // the holders hear it now (forced.go)
 	}
 	return st
 }

@@ -50,10 +50,11 @@ type Locker struct {
 	dog   *watchdog.Dog[*held]
 	env   *holdEnv // what its holds share (lease.go)
 	tel   *telemetry
-	hints holdTimes // hold times seen, for LockedError.RetryAfter (hint.go)
-	graph *graph    // the wait-for graph its waits' deadlock detectors walk (deadlock.go)
-	aside aside     // background calls: compensating releases, abandoned attempts
-	undos undoLanes // undos Redis did not answer, tried again until it does (undo.go)
+	hints holdTimes  // hold times seen, for LockedError.RetryAfter (hint.go)
+	graph *graph     // the wait-for graph its waits' deadlock detectors walk (deadlock.go)
+	aside aside      // background calls: compensating releases, abandoned attempts
+	undos undoLanes  // undos Redis did not answer, tried again until it does (undo.go)
+	force forceWatch // listening for force releases of its holds (forced.go)
 }
 
 // maxOwnerLen bounds owner IDs set by callers with ctxid.NewContext: a root of up to 128
@@ -405,6 +406,7 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 	h.acquireEnded()
 	h.mu.Unlock()
 	l.mu.Unlock()
+	l.watchForce()
 	return le, nil
 }
 

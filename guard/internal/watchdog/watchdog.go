@@ -49,6 +49,7 @@ type Entry[L any] struct {
 	index    int           // position in the queue, -1 when absent
 	inflight chan struct{} // closed when the batch renewing the lease is done
 	stopped  bool          // renewals stopped for good
+	soon     bool          // Soon was called while the lease's renewal was in flight
 }
 
 // Dog renews the leases added to it until they are removed or lost.
@@ -118,6 +119,30 @@ func (d *Dog[L]) Remove(ctx context.Context, e *Entry[L], wait bool) {
 		case <-t.C:
 		case <-ctx.Done():
 		}
+	}
+}
+
+// Soon renews e's lease now instead of at its time: the lease's holder has heard that
+// the lock may be gone (a force release), and the renewal finds out. A renewal of the
+// lease in flight, which may have been sent before the news, is followed by another at
+// once. It does nothing for a lease removed or not added.
+func (d *Dog[L]) Soon(e *Entry[L]) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case e.stopped || d.closed:
+		return
+	case e.inflight != nil:
+		e.soon = true
+		return
+	case e.index < 0 || e.index >= len(d.q) || d.q[e.index] != e:
+		return
+	}
+	e.next = time.Now()
+	heap.Fix(&d.q, e.index)
+	select {
+	case d.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -211,6 +236,8 @@ func (d *Dog[L]) reschedule(batch []*Entry[L], done chan struct{}, sent time.Tim
 	live := make([]bool, len(batch))
 	for i, e := range batch {
 		e.inflight = nil
+		soon := e.soon
+		e.soon = false
 		if e.stopped {
 			continue
 		}
@@ -219,6 +246,8 @@ func (d *Dog[L]) reschedule(batch []*Entry[L], done chan struct{}, sent time.Tim
 		switch {
 		case res[i].Lost || res[i].TTL <= 0 || d.closed:
 			continue
+		case soon:
+			e.next = time.Now() // news came during the renewal: renew again
 		case res[i].Err == nil:
 			e.next = sent.Add(interval)
 		default: // transient: retry sooner, until the lease's validity runs out

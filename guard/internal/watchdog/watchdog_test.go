@@ -279,3 +279,33 @@ func TestRemoveNeverAdded(t *testing.T) {
 	d.Remove(context.Background(), &stray, false)
 	waitFor(t, "a's renewals", func() bool { return r.renewals("a") >= 2 })
 }
+
+// Soon renews a lease now, not at its time; one whose renewal is in flight when Soon is
+// called is renewed once more as soon as that renewal is done; a removed one is not.
+func TestSoon(t *testing.T) {
+	r := &recorder{}
+	d := New(r.config())
+	defer d.Close()
+	a := &lease{name: "a", interval: time.Hour}
+	d.Add(&a.e, a, time.Now())
+	d.Soon(&a.e)
+	waitFor(t, "a's renewal after Soon, an hour early", func() bool { return r.renewals("a") == 1 })
+
+	r2 := &recorder{block: make(chan struct{}), inSend: make(chan struct{}, 1)}
+	d2 := New(r2.config())
+	defer d2.Close()
+	b := &lease{name: "b", interval: time.Hour}
+	d2.Add(&b.e, b, time.Now().Add(-2*time.Hour)) // due at once
+	<-r2.inSend
+	d2.Soon(&b.e) // during the renewal
+	r2.inSend = nil
+	close(r2.block)
+	waitFor(t, "b's second renewal, right after the one in flight", func() bool { return r2.renewals("b") == 2 })
+
+	d.Remove(context.Background(), &a.e, false)
+	d.Soon(&a.e)
+	time.Sleep(20 * time.Millisecond)
+	if n := r.renewals("a"); n != 1 {
+		t.Errorf("a renewed %d times after Remove and Soon, want 1", n)
+	}
+}
