@@ -12,6 +12,7 @@ test: redis-server proto-check
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
 	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+	cd connectguard && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## redis-server: install Debian's redis-server when it is not on PATH (tests start their own).
 redis-server:
