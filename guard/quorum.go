@@ -1015,17 +1015,22 @@ func (q *quorum) undoAt(h *held, nonce string, on []bool) {
 			if !answered(e) && ctx.Err() == nil {
 				e = call(ctx)
 			}
-			if !answered(e) {
-				// The server may run the attempt when it wakes: try until it answers
-				// (see undo.go).
-				q.env.retry(c, call)
-			}
+			q.untilAnswered(c, e, call)
 			if e != nil {
 				err = e
 			}
 		}
 		return err
 	})
+}
+
+// untilAnswered hands call, made on c, to the Locker's lane for c when err says that c
+// did not answer it: a frozen server may run the attempt it undoes or releases when it
+// wakes, and call must reach it then (see undo.go).
+func (q *quorum) untilAnswered(c *conn, err error, call func(context.Context) error) {
+	if !answered(err) {
+		q.env.retry(c, call)
+	}
 }
 
 // releaseAll runs a release on every server and merges the replies: decided once a
@@ -1121,7 +1126,10 @@ func (rr *releaseRound) Late(r fanout.Reply) {
 		line := make([]any, w)
 		copy(line[2:], rr.lines[r.I*w+2:(r.I+1)*w])
 		rr.q.each(onlyAt(len(rr.slots), r.I), false, func(ctx context.Context, c *conn) error {
-			return c.runScript(ctx, rr.h.s.spec.release, line, true).Err()
+			call := func(ctx context.Context) error { return c.runScript(ctx, rr.h.s.spec.release, line, true).Err() }
+			err := call(ctx)
+			rr.q.untilAnswered(c, err, call)
+			return err
 		})
 	}
 }

@@ -155,3 +155,79 @@ func TestLeaseReadsItsDeadline(t *testing.T) {
 		_ = le.Release(ctx)
 	}
 }
+
+// TestQuorumBudgetAndGhosts: on a quorum of three, a wait budget bounds an Acquire while
+// a majority is frozen, and no hold is left behind 2 s after the servers wake — with a
+// majority frozen (the attempt fails) and with a minority frozen (the attempt is granted
+// by the others and released: the frozen server's copy must not take the lock when it
+// wakes).
+func TestQuorumBudgetAndGhosts(t *testing.T) {
+	const budget = 2 * time.Second
+	for _, frozen := range []int{2, 1} {
+		t.Run(fmt.Sprintf("frozen=%d/3", frozen), func(t *testing.T) {
+			t.Parallel()
+			r := startQuorum(t, 3, false)
+			l := r.locker(t, guard.RestartDelay(0))
+			ctx := ctxTimeout(t, time.Minute)
+			mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
+			for _, s := range r.servers[:frozen] {
+				s.Pause(t)
+			}
+			start := time.Now()
+			le, err := l.Acquire(context.Background(), "ghost", guard.Retry(guard.MaxWait(budget, nil)))
+			took := time.Since(start)
+			if frozen == 1 {
+				if err != nil {
+					t.Fatalf("Acquire with one server of three frozen: %v", err)
+				}
+				mustRelease(t, le)
+			} else {
+				if took > budget+budgetSlack {
+					t.Errorf("Acquire returned after %s, want within the budget %s + %s", took, budget, budgetSlack)
+				}
+				if !errors.Is(err, guard.ErrUnavailable) {
+					t.Errorf("Acquire = %v, want ErrUnavailable", err)
+				}
+			}
+			time.Sleep(time.Until(start.Add(15 * time.Second)))
+			for _, s := range r.servers[:frozen] {
+				s.Resume(t)
+			}
+			time.Sleep(2 * time.Second)
+			if n := r.holders(t, "ghost"); n != 0 {
+				t.Fatalf("2s after a 15s freeze of %d server(s), %d server(s) hold the lock; nobody believes it holds it", frozen, n)
+			}
+		})
+	}
+}
+
+// TestClusterNoGhostAfterFreeze: the same on a Cluster primary: a caller whose budget ran
+// out while the lock's primary was frozen leaves no hold once it wakes.
+func TestClusterNoGhostAfterFreeze(t *testing.T) {
+	// A Cluster of its own, without replicas: the freeze outlasts the shared one's node
+	// timeout, and no failover may end it.
+	c := redistest.StartCluster(t, redistest.ClusterPrimaries(3), redistest.ClusterReplicas(0), redistest.ClusterNodeTimeout(time.Minute))
+	l := lockerOn(t, c.Client(t))
+	p := c.Primaries()[0]
+	key := keyOn(t, c, p, "ghost")
+	mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 10*time.Second), key))
+	p.Pause(t)
+	start := time.Now()
+	err := guard.Do(context.Background(), func(context.Context) error {
+		return errors.New("fn ran while the primary was frozen")
+	}, guard.Use(l), guard.RawKey(key), guard.Retry(guard.MaxWait(2*time.Second, nil)))
+	took := time.Since(start)
+	time.Sleep(time.Until(start.Add(15 * time.Second)))
+	p.Resume(t)
+	if took > 2*time.Second+budgetSlack || !errors.Is(err, guard.ErrUnavailable) {
+		t.Fatalf("Do with the lock's primary frozen = %v after %s, want ErrUnavailable within the budget", err, took)
+	}
+	time.Sleep(2 * time.Second)
+	st, err := l.Inspect(ctxTimeout(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	if len(st.Holders) > 0 {
+		t.Fatalf("2s after the primary woke the lock has holders %+v, though the only caller was told it failed", st.Holders)
+	}
+}
