@@ -31,6 +31,7 @@ var programs = map[string]struct {
 	"fair":      {nil, "ok: ", false},
 	"grpc":      {nil, "ok: ", false},
 	"minimal":   {nil, "paid order 42", true},
+	"nethttp":   {nil, "ok: ", false},
 	"readwrite": {nil, "ok: ", false},
 	"semaphore": {nil, "ok: ", false},
 	"service":   {nil, "ok: ", false},
