@@ -19,7 +19,8 @@
 // command's documentation.
 //
 // Exit status: 0 on success, 1 when Redis could not be reached or the action failed, 2
-// for a usage error, 3 when unlock was declined at its prompt.
+// for a usage error (unlock of a key in use as several kinds, without --kind, included),
+// 3 when unlock was declined at its prompt.
 package main
 
 import (
@@ -30,9 +31,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -107,10 +111,13 @@ queued owners, and a waiting writer's mark. Reading takes no lock and changes no
 const inspectHelp = `usage: guardkit [flags] inspect [--kind K] [--json] KEY
 
 Shows the lock named KEY: its holders (owner, kind, holds, token, time left, held for,
-Locker, label, trace), its waiters and its fence (the last token issued: every later
-hold's token exceeds it). --kind is the lock's kind: exclusive (default), rw (the
-read-write lock; read and write name it too), semaphore, fair. With --quorum, each
-server's view follows the majority's.
+Locker, label, trace), its waiters and its fence (the highest token issued that Redis
+still records, never below a holder's: every later hold's token exceeds it). Each kind
+of a key is a lock of its own in Redis; without --kind, every kind is read and the
+kinds in use are shown (free: none is). --kind reads one: exclusive, rw (the read-write
+lock; read and write name it too), semaphore, fair. With --json and a key in use as
+several kinds, --kind is required. With --quorum, each server's view follows the
+majority's. Keys of any length are read.
 `
 
 const lsHelp = `usage: guardkit [flags] ls [--json] [PATTERN]
@@ -128,8 +135,9 @@ const watchHelp = `usage: guardkit [flags] watch [--interval D] [--json] [PATTER
 A live table of the locks matching PATTERN that are held or waited for, refreshed every
 --interval (default 1s), like top: locks with waiters first, the longest wait first.
 A wait is counted from when watch first saw the waiter (at least that long), a hold
-from when it was acquired. Quit with q then Enter, or Ctrl-C. With --json, one JSON
-array per refresh, one per line, and no screen control.
+from when it was acquired. Quit with q, or Ctrl-C (q then Enter when standard input is
+not a terminal). With --json, one JSON array per refresh, one per line, and no screen
+control.
 `
 
 const unlockHelp = `usage: guardkit [flags] unlock --force [--yes] [--kind K] [--json] KEY
@@ -147,6 +155,10 @@ storage that refuses tokens below the highest it has seen refuses the old holder
 writes once the next holder has written (or once given the fence printed here). Prefer
 waiting out the holder's TTL, or stopping the holder, when you can.
 
+Without --kind, the kind the key is in use as is read from Redis and that lock is
+ended; a key in use as several kinds is refused (status 2) until --kind names one, and
+a key in use as none is left alone. --kind: exclusive, rw, semaphore, fair.
+
 --force is required; --yes skips the question (for scripts).
 `
 
@@ -160,6 +172,7 @@ type config struct {
 	prefix                                               string
 	timeout                                              time.Duration
 	json                                                 bool
+	dials                                                *dialLog
 
 	kind     string
 	force    bool
@@ -190,9 +203,9 @@ func flags(name string, cfg *config) *flag.FlagSet {
 	fs.BoolVar(&cfg.json, "json", false, "")
 	switch name {
 	case "inspect":
-		fs.StringVar(&cfg.kind, "kind", "exclusive", "")
+		fs.StringVar(&cfg.kind, "kind", "", "")
 	case "unlock":
-		fs.StringVar(&cfg.kind, "kind", "exclusive", "")
+		fs.StringVar(&cfg.kind, "kind", "", "")
 		fs.BoolVar(&cfg.force, "force", false, "")
 		fs.BoolVar(&cfg.yes, "yes", false, "")
 	case "watch":
@@ -243,7 +256,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "guardkit: unknown command %q\n\n%s", name, overview)
 		return exitUsage
 	}
-	cfg := &config{}
+	cfg := &config{dials: &dialLog{}}
 	pos, err := parse(flags(name, cfg), rest)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, help)
@@ -274,12 +287,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = c.unlock(ctx, pos[0])
 	}
 	var declined *declinedError
+	var kinds *kindsError
 	switch {
 	case errors.As(err, &declined):
 		fmt.Fprintln(stderr, "guardkit:", err)
 		return exitDeclined
-	case err != nil:
+	case errors.As(err, &kinds):
 		fmt.Fprintln(stderr, "guardkit:", err)
+		return exitUsage
+	case err != nil:
+		fmt.Fprintln(stderr, "guardkit:", cfg.explain(err))
 		return exitFailed
 	}
 	return exitOK
@@ -376,7 +393,7 @@ func (cfg *config) check(name string, pos []string) error {
 	return nil
 }
 
-// kindOption returns the guard option of a --kind value.
+// kindOption returns the guard option of a --kind value ("": the exclusive lock's).
 func kindOption(kind string) ([]guard.Option, error) {
 	switch kind {
 	case "exclusive", "":
@@ -417,6 +434,118 @@ func (cfg *config) tlsConfig() (*tls.Config, error) {
 	return t, nil
 }
 
+// singleAddr returns the address of a single server: --addr, else $GUARDKIT_ADDR, else
+// 127.0.0.1:6379.
+func (cfg *config) singleAddr() string {
+	addr := cfg.addr
+	if addr == "" {
+		addr = os.Getenv("GUARDKIT_ADDR")
+	}
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	return addr
+}
+
+// addrs returns the addresses the flags give, as the operator typed them.
+func (cfg *config) addrs() string {
+	switch {
+	case cfg.cluster != "":
+		return cfg.cluster
+	case cfg.sentinelMaster != "":
+		return cfg.sentinelAddrs
+	case cfg.quorum != "":
+		return cfg.quorum
+	}
+	return cfg.singleAddr()
+}
+
+// dialLog keeps the last failed dial to each address. The client retries a refused dial
+// until the call's context ends and then reports the context's error alone ("context
+// deadline exceeded", with --timeout 1s); the log lets the error say which address
+// failed, and how.
+type dialLog struct {
+	mu   sync.Mutex
+	errs map[string]error
+}
+
+// dialer returns the clients' dialer: TCP (TLS with t when not nil), as the client's
+// own, recording each dial's outcome.
+func (d *dialLog) dialer(t *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 5 * time.Minute}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		var err error
+		if t != nil {
+			c, err = (&tls.Dialer{NetDialer: nd, Config: t}).DialContext(ctx, network, addr)
+		} else {
+			c, err = nd.DialContext(ctx, network, addr)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if err != nil {
+			if d.errs == nil {
+				d.errs = map[string]error{}
+			}
+			d.errs[addr] = err
+		} else {
+			delete(d.errs, addr)
+		}
+		return c, err
+	}
+}
+
+// failed returns the dial errors kept, by address.
+func (d *dialLog) failed() []error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	addrs := make([]string, 0, len(d.errs))
+	for a := range d.errs {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	out := make([]error, len(addrs))
+	for i, a := range addrs {
+		out[i] = d.errs[a]
+	}
+	return out
+}
+
+// connError is an error of a Redis call that did not name where Redis was looked for,
+// with what the dials there said, or the addresses and the time waited.
+type connError struct {
+	err    error
+	detail string
+}
+
+func (e *connError) Error() string { return e.err.Error() + " (" + e.detail + ")" }
+func (e *connError) Unwrap() error { return e.err }
+
+// explain returns err, a Redis call's, naming the address when it does not: the failed
+// dials' errors (connection refused, no route, a TLS handshake), else, for a call that
+// ran out of time, the addresses and the timeout. An error that Redis answered, or that
+// names its address already, is returned as it is.
+func (cfg *config) explain(err error) error {
+	var reply redis.Error
+	if err == nil || !errors.Is(err, guard.ErrUnavailable) || errors.As(err, &reply) {
+		return err
+	}
+	msg := err.Error()
+	var more []string
+	for _, e := range cfg.dials.failed() {
+		if !strings.Contains(msg, e.Error()) {
+			more = append(more, e.Error())
+		}
+	}
+	if len(more) == 0 && errors.Is(err, context.DeadlineExceeded) && !strings.Contains(msg, cfg.addrs()) {
+		more = append(more, fmt.Sprintf("no answer from %s within --timeout %s", cfg.addrs(), cfg.timeout))
+	}
+	if len(more) == 0 {
+		return err
+	}
+	return &connError{err: err, detail: strings.Join(more, "; ")}
+}
+
 // locker connects as the flags say and returns a Locker for reading (and force-releasing)
 // locks, and a function that closes it and its clients.
 func (cfg *config) locker() (*guard.Locker, func(), error) {
@@ -437,30 +566,24 @@ func (cfg *config) locker() (*guard.Locker, func(), error) {
 		}
 	}
 	var l *guard.Locker
+	dial := cfg.dials.dialer(t)
 	switch {
 	case cfg.cluster != "":
 		clients = append(clients, redis.NewClusterClient(&redis.ClusterOptions{Addrs: split(cfg.cluster),
-			Username: cfg.username, Password: password, TLSConfig: t, ContextTimeoutEnabled: true}))
+			Username: cfg.username, Password: password, TLSConfig: t, Dialer: dial, ContextTimeoutEnabled: true}))
 	case cfg.sentinelMaster != "":
 		clients = append(clients, redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.sentinelMaster,
 			SentinelAddrs: split(cfg.sentinelAddrs), Username: cfg.username, Password: password, DB: cfg.db,
-			TLSConfig: t, ContextTimeoutEnabled: true}))
+			TLSConfig: t, Dialer: dial, ContextTimeoutEnabled: true}))
 	case cfg.quorum != "":
 		for _, addr := range split(cfg.quorum) {
 			clients = append(clients, redis.NewClient(&redis.Options{Addr: addr, Username: cfg.username,
-				Password: password, DB: cfg.db, TLSConfig: t, ContextTimeoutEnabled: true}))
+				Password: password, DB: cfg.db, TLSConfig: t, Dialer: dial, ContextTimeoutEnabled: true}))
 		}
 		l, err = guard.NewQuorum(clients, append(opts, guard.RestartDelay(0))...)
 	default:
-		addr := cfg.addr
-		if addr == "" {
-			addr = os.Getenv("GUARDKIT_ADDR")
-		}
-		if addr == "" {
-			addr = "127.0.0.1:6379"
-		}
-		clients = append(clients, redis.NewClient(&redis.Options{Addr: addr, Username: cfg.username,
-			Password: password, DB: cfg.db, TLSConfig: t, ContextTimeoutEnabled: true}))
+		clients = append(clients, redis.NewClient(&redis.Options{Addr: cfg.singleAddr(), Username: cfg.username,
+			Password: password, DB: cfg.db, TLSConfig: t, Dialer: dial, ContextTimeoutEnabled: true}))
 	}
 	if l == nil && err == nil {
 		l, err = guard.New(clients[0], opts...)
@@ -487,6 +610,9 @@ func (c *cli) call(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func (c *cli) inspect(ctx context.Context, key string) error {
+	if c.cfg.kind == "" {
+		return c.inspectAny(ctx, key)
+	}
 	opts, _ := kindOption(c.cfg.kind)
 	cctx, cancel := c.call(ctx)
 	defer cancel()
@@ -499,6 +625,92 @@ func (c *cli) inspect(ctx context.Context, key string) error {
 	}
 	writeState(c.out, st)
 	return nil
+}
+
+// inspectAny shows the lock named key of the kinds it is in use as (inspect without
+// --kind): each kind of a key is a lock of its own in Redis, and the operator may not
+// know which one the application takes.
+func (c *cli) inspectAny(ctx context.Context, key string) error {
+	all, used, err := c.kinds(ctx, key)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.cfg.json && len(used) > 1:
+		return &kindsError{key: key, used: used, what: "give --kind to choose which to show"}
+	case c.cfg.json && len(used) == 1:
+		return writeJSON(c.out, jsonState(used[0]))
+	case c.cfg.json:
+		return writeJSON(c.out, jsonState(all[0]))
+	case len(used) == 0:
+		fmt.Fprintf(c.out, "%s: free: no lock of any kind (exclusive, rw, semaphore, fair) is held or waited for, read at %s\n",
+			key, all[0].Time.UTC().Format(time.RFC3339Nano))
+	case len(used) > 1:
+		fmt.Fprintf(c.out, "%s is in use as %d kinds, each a lock of its own (--kind shows one):\n\n", key, len(used))
+	}
+	for i, st := range used {
+		if i > 0 {
+			fmt.Fprintln(c.out)
+		}
+		writeState(c.out, st)
+	}
+	return nil
+}
+
+// kinds reads the lock named key of every kind and returns their states (exclusive,
+// read-write, semaphore, fair) and those of the kinds in use: held or waited for.
+func (c *cli) kinds(ctx context.Context, key string) (all, used []*guard.LockState, err error) {
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	all, err = c.l.InspectKinds(cctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, st := range all {
+		if inUse(st) {
+			used = append(used, st)
+		}
+	}
+	return all, used, nil
+}
+
+// inUse reports whether st shows a lock held or waited for: on a quorum, by the majority
+// or by any server.
+func inUse(st *guard.LockState) bool {
+	if len(st.Holders) > 0 || len(st.Waiters) > 0 || st.WriterWaiting > 0 {
+		return true
+	}
+	for _, v := range st.Servers {
+		if v.Err == nil && inUse(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// kindName returns the --kind value that names the lock of st.
+func kindName(st *guard.LockState) string {
+	switch st.Kind {
+	case guard.KindRead, guard.KindWrite:
+		return "rw"
+	}
+	return st.Kind.String()
+}
+
+// kindsError is a key in use as several kinds, where the command needs one (--kind).
+type kindsError struct {
+	key  string
+	used []*guard.LockState
+	what string
+}
+
+func (e *kindsError) Error() string {
+	names := make([]string, len(e.used))
+	for i, st := range e.used {
+		names[i] = kindName(st)
+	}
+	return fmt.Sprintf("%s is in use as %d kinds (%s), each a lock of its own: %s (--kind %s)",
+		e.key, len(e.used), strings.Join(names, ", "), e.what, strings.Join(names, " or --kind "))
 }
 
 // listAll lists every lock matching pattern, page by page, and reports the calls made.
@@ -548,12 +760,34 @@ func (e *declinedError) Error() string { return "unlock of " + e.key + " decline
 
 func (c *cli) unlock(ctx context.Context, key string) error {
 	opts, _ := kindOption(c.cfg.kind)
-	if !c.cfg.yes {
-		cctx, cancel := c.call(ctx)
-		st, err := c.l.Inspect(cctx, key, opts...)
-		cancel()
-		if err != nil {
+	var found *guard.LockState // the lock of the kind the key is in use as, without --kind
+	if c.cfg.kind == "" {
+		all, used, err := c.kinds(ctx, key)
+		switch {
+		case err != nil:
 			return err
+		case len(used) > 1:
+			return &kindsError{key: key, used: used, what: "nothing ended; give --kind to choose which to end"}
+		case len(used) == 0:
+			if c.cfg.json {
+				return writeJSON(c.out, jsonState(all[0]))
+			}
+			fmt.Fprintf(c.out, "%s: no lock of any kind (exclusive, rw, semaphore, fair) is held or waited for: nothing ended\n", key)
+			return nil
+		}
+		found = used[0]
+		opts, _ = kindOption(kindName(found))
+	}
+	if !c.cfg.yes {
+		st := found
+		if st == nil {
+			cctx, cancel := c.call(ctx)
+			var err error
+			st, err = c.l.Inspect(cctx, key, opts...)
+			cancel()
+			if err != nil {
+				return err
+			}
 		}
 		writeState(c.errOut, st)
 		fmt.Fprintf(c.errOut, "\nForce-release %s? Its %d holder(s) may still be running and are not told until their next renewal. [y/N] ", key, len(st.Holders))
@@ -572,8 +806,8 @@ func (c *cli) unlock(ctx context.Context, key string) error {
 	if c.cfg.json {
 		return writeJSON(c.out, jsonState(st))
 	}
-	fmt.Fprintf(c.out, "force-released %s: %d holder(s) ended, %d waiter(s) woken; fence raised to %d\n",
-		key, len(st.Holders), len(st.Waiters), st.Fence)
+	fmt.Fprintf(c.out, "force-released %s (%s): %d holder(s) ended, %d waiter(s) woken; fence raised to %d\n",
+		key, kindName(st), len(st.Holders), len(st.Waiters), st.Fence)
 	for _, h := range st.Holders {
 		fmt.Fprintf(c.out, "  ended %s (%s, token %d%s)\n", h.Owner, h.Kind, h.Token, labelSuffix(h))
 	}

@@ -245,6 +245,8 @@ func TestInspectAndList(t *testing.T) {
 	}{
 		{"inspect.txt", []string{"inspect", "order:o9"}},
 		{"inspect-rw.txt", []string{"inspect", "--kind", "rw", "doc:1"}},
+		{"inspect-rw.txt", []string{"inspect", "doc:1"}}, // the kind found in Redis
+		{"inspect-fair.json", []string{"inspect", "--json", "invoice:7"}},
 		{"ls.txt", []string{"ls"}},
 		{"ls-pattern.txt", []string{"ls", "order:*"}},
 		{"inspect.json", []string{"inspect", "--json", "order:o9"}},
@@ -290,10 +292,27 @@ func TestUsage(t *testing.T) {
 			t.Errorf("guardkit %q: status %d, output %q; want status %d and %q", c.args, code, out+errOut, c.code, c.want)
 		}
 	}
-	// Redis not there: status 1, the error named.
-	_, errOut, code := guardkit(t, "", "--addr", "127.0.0.1:1", "--timeout", "500ms", "inspect", "k")
-	if code != 1 || !strings.HasPrefix(errOut, `guardkit: guard: inspect "k": redis:`) {
-		t.Errorf("no Redis: status %d, %q", code, errOut)
+	// Redis not there: status 1, the error and the address named, whatever the timeout
+	// (the client retries a refused dial until the timeout, then reports the context's
+	// error alone).
+	for _, timeout := range []string{"500ms", "1s", "3s"} {
+		for _, args := range [][]string{{"inspect", "k"}, {"inspect", "--kind", "rw", "k"}, {"ls"}} {
+			_, errOut, code := guardkit(t, "", append([]string{"--addr", "127.0.0.1:1", "--timeout", timeout}, args...)...)
+			if code != 1 || !strings.HasPrefix(errOut, `guardkit: guard: `) || !strings.Contains(errOut, "dial tcp 127.0.0.1:1: connect: connection refused") {
+				t.Errorf("no Redis, --timeout %s %q: status %d, %q; want the address and the refusal", timeout, args, code, errOut)
+			}
+		}
+	}
+}
+
+// A server that does not answer (stopped): the error names the address and the timeout.
+func TestNoAnswer(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Pause(t)
+	defer srv.Resume(t)
+	_, errOut, code := guardkit(t, "", "--addr", srv.Addr(), "--timeout", "1s", "inspect", "k")
+	if want := "context deadline exceeded (no answer from " + srv.Addr() + " within --timeout 1s)"; code != 1 || !strings.Contains(errOut, want) {
+		t.Errorf("a stopped server: status %d, %q; want %q", code, errOut, want)
 	}
 }
 
@@ -331,15 +350,170 @@ func TestUnlock(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the old holder was not told that its lease was lost")
 	}
-	// --yes: no question; a free lock is reported with no holder.
-	out, errOut, code = guardkit(t, "", "--addr", srv.Addr(), "unlock", "--force", "--yes", "export:nightly")
+	// --yes: no question; a free lock of the kind named is reported with no holder; a
+	// lock of no kind in use is left alone.
+	out, errOut, code = guardkit(t, "", "--addr", srv.Addr(), "unlock", "--force", "--yes", "--kind", "exclusive", "export:nightly")
 	if code != 0 || strings.Contains(errOut, "[y/N]") || !strings.Contains(out, "0 holder(s) ended") {
-		t.Errorf("unlock --yes of a free lock: status %d, %q %q", code, out, errOut)
+		t.Errorf("unlock --yes --kind exclusive of a free lock: status %d, %q %q", code, out, errOut)
+	}
+	out, errOut, code = guardkit(t, "", "--addr", srv.Addr(), "unlock", "--force", "--yes", "export:nightly")
+	if code != 0 || !strings.Contains(out, "no lock of any kind") || !strings.Contains(out, "nothing ended") {
+		t.Errorf("unlock --yes of a key in use as no kind: status %d, %q %q", code, out, errOut)
+	}
+}
+
+// Without --kind, unlock ends the lock of the kind the key is in use as (here a read
+// lock, which the exclusive default used to miss: "0 holder(s) ended" while it stayed
+// held), and refuses a key in use as two kinds, naming them.
+func TestUnlockFindsKind(t *testing.T) {
+	srv := redistest.Start(t)
+	a := startApp(t, srv)
+	holder, err := guard.New(srv.Client(t), guard.TTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reader, err := holder.Acquire(ctx, "doc:1", guard.Read())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Release(context.Background())
+	writer := a.wait(ctx, "doc:1", 1, guard.Write(), guard.Retry(guard.MaxWait(-1, guard.Fixed(time.Minute, 0))))
+	queued(t, srv.Addr(), "doc:1", "--kind", "rw")
+
+	out, errOut, code := guardkit(t, "", "--addr", srv.Addr(), "unlock", "--force", "--yes", "doc:1")
+	if code != 0 || !strings.Contains(out, "force-released doc:1 (rw): 1 holder(s) ended") || !strings.Contains(out, "token "+fmt.Sprint(reader.Token())) {
+		t.Fatalf("unlock of a read lock without --kind: status %d, %q %q", code, out, errOut)
+	}
+	select {
+	case err := <-writer:
+		if err != nil {
+			t.Fatalf("the waiting writer: %v, want the lock", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiting writer did not get the lock")
+	}
+	select {
+	case <-reader.Context().Done():
+	case <-ctx.Done():
+		t.Fatal("the reader was not told that its lease was lost")
+	}
+
+	// Two kinds on one key: refused, status 2, both named, nothing ended.
+	ex := a.hold(t, "doc:2")
+	fair := a.hold(t, "doc:2", guard.Fair())
+	out, errOut, code = guardkit(t, "", "--addr", srv.Addr(), "unlock", "--force", "--yes", "doc:2")
+	if code != 2 || !strings.Contains(errOut, "in use as 2 kinds (exclusive, fair)") || !strings.Contains(errOut, "nothing ended") {
+		t.Errorf("unlock of a key in use as two kinds: status %d, %q %q", code, out, errOut)
+	}
+	if ex.Err() != nil || fair.Err() != nil {
+		t.Errorf("a refused unlock ended a hold: %v, %v", ex.Err(), fair.Err())
+	}
+	// inspect shows both; with --json it wants --kind.
+	out, _, code = guardkit(t, "", "--addr", srv.Addr(), "inspect", "doc:2")
+	if code != 0 || !strings.Contains(out, "doc:2 is in use as 2 kinds") || !strings.Contains(out, "doc:2 (exclusive): held") || !strings.Contains(out, "doc:2 (fair): held") {
+		t.Errorf("inspect of a key in use as two kinds: status %d:\n%s", code, out)
+	}
+	_, errOut, code = guardkit(t, "", "--addr", srv.Addr(), "inspect", "--json", "doc:2")
+	if code != 2 || !strings.Contains(errOut, "--kind exclusive or --kind fair") {
+		t.Errorf("inspect --json of a key in use as two kinds: status %d, %q", code, errOut)
+	}
+	out, _, code = guardkit(t, "", "--addr", srv.Addr(), "inspect", "doc:3")
+	if code != 0 || !strings.HasPrefix(out, "doc:3: free: no lock of any kind") {
+		t.Errorf("inspect of a key in use as no kind: status %d, %q", code, out)
+	}
+}
+
+// An operator with read-only credentials (+@read +evalsha_ro +eval_ro, as an operator
+// is often given) reads with inspect, ls and watch; unlock is refused by Redis.
+func TestReadOnlyUser(t *testing.T) {
+	srv := redistest.Start(t)
+	a := startApp(t, srv)
+	le := a.hold(t, "doc:1", guard.Read())
+	if err := srv.Client(t).Do(context.Background(), "acl", "setuser", "ops", "on", ">s3cret", "~*", "&*",
+		"-@all", "+@read", "+evalsha_ro", "+eval_ro").Err(); err != nil {
+		t.Fatal(err)
+	}
+	login := []string{"--addr", srv.Addr(), "--username", "ops", "--password", "s3cret"}
+	out, errOut, code := guardkit(t, "", append(login, "inspect", "doc:1")...)
+	if code != 0 || !strings.Contains(out, "doc:1 (read): held") || !strings.Contains(out, fmt.Sprint(le.Token())) {
+		t.Errorf("inspect as a read-only user: status %d, %q %q", code, out, errOut)
+	}
+	out, errOut, code = guardkit(t, "", append(login, "ls")...)
+	if code != 0 || !strings.Contains(out, "doc:1") || !strings.Contains(out, "1 locks in") {
+		t.Errorf("ls as a read-only user: status %d, %q %q", code, out, errOut)
+	}
+	out, errOut, code = guardkit(t, "q\n", append(login, "watch", "--json")...)
+	if code != 0 || !strings.Contains(out, `"key":"doc:1"`) {
+		t.Errorf("watch as a read-only user: status %d, %q %q", code, out, errOut)
+	}
+	_, errOut, code = guardkit(t, "", append(login, "unlock", "--force", "--yes", "doc:1")...)
+	if code != 1 || !strings.Contains(errOut, "NOPERM") || le.Err() != nil {
+		t.Errorf("unlock as a read-only user: status %d, %q, lease %v; want refused by Redis", code, errOut, le.Err())
+	}
+}
+
+// A hold that outlives its key's fence record shows a fence no lower than its token.
+func TestFenceOutlived(t *testing.T) {
+	srv := redistest.Start(t)
+	holder, err := guard.New(srv.Client(t), guard.TTL(3*time.Second), guard.FenceRetention(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	le, err := holder.Acquire(context.Background(), "report:q3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(context.Background())
+	c := srv.Client(t)
+	for deadline := time.Now().Add(10 * time.Second); c.Exists(context.Background(), "guard:{report:q3}:fence").Val() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the fence record did not expire")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, errOut, code := guardkit(t, "", "--addr", srv.Addr(), "inspect", "--json", "report:q3")
+	var st jsonLock
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Holders) != 1 || st.Fence != le.Token() {
+		t.Errorf("inspect of a hold past its fence record: status %d, %s%s; want the fence %d", code, out, errOut, le.Token())
+	}
+}
+
+// A lock whose key is longer than the default MaxKeyLen is listed, inspected and ended.
+func TestLongKey(t *testing.T) {
+	srv := redistest.Start(t)
+	holder, err := guard.New(srv.Client(t), guard.MaxKeyLen(4096), guard.TTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	key := "blob:" + strings.Repeat("x", 1100)
+	le, err := holder.Acquire(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(context.Background())
+	out, errOut, code := guardkit(t, "", "--addr", srv.Addr(), "ls", "--json")
+	var locks []jsonLock
+	if code != 0 || json.Unmarshal([]byte(out), &locks) != nil || len(locks) != 1 || locks[0].Key != key {
+		t.Errorf("ls with a long key: status %d, %.200s %s", code, out, errOut)
+	}
+	out, errOut, code = guardkit(t, "", "--addr", srv.Addr(), "inspect", key)
+	if code != 0 || !strings.Contains(out, "(exclusive): held") {
+		t.Errorf("inspect of a long key: status %d, %.200s %s", code, out, errOut)
+	}
+	out, errOut, code = guardkit(t, "", "--addr", srv.Addr(), "unlock", "--force", "--yes", key)
+	if code != 0 || !strings.Contains(out, "1 holder(s) ended") {
+		t.Errorf("unlock of a long key: status %d, %.200s %s", code, out, errOut)
 	}
 }
 
 // watch in a real terminal (tmux): the screen shows the held lock and its waiters, the
-// longest wait first, and q quits.
+// longest wait first, a bare q (no Enter) quits, as in top, and the terminal is left as
+// it was (line mode and echo back).
 func TestWatchInTerminal(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatalf("tmux is needed to drive watch in a terminal: %v", err)
@@ -353,13 +527,16 @@ func TestWatchInTerminal(t *testing.T) {
 	orders := a.wait(ctx, "order:o9", 2)
 	queued(t, srv.Addr(), "order:o9")
 
-	sock := filepath.Join(t.TempDir(), "tmux.sock")
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "tmux.sock")
+	stty := filepath.Join(dir, "stty")
 	tmux := func(args ...string) (string, error) {
 		out, err := exec.Command("tmux", append([]string{"-S", sock}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	if out, err := tmux("new-session", "-d", "-s", "watch", "-x", "160", "-y", "30",
-		bin, "--addr", srv.Addr(), "watch", "--interval", "200ms", "order:*"); err != nil {
+	// The shell records the terminal's modes once watch has quit.
+	script := fmt.Sprintf("%q --addr %s watch --interval 200ms 'order:*'; stty -a > %q", bin, srv.Addr(), stty)
+	if out, err := tmux("new-session", "-d", "-s", "watch", "-x", "160", "-y", "30", "sh", "-c", script); err != nil {
 		t.Fatalf("tmux: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _, _ = tmux("kill-server") }) // our server only: its own socket
@@ -386,7 +563,10 @@ func TestWatchInTerminal(t *testing.T) {
 	if len(rows) != 2 || rows[0] != "order:o9 waiters=1" || rows[1] != "order:o10 waiters=0" {
 		t.Errorf("rows %q, want order:o9 (waited for) first, with its 1 waiting process", rows)
 	}
-	if out, err := tmux("send-keys", "-t", "watch", "q", "Enter"); err != nil {
+	if !strings.Contains(screen, "q or Ctrl-C quits") {
+		t.Errorf("the header does not say that q quits:\n%s", screen)
+	}
+	if out, err := tmux("send-keys", "-t", "watch", "q"); err != nil {
 		t.Fatalf("send-keys: %v: %s", err, out)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -394,9 +574,19 @@ func TestWatchInTerminal(t *testing.T) {
 			break // watch quit, and the session with it
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("watch did not quit on q")
+			screen, _ = tmux("capture-pane", "-p", "-t", "watch")
+			t.Fatalf("watch did not quit on a bare q:\n%s", screen)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	modes, err := os.ReadFile(stty)
+	if err != nil {
+		t.Fatalf("the terminal's modes after watch: %v", err)
+	}
+	for _, mode := range []string{"icanon", "echo"} {
+		if !regexp.MustCompile(`(^|\s)` + mode + `(\s|$)`).Match(modes) {
+			t.Errorf("after watch, the terminal lacks %s: %s", mode, modes)
+		}
 	}
 	cancel()
 	<-orders

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -15,18 +17,22 @@ import (
 const clearScreen = "\x1b[H\x1b[2J"
 
 // watch redraws the table of the locks matching pattern every interval until ctx ends or
-// the operator types q.
+// the operator types q: a bare q when standard input is a terminal (put in cbreak mode
+// for the time watch runs, and restored), q then Enter otherwise.
 func (c *cli) watch(ctx context.Context, pattern string) error {
 	quit := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(c.stdin)
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == "q" {
-				close(quit)
-				return
-			}
+	keys := false
+	if f, ok := c.stdin.(*os.File); ok {
+		if restore := keysMode(f); restore != nil {
+			defer restore()
+			keys = true
 		}
-	}()
+	}
+	go readQuit(c.stdin, keys, quit)
+	quits := "q Enter or Ctrl-C quits"
+	if keys {
+		quits = "q or Ctrl-C quits"
+	}
 	ticker := time.NewTicker(c.cfg.interval)
 	defer ticker.Stop()
 	since := map[string]time.Time{} // each waiter seen, by lock and waiter: when first seen
@@ -47,17 +53,17 @@ func (c *cli) watch(ctx context.Context, pattern string) error {
 				}
 			}
 			if err != nil {
-				fmt.Fprintln(c.errOut, "guardkit:", err)
+				fmt.Fprintln(c.errOut, "guardkit:", c.cfg.explain(err))
 			} else if err := writeJSON(c.out, out); err != nil {
 				return err
 			}
 		} else {
 			var b strings.Builder
 			b.WriteString(clearScreen)
-			fmt.Fprintf(&b, "guardkit watch %s — %d locks, %d calls in %s, every %s — q Enter or Ctrl-C quits — %s\n",
-				pattern, len(locks), calls, time.Since(start).Round(time.Millisecond), c.cfg.interval, start.Format("15:04:05"))
+			fmt.Fprintf(&b, "guardkit watch %s — %d locks, %d calls in %s, every %s — %s — %s\n",
+				pattern, len(locks), calls, time.Since(start).Round(time.Millisecond), c.cfg.interval, quits, start.Format("15:04:05"))
 			if err != nil {
-				fmt.Fprintf(&b, "error: %v\n", err)
+				fmt.Fprintf(&b, "error: %v\n", c.cfg.explain(err))
 			}
 			writeList(&b, locks, waited)
 			if _, err := fmt.Fprint(c.out, b.String()); err != nil {
@@ -70,6 +76,31 @@ func (c *cli) watch(ctx context.Context, pattern string) error {
 		case <-quit:
 			return nil
 		case <-ticker.C:
+		}
+	}
+}
+
+// readQuit closes quit when the operator asks to quit on in: a q or Q key when keys (a
+// terminal in cbreak mode), a line "q" otherwise.
+func readQuit(in io.Reader, keys bool, quit chan<- struct{}) {
+	if keys {
+		b := make([]byte, 64)
+		for {
+			n, err := in.Read(b)
+			if strings.ContainsAny(string(b[:n]), "qQ") {
+				close(quit)
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "q" {
+			close(quit)
+			return
 		}
 	}
 }
