@@ -72,6 +72,23 @@
 // semaphore's permit is reentered by the sections within its holder without a second
 // permit; sibling sections of one request read, write and take permits as separate owners.
 //
+// The trap: by-hand code that acquires a lock and then, with the same ctx, calls code that
+// acquires it again makes the second call a sibling of the first, and it waits for a
+// release that never comes (until its budget or ctx ends). Pass the lease's context to
+// nested calls instead:
+//
+//	lease, err := l.Acquire(ctx, "order:42")
+//	...
+//	defer lease.Release(ctx)
+//	err = ship(lease.Context(), order) // ship's own Acquire of "order:42" reenters
+//
+// A wait that has lasted the deadlock delay (1 s by default) for a lock that another
+// section of its own request holds in this process — an owner with the same root, or a
+// lease acquired with the same ctx — says so: one WARN on slog's default logger naming
+// both sections and the fix, a guard.self_wait event on the acquire span, and a
+// *LockedError that reads "held by another section of this request" instead of "held by
+// another owner".
+//
 // # Leases
 //
 // Every lock has a TTL (default 30s). While a lease is held, a watchdog resets the TTL
@@ -129,6 +146,24 @@
 // too few quorum servers) is followed by another after the policy's backoff
 // while the policy and the context allow, so a waiter rides out a failover; then the call
 // fails with ErrUnavailable. TryAcquire, NoRetry and WaitOutages(false) fail at once.
+//
+// A budget (MaxWait, the entry points' default 5s, the Echo and gRPC rules' max wait)
+// bounds the whole call, whether Redis answers slowly, not at all (a frozen server
+// accepts connections and answers nothing) or refuses connections: every Redis call of
+// the acquisition runs under the budget's deadline plus a grace of 250ms for the last
+// attempt, whatever the client's own timeouts and retries, on every deployment. A call
+// cut there fails with ErrUnavailable and an error that reads "no answer from Redis within
+// the wait budget"; the caller's context did not end, and context.DeadlineExceeded is
+// not in the chain.
+//
+// No hold outlives a caller told that it failed. An attempt whose outcome is unknown (its
+// caller gave up before Redis answered) is undone, and the undo leaves a mark that
+// refuses the attempt should it reach Redis later. A frozen server runs the bytes in its
+// sockets when it wakes, however long after, in any order, so an undo (and, on a quorum,
+// a release) that gets no answer is not dropped at its timeout: it is tried again, one
+// server's at a time and with a backoff of up to a second, until the server answers or
+// the Locker is closed. The attempt is then refused or undone within about a second of
+// the server waking.
 // On Redis 7 the scripts that write carry a "#!lua" line: a replica that a stale
 // connection still reaches (a demoted primary) refuses them with READONLY before they run.
 //
@@ -273,7 +308,9 @@
 // time left, acquisition times and labels, the waiters, the fence — and List pages
 // through the locks whose keys match a pattern, one bounded SCAN per call, on every
 // primary of a Cluster; both write nothing. ForceRelease ends a stuck hold (read its
-// dangers first). The guardkit command (cmd/guardkit) does the same from a terminal; see
+// dangers first) and announces it: a Locker that holds a lease listens for the
+// announcements (one Pub/Sub connection per server, opened with its first hold) and
+// renews a force-released hold at once, so the holder's lease ends within a round trip. The guardkit command (cmd/guardkit) does the same from a terminal; see
 // docs/operators.md.
 //
 // # Telemetry

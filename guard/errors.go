@@ -87,12 +87,21 @@ type LockedError struct {
 	// Err is the context error when the context ended the wait, nil when the retry
 	// policy gave up.
 	Err error
+
+	// section is the holder when it is another section of the caller's own request in
+	// this process (a self-wait: see selfwait.go).
+	section ctxid.ID
 }
 
-// Error names the key, the attempts and when to retry.
+// Error names the key, the attempts and when to retry — and, when the holder is another
+// section of the caller's own request in this process, says so and how to nest instead.
 func (e *LockedError) Error() string {
-	msg := fmt.Sprintf("guard: lock %s is held by another owner (%d attempts, retry after %s)",
-		quoteKey(e.Key), e.Attempts, e.RetryAfter)
+	holder := "another owner"
+	if e.section != "" {
+		holder = fmt.Sprintf("another section of this request (%s; a nested call passes that lease's Context())", e.section)
+	}
+	msg := fmt.Sprintf("guard: lock %s is held by %s (%d attempts, retry after %s)",
+		quoteKey(e.Key), holder, e.Attempts, e.RetryAfter)
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

@@ -234,7 +234,7 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	if owner == "" || len(owner) > maxOwnerLen || strings.IndexByte(string(owner), '#') >= 0 {
 		return nil, fmt.Errorf("guard: acquire %s: owner %q: %w", quoteKey(key), owner, ctxid.ErrInvalid)
 	}
-	var a acquisition
+	a := acquisition{caller: ctx}
 	rctx := l.tel.startAcquire(ctx, &a, s, key, string(owner))
 	le, err := l.acquireIn(ctx, rctx, &a, key, rk, owner, s, p)
 	a.end(rctx, le, err, p)

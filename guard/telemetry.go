@@ -162,6 +162,7 @@ func lockName(s *settings) string {
 
 // acquisition records one acquisition: its span and its metrics.
 type acquisition struct {
+	caller   context.Context // the caller's context, which the lease is acquired with
 	t        *telemetry
 	name     string
 	kind     Kind
@@ -193,7 +194,7 @@ func (t *telemetry) tracing() bool {
 // context to make Redis calls with. With a no-op tracer provider it starts nothing: the
 // span would record nothing, and ctx already carries the parent's span context.
 func (t *telemetry) startAcquire(ctx context.Context, a *acquisition, s *settings, key string, owner string) context.Context {
-	*a = acquisition{t: t, name: lockName(s), kind: s.kind, start: time.Now()}
+	*a = acquisition{caller: a.caller, t: t, name: lockName(s), kind: s.kind, start: time.Now()}
 	if !t.tracing() {
 		a.span = noSpan
 		return ctx

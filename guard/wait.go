@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard/internal/feed"
 	"github.com/redis/go-redis/v9"
 )
@@ -47,6 +48,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, h *held, p RetryPolic
 				}
 			}
 		}
+		l.checkSelfWait(&w, a)
 		if err := w.sleep(); err != nil {
 			return granted{}, err
 		}
@@ -117,12 +119,22 @@ type waitRun struct {
 	woken        <-chan struct{} // a release notification since the last attempt
 	timer        *time.Timer
 	det          *detector // deadlock detection, armed when the wait begins; nil when off
+	// A self-wait (selfwait.go): when to look for one, whether the wait has, and the
+	// section of its own request found holding the lock.
+	selfAt      time.Time
+	selfChecked bool
+	selfHolder  ctxid.ID
 }
 
 // init sets w up for a wait of h under p.
 func (w *waitRun) init(l *Locker, ctx context.Context, h *held, p RetryPolicy, deadline time.Time) {
 	*w = waitRun{hints: &l.hints, done: l.done, ctx: ctx, actx: ctx, h: h, p: p, deadline: deadline, style: h.s.spec.wait, ttl: -1}
 	w.subscribed, w.queued, w.yielding = l.waits.State(h.rk.channel())
+	delay := l.cfg.deadlockDelay
+	if delay <= 0 {
+		delay = selfWaitDelay
+	}
+	w.selfAt = time.Now().Add(delay)
 	// A newcomer makes its first attempt at once, even when others of this process queue
 	// for the key: its owner may hold the lock through another process (a downstream
 	// service reached with the owner's token), which only Redis can tell, and a newcomer
@@ -165,7 +177,7 @@ func (w *waitRun) busy(cause error) error {
 		}
 		return fmt.Errorf("%w; gave up waiting for it after %d attempts: %w", w.down, w.attempts, cause)
 	}
-	return &LockedError{Key: w.h.hk.key, RetryAfter: w.hints.retryAfter(w.h, w.ttl), Attempts: w.attempts, Err: cause}
+	return &LockedError{Key: w.h.hk.key, RetryAfter: w.hints.retryAfter(w.h, w.ttl), Attempts: w.attempts, Err: cause, section: w.selfHolder}
 }
 
 // outage records the error of an attempt and reports whether the wait should go on:
@@ -300,6 +312,9 @@ func (w *waitRun) sleep() error {
 	}
 	if !w.deadline.IsZero() {
 		delay = min(delay, time.Until(w.deadline))
+	}
+	if !w.selfChecked {
+		delay = min(delay, max(time.Until(w.selfAt), 0)) // look for a self-wait on time
 	}
 	dead := w.det.dead()
 	select {
