@@ -134,3 +134,45 @@ func ExampleLocker_ForceRelease() {
 	// ended: 1 hold, fence raised: true
 	// next token above the fence: true
 }
+
+// An operator who does not know which kind a key is used as reads them all: each kind of
+// a key is a lock of its own, and Inspect of the exclusive lock finds a held read lock
+// free.
+func ExampleLocker_InspectKinds() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locker, err := guard.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	ctx := context.Background()
+	lease, err := locker.Acquire(ctx, "doc:1", guard.Read())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lease.Release(ctx)
+
+	st, err := locker.Inspect(ctx, "doc:1") // the exclusive lock "doc:1"
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("exclusive lock held:", len(st.Holders) > 0)
+	states, err := locker.InspectKinds(ctx, "doc:1")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, st := range states {
+		if len(st.Holders) > 0 || len(st.Waiters) > 0 || st.WriterWaiting > 0 {
+			fmt.Println("in use as:", st.Kind, "holders:", len(st.Holders), "fence is the token:", st.Fence == lease.Token())
+		}
+	}
+	// Output:
+	// exclusive lock held: false
+	// in use as: read holders: 1 fence is the token: true
+}
