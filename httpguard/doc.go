@@ -35,6 +35,11 @@
 //	})
 //	r.With(lock).Post("/orders/{id}/pay", pay)
 //
+// chi.URLParam returns a value as chi routed it: escaped when the request's path has
+// escapes Go keeps in URL.RawPath (/orders/a%2Fb gives "a%2Fb"). The key is that same
+// text, which is what the handler reads; a handler that unescapes its parameters should
+// get a PathValue that does too.
+//
 // With gorilla/mux:
 //
 //	lock := httpguard.LockWithConfig(httpguard.LockConfig{

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -173,26 +172,54 @@ const (
 // denyConflict is the default DenyHandler.
 func denyConflict(w http.ResponseWriter, r *http.Request, err *guard.LockedError) {
 	w.Header().Set("Retry-After", RetryAfter(err.RetryAfter))
-	reason, rejected := OwnerRejection(r.Context())
-	if rejected == nil {
+	reason, _ := OwnerRejection(r.Context())
+	if reason == "" {
 		http.Error(w, textBusy, http.StatusConflict)
 		return
 	}
 	// The caller meant to reenter a lock of its own: a Signer missing here, or keys
 	// that differ between the services, would otherwise show as a plain 409.
 	w.Header().Set(HeaderOwnerRejected, reason)
-	http.Error(w, fmt.Sprintf("%s; the %s header was not accepted (%s%s)", textBusy, ctxid.Header, reason, verifyReason(rejected)),
+	http.Error(w, fmt.Sprintf("%s; the %s header was not accepted (%s): %s", textBusy, ctxid.Header, reason, rejectionText(reason)),
 		http.StatusConflict)
 }
 
-// verifyReason is ": " and the fixed text of the reason of the *ctxid.VerifyError in
-// err's chain, or "". The error's detail is left out: it may quote the token.
-func verifyReason(err error) string {
-	var ve *ctxid.VerifyError
-	if !errors.As(err, &ve) || ve.Reason == nil {
-		return ""
+// rejectionTexts say to the client, in plain words, why its owner header was not
+// accepted, by reason (OwnerRejection's), as the Echo middleware says it. They never
+// quote the token.
+var rejectionTexts = map[string]string{
+	ctxid.RefusedNoSigner: "this service is not configured to accept owner tokens",
+	ctxid.RefusedSeveral:  "the request sent more than one, and none is used",
+	"too_long":            "the token is too long",
+	"malformed":           "the token is malformed",
+	"invalid_owner":       "the token's owner is not a valid owner ID",
+	"unknown_key":         "the token is signed with a key this service does not know",
+	"bad_signature":       "the token's signature does not match this service's key",
+	"expired":             "the token has expired",
+	"not_yet_valid":       "the token was issued in the future (clocks apart?)",
+	"too_many_hops":       "the token has passed through too many services",
+}
+
+// rejectionText is rejectionTexts[reason], or a plain default.
+func rejectionText(reason string) string {
+	if text, ok := rejectionTexts[reason]; ok {
+		return text
 	}
-	return ": " + strings.TrimPrefix(ve.Reason.Error(), "ctxid: ")
+	return "the token could not be verified"
+}
+
+// keyText is the client's text for a key that cannot be built from the request. It
+// names the template's placeholder that failed, such as {header.X-Tenant}, and never a
+// value, the key or the source's own error text.
+func keyText(err error) string {
+	var re *keyfunc.RenderError
+	switch {
+	case !errors.As(err, &re):
+		return textInvalidKey
+	case errors.Is(re, keyfunc.ErrMissing), errors.Is(re, keyfunc.ErrEmpty):
+		return fmt.Sprintf("%s: {%s} is missing or empty", textInvalidKey, re.Placeholder)
+	}
+	return fmt.Sprintf("%s: {%s} cannot be read", textInvalidKey, re.Placeholder)
 }
 
 // RetryAfter formats a retry hint (guard.LockedError's RetryAfter) as a Retry-After
@@ -237,7 +264,7 @@ func Respond(w http.ResponseWriter, r *http.Request, err error) bool {
 	case errors.Is(err, guard.ErrInvalidKey) && errors.As(err, &he):
 		http.Error(w, he.Text, he.Code)
 	case errors.Is(err, guard.ErrInvalidKey):
-		http.Error(w, textInvalidKey, http.StatusBadRequest)
+		http.Error(w, keyText(err), http.StatusBadRequest)
 	case errors.Is(err, guard.ErrUpgrade):
 		http.Error(w, textUpgrade, http.StatusConflict)
 	case errors.Is(err, guard.ErrDeadlock):
