@@ -105,7 +105,8 @@ token, time left on its lease, how long ago it was acquired (from the token, the
 server's clock), and — when the holder's Locker was made with guard.Label — the process
 (label: service@host pid N by default) and the trace ID of the request that took it.
 Waiters are the processes queued (one entry per process, by Locker ID), a fair lock's
-queued owners, and a waiting writer's mark. Reading takes no lock and changes nothing.
+queued owners, and a waiting writer's mark. Reading takes no lock and changes nothing,
+and needs no more than read-only credentials (ACL +@read +evalsha_ro +eval_ro).
 `
 
 const inspectHelp = `usage: guardkit [flags] inspect [--kind K] [--json] KEY

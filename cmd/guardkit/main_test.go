@@ -691,6 +691,10 @@ func TestCluster(t *testing.T) {
 	if !strings.Contains(errOut, "30 locks in") {
 		t.Errorf("ls --json's summary on stderr: %q", errOut)
 	}
+	out, errOut, code = guardkit(t, "", "--cluster", cl.Addrs()[0], "inspect", "job:7")
+	if code != 0 || !strings.HasPrefix(out, "job:7 (exclusive): held") || !strings.Contains(out, "jobs@web-2 pid 9") {
+		t.Errorf("inspect without --kind on a Cluster: status %d: %s%s", code, out, errOut)
+	}
 }
 
 // Behind Sentinel, the command reads the primary the sentinels name.
