@@ -305,20 +305,32 @@ func denyConflict(c echo.Context, err *guard.LockedError) error {
 	c.Response().Header().Set(HeaderOwnerRejected, reason)
 	return &echo.HTTPError{
 		Code:     http.StatusConflict,
-		Message:  fmt.Sprintf("locked by another request; the %s header was not accepted (%s%s)", ctxid.Header, reason, verifyReason(rejected)),
+		Message:  fmt.Sprintf("locked by another request; the %s header was not accepted (%s): %s", ctxid.Header, reason, rejectionText(reason)),
 		Internal: fmt.Errorf("%w; %s header not accepted (%s): %w", err, ctxid.Header, reason, rejected),
 	}
 }
 
-// verifyReason is ": " and the fixed text of the reason of the *ctxid.VerifyError in
-// err's chain, such as "bad token signature", or "". The error's detail is left out: it
-// may quote the token.
-func verifyReason(err error) string {
-	var ve *ctxid.VerifyError
-	if !errors.As(err, &ve) || ve.Reason == nil {
-		return ""
+// rejectionTexts say to the client, in plain words, why its owner header was not
+// accepted, by reason (OwnerRejection's). They never quote the token.
+var rejectionTexts = map[string]string{
+	ctxid.RefusedNoSigner: "this service is not configured to accept owner tokens",
+	ctxid.RefusedSeveral:  "the request sent more than one, and none is used",
+	"too_long":            "the token is too long",
+	"malformed":           "the token is malformed",
+	"invalid_owner":       "the token's owner is not a valid owner ID",
+	"unknown_key":         "the token is signed with a key this service does not know",
+	"bad_signature":       "the token's signature does not match this service's key",
+	"expired":             "the token has expired",
+	"not_yet_valid":       "the token was issued in the future (clocks apart?)",
+	"too_many_hops":       "the token has passed through too many services",
+}
+
+// rejectionText is rejectionTexts[reason], or a plain default.
+func rejectionText(reason string) string {
+	if text, ok := rejectionTexts[reason]; ok {
+		return text
 	}
-	return ": " + strings.TrimPrefix(ve.Reason.Error(), "ctxid: ")
+	return "the token could not be verified"
 }
 
 // retryAfter formats d as a Retry-After value: whole seconds, rounded up, at least 1
@@ -368,7 +380,7 @@ func errorStatus(_ echo.Context, err error) error {
 	case errors.Is(err, guard.ErrInvalidKey) && errors.As(err, &he):
 		return &echo.HTTPError{Code: he.Code, Message: he.Message, Internal: err}
 	case errors.Is(err, guard.ErrInvalidKey):
-		return &echo.HTTPError{Code: http.StatusBadRequest, Message: "cannot build the lock key from the request", Internal: err}
+		return &echo.HTTPError{Code: http.StatusBadRequest, Message: keyText(err), Internal: err}
 	case errors.Is(err, guard.ErrUpgrade):
 		return &echo.HTTPError{Code: http.StatusConflict, Message: "the request holds this lock for reading and cannot take it for writing", Internal: err}
 	case errors.Is(err, guard.ErrDeadlock):
@@ -376,4 +388,26 @@ func errorStatus(_ echo.Context, err error) error {
 		return &echo.HTTPError{Code: http.StatusConflict, Message: "deadlock: the request waited for a lock in a cycle of requests and was chosen to fail", Internal: err}
 	}
 	return &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: "lock service unavailable", Internal: err}
+}
+
+// keyText is the client's message for a key that cannot be built from the request. It
+// names the template's placeholder that failed, such as {header.X-Tenant}, as the gRPC
+// interceptors do, and never a value, the key or the source's own error text.
+func keyText(err error) string {
+	const text = "cannot build the lock key from the request"
+	var re *keyfunc.RenderError
+	if !errors.As(err, &re) {
+		return text
+	}
+	var twice *twiceEncodedError
+	switch {
+	case errors.As(re, &twice):
+		return fmt.Sprintf("%s: {%s} is percent-encoded twice (once decoded, it still holds a %%XX escape)", text, re.Placeholder)
+	case strings.HasPrefix(re.Placeholder, "form.") && errors.Is(re, keyfunc.ErrMissing):
+		return fmt.Sprintf("%s: {%s} is missing (form fields are read from %s bodies of POST, PUT and PATCH requests)",
+			text, re.Placeholder, echo.MIMEApplicationForm)
+	case errors.Is(re, keyfunc.ErrMissing), errors.Is(re, keyfunc.ErrEmpty):
+		return fmt.Sprintf("%s: {%s} is missing or empty", text, re.Placeholder)
+	}
+	return fmt.Sprintf("%s: {%s} cannot be read", text, re.Placeholder)
 }

@@ -127,3 +127,25 @@ func Example_denied() {
 	// 409 Retry-After: 3
 	// {"message":"locked by another request"}
 }
+
+// Read a locked route's resource with middleware.Param: it is the value the lock key
+// used, decoded exactly once however the client spelled it, where Echo's c.Param is raw
+// for some spellings and decoded for others. On a route locked on {param.id}, the last
+// request below is refused with 400: its c.Param reads like the third's, whose order
+// differs. (Param needs no Redis: it reads the request.)
+func ExampleParam() {
+	e := echo.New()
+	e.GET("/orders/:id", func(c echo.Context) error {
+		return c.String(http.StatusOK, fmt.Sprintf("c.Param %q, middleware.Param %q", c.Param("id"), middleware.Param(c, "id")))
+	})
+	for _, path := range []string{"/orders/42", "/orders/4%32", "/orders/a%2Fb", "/orders/a%252Fb"} {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		fmt.Printf("%-16s %s\n", path, rec.Body)
+	}
+	// Output:
+	// /orders/42       c.Param "42", middleware.Param "42"
+	// /orders/4%32     c.Param "4%32", middleware.Param "42"
+	// /orders/a%2Fb    c.Param "a%2Fb", middleware.Param "a/b"
+	// /orders/a%252Fb  c.Param "a%2Fb", middleware.Param "a%2Fb"
+}

@@ -103,46 +103,142 @@ func notFoundRoute(c echo.Context) bool {
 	return found
 }
 
-// paramSource reads {param.name}: the parameter's text in the request's escaped path
-// (URL.EscapedPath), at the parameter's place in the matched route, percent-decoded
-// exactly once. It does not decode what c.Param returns: that value is raw when Go kept
-// the raw path (URL.RawPath, set for a%2Fb) and decoded otherwise, and other middleware
-// may have decoded it already, so decoding it again would give /acct/%257B/op (account
-// "%7B") and /acct/%7B/op (account "{") one lock. Two spellings of one value,
-// /orders/42 and /orders/4%32, take one lock. The wildcard {param.*} spans segments and
-// is written as {path} is, so that a%2Fb/c and a/b/c stay apart.
+// paramSource reads {param.name}: the value Param returns, which handlers read their
+// resource with. When that value, percent-decoded, would change — it still holds a %XX
+// escape — and Echo's c.Param gives it decoded, as for /orders/a%252Fb/pay (order
+// "a%2Fb"), the request builds no key (400): c.Param reads "a%2Fb" there as it does for
+// /orders/a%2Fb/pay (order "a/b"), so a handler that reads c.Param could not tell the
+// two orders apart while their locks differ. Every request the key accepts has
+// decoded(c.Param) == Param, so two requests whose handlers read the same c.Param, or
+// the same Param, take one lock.
 func paramSource(name string) (keyfunc.Getter[echo.Context], error) {
 	if name == "" {
 		return nil, errors.New("a route parameter needs a name, as in {param.id}")
 	}
 	return func(c echo.Context) (string, error) {
-		route := c.Path()
-		seg, prefix, wildcard, ok := routeParam(route, name)
-		if !ok {
-			return "", &noParamError{route: route, name: name, notFound: notFoundRoute(c)}
+		v, wildcard, err := paramValue(c, name)
+		if err != nil {
+			return "", err
 		}
-		escaped := c.Request().URL.EscapedPath()
-		start, ok := segmentStart(escaped, seg)
-		if !ok {
-			return "", misfit(route, escaped)
+		if readBack(c.Param(name), wildcard) != v {
+			return "", &twiceEncodedError{name: name, value: v, param: c.Param(name)}
 		}
-		if wildcard {
-			v, ok := decodePath(escaped[start:], prefix)
-			if !ok {
-				return "", misfit(route, escaped)
-			}
-			return v, nil
-		}
-		end := strings.IndexByte(escaped[start:], '/')
-		if end < 0 {
-			end = len(escaped) - start
-		}
-		v, err := url.PathUnescape(escaped[start : start+end])
-		if err != nil || !strings.HasPrefix(v, prefix) {
-			return "", misfit(route, escaped)
-		}
-		return v[len(prefix):], nil
+		return v, nil
 	}, nil
+}
+
+// Param returns the value of the route parameter name as the Lock middleware puts it in
+// the key for {param.name}: its text in the path Echo's router matched, percent-decoded
+// exactly once. Read a handler's resource with it rather than with c.Param, and the
+// handler acts on exactly what its route locked.
+//
+// Echo's c.Param gives the text as Echo matched it: raw when Go kept the request's raw
+// path (URL.RawPath, set for a%2Fb or 4%32), decoded otherwise, so one order reads
+// "a%2Fb" or "a/b", "4%32" or "42", depending on how the client spelled it. Param
+// reads "a/b" and "42" for both. For the wildcard "*" it returns the rest of the path
+// with each segment decoded once and a '%' or '/' inside a segment written back as %25
+// or %2F, so that a%2Fb/c and a/b/c stay apart.
+//
+// On a route the Lock middleware locks with {param.name}, c.Param and Param agree for
+// every request its handler sees: percent-decoding c.Param gives Param. A request for
+// which they would not (its value, decoded, still holds a %XX escape, as in a%252Fb,
+// and Echo gives it decoded) is answered 400 before the handler runs.
+//
+// Param returns "" when the matched route has no parameter name, as c.Param does. When
+// the request's path was changed after routing and no longer fits the route, it
+// returns c.Param decoded once.
+func Param(c echo.Context, name string) string {
+	v, wildcard, err := paramValue(c, name)
+	if err != nil {
+		var np *noParamError
+		if errors.As(err, &np) {
+			return ""
+		}
+		return readBack(c.Param(name), wildcard)
+	}
+	return v
+}
+
+// paramValue is Param's value, and whether name is the wildcard. It reads the parameter
+// from the path Echo's router matched (echo.GetPath: URL.RawPath when Go kept it, else
+// URL.Path), at the parameter's place in the matched route, not from c.Param, which
+// other middleware may have decoded already; a raw path's text is decoded once, a
+// decoded path's is not decoded again.
+func paramValue(c echo.Context, name string) (v string, wildcard bool, err error) {
+	route := c.Path()
+	seg, prefix, wildcard, ok := routeParam(route, name)
+	if !ok {
+		return "", false, &noParamError{route: route, name: name, notFound: notFoundRoute(c)}
+	}
+	r := c.Request()
+	routed, raw := echo.GetPath(r), r.URL.RawPath != ""
+	start, ok := segmentStart(routed, seg)
+	if !ok || !strings.HasPrefix(routed[start:], prefix) {
+		return "", wildcard, misfit(route, routed)
+	}
+	text := routed[start+len(prefix):]
+	if wildcard {
+		if !raw {
+			return escapeSegments(text), true, nil
+		}
+		v, ok := decodePath(text)
+		if !ok {
+			return "", true, misfit(route, routed)
+		}
+		return v, true, nil
+	}
+	if end := strings.IndexByte(text, '/'); end >= 0 {
+		text = text[:end]
+	}
+	if !raw {
+		return text, false, nil
+	}
+	v, err = url.PathUnescape(text)
+	if err != nil {
+		return "", false, misfit(route, routed)
+	}
+	return v, false, nil
+}
+
+// readBack is what a handler that decodes c.Param's value p once reads: p
+// percent-decoded, or p itself when it does not decode; for the wildcard, each segment
+// so, with a '%' or '/' inside a segment written back as %25 or %2F, as Param writes it.
+func readBack(p string, wildcard bool) string {
+	if !wildcard {
+		if d, err := url.PathUnescape(p); err == nil {
+			return d
+		}
+		return p
+	}
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if d, err := url.PathUnescape(s); err == nil {
+			s = d
+		}
+		segs[i] = segmentText.Replace(s)
+	}
+	return strings.Join(segs, "/")
+}
+
+// segmentText writes a decoded segment as decodePath does.
+var segmentText = strings.NewReplacer("%", "%25", "/", "%2F")
+
+// escapeSegments writes every '%' of a decoded path as %25: a decoded path's segments
+// have no '/' inside, so this is decodePath's text for it.
+func escapeSegments(decoded string) string {
+	return strings.ReplaceAll(decoded, "%", "%25")
+}
+
+// twiceEncodedError reports a route parameter whose value, percent-decoded once, still
+// holds a %XX escape while Echo's c.Param gives it decoded: c.Param then reads the same
+// for another value (a%252Fb and a%2Fb both read "a%2Fb"), and no key can follow both.
+type twiceEncodedError struct {
+	name, value, param string
+}
+
+func (e *twiceEncodedError) Error() string {
+	return fmt.Sprintf("middleware: route parameter %q is %q once decoded, but c.Param reads %q, which decodes to %q: a handler reading c.Param could not tell the two values apart (sent percent-encoded twice?)",
+		e.name, e.value, e.param, readBack(e.param, e.name == "*"))
 }
 
 // routeParam finds the parameter name in an Echo route pattern: the index of the
@@ -198,44 +294,23 @@ func misfit(route, path string) error {
 	return fmt.Errorf("middleware: route %q does not fit the request path %q", route, path)
 }
 
-// decodePath turns escaped, a part of a request's escaped path that starts with the
-// literal prefix, into key text: the prefix is removed, every '/'-separated segment is
-// percent-decoded once, and a '%' or '/' inside a segment is written as %25 or %2F. The
-// result tells a%2Fb from a/b and %2525 from %25, and gives 4%32 and 42 the same text.
-func decodePath(escaped, prefix string) (string, bool) {
+// decodePath turns escaped, a request's escaped path or a part of it, into key text:
+// every '/'-separated segment is percent-decoded once, and a '%' or '/' inside a
+// segment is written as %25 or %2F. The result tells a%2Fb from a/b and %2525 from %25,
+// and gives 4%32 and 42 the same text.
+func decodePath(escaped string) (string, bool) {
 	if strings.IndexByte(escaped, '%') < 0 { // nothing to decode, nothing to encode
-		if !strings.HasPrefix(escaped, prefix) {
-			return "", false
-		}
-		return escaped[len(prefix):], true
+		return escaped, true
 	}
-	var b strings.Builder
-	b.Grow(len(escaped))
-	for i, seg := range strings.Split(escaped, "/") {
+	segs := strings.Split(escaped, "/")
+	for i, seg := range segs {
 		d, err := url.PathUnescape(seg)
 		if err != nil {
 			return "", false
 		}
-		if i == 0 {
-			if !strings.HasPrefix(d, prefix) {
-				return "", false
-			}
-			d = d[len(prefix):]
-		} else {
-			b.WriteByte('/')
-		}
-		for j := 0; j < len(d); j++ {
-			switch d[j] {
-			case '%':
-				b.WriteString("%25")
-			case '/':
-				b.WriteString("%2F")
-			default:
-				b.WriteByte(d[j])
-			}
-		}
+		segs[i] = segmentText.Replace(d)
 	}
-	return b.String(), true
+	return strings.Join(segs, "/"), true
 }
 
 // pathSource reads {path}: the request's escaped path (URL.EscapedPath), decoded as
@@ -247,7 +322,7 @@ func pathSource(name string) (keyfunc.Getter[echo.Context], error) {
 	}
 	return func(c echo.Context) (string, error) {
 		p := c.Request().URL.EscapedPath()
-		v, ok := decodePath(p, "")
+		v, ok := decodePath(p)
 		if !ok {
 			return "", fmt.Errorf("middleware: cannot decode the request path %q", p)
 		}
