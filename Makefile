@@ -87,8 +87,10 @@ lint:
 ## demo: the echo example's wallet under a burst of concurrent withdrawals, with and without
 ## the lock, on an embedded Redis (or REDIS_ADDR); exits 1 if the guarded run loses an update.
 demo:
-	@echo "building and running examples/demo"
-	$(GO) run ./examples/demo
+	@echo "building examples/demo (the first build takes a minute or two)…"
+	@$(GO) build -o $(CURDIR)/.bin/demo ./examples/demo
+	@echo "running examples/demo"
+	@$(CURDIR)/.bin/demo
 
 ## bench-compare: guardkit side by side with other Go lock libraries on one redis-server (bench/, its own module); writes bench/RESULTS.md, its SVG charts in bench/charts and the summary in docs/PERFORMANCE.md.
 bench-compare: redis-server

@@ -18,8 +18,11 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
+	"github.com/guardkit/guardkit/examples/echo/wallet"
 	"github.com/guardkit/guardkit/examples/internal/embedded"
 	"github.com/guardkit/guardkit/guard"
 )
@@ -67,7 +70,10 @@ func run(redisAddr string, c config) (bool, error) {
 		return false, err
 	}
 	defer locker.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer removeAccounts(rdb, c.accounts) // after the bursts, or after Ctrl-C ended them
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, 25*time.Second)
 	defer cancel()
 
 	fmt.Printf("\n%d concurrent withdrawals of %d from %d accounts holding %d each;\n"+
@@ -89,4 +95,24 @@ func run(redisAddr string, c config) (bool, error) {
 			"slower than Redis: set REDIS_ADDR to see the lock waits of a real server.")
 	}
 	return pass, nil
+}
+
+// removeAccounts deletes the balances the demo wrote (wallet:balance:acct-01 and on),
+// however the demo ended, so that a Redis of the user's own (REDIS_ADDR) is left
+// without them. The locks leave nothing behind: guard deletes a lock when it is
+// released and gives what it keeps a TTL.
+func removeAccounts(rdb *embedded.Redis, accounts int) {
+	ids := make([]string, accounts)
+	for i := range ids {
+		ids[i] = accountID(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := wallet.New(rdb.Client, 0).Remove(ctx, ids...); err != nil {
+		log.Printf("demo: removing the accounts' balances: %v", err)
+		return
+	}
+	if !rdb.Embedded {
+		fmt.Printf("\nRemoved the demo's %d balances (wallet:balance:%s…%s) from %s.\n", accounts, ids[0], ids[len(ids)-1], rdb.Addr)
+	}
 }

@@ -71,6 +71,15 @@ func run(redisAddr, addr string, smoke bool) error {
 	w := wallet.New(rdb.Client, 5*time.Millisecond)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The accounts are the example's own keys: they leave the Redis with it, so that a
+	// server of the user's own (REDIS_ADDR) is left as it was.
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := w.Remove(ctx, accounts...); err != nil {
+			log.Printf("removing the accounts: %v", err)
+		}
+	}()
 	for _, id := range accounts {
 		if err := w.SetBalance(ctx, id, openingBalance); err != nil {
 			return err

@@ -66,3 +66,30 @@ func Example() {
 	fmt.Print(strings.Replace(rec.Body.String(), id, "<id>", 1))
 	// Output: {"id":"<id>","balance":0}
 }
+
+// Remove closes accounts: their balances leave Redis.
+func ExampleWallet_Remove() {
+	rdb, err := embedded.Open("", log.New(io.Discard, "", 0))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rdb.Close()
+	ctx := context.Background()
+	w := wallet.New(rdb.Client, time.Millisecond)
+	for _, id := range []string{"acct-1", "acct-2"} {
+		if err := w.SetBalance(ctx, id, 100); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	fmt.Println(rdb.Client.Exists(ctx, "wallet:balance:acct-1", "wallet:balance:acct-2").Val(), "accounts")
+	if err := w.Remove(ctx, "acct-1", "acct-2"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(rdb.Client.Exists(ctx, "wallet:balance:acct-1", "wallet:balance:acct-2").Val(), "accounts")
+	// Output:
+	// 2 accounts
+	// 0 accounts
+}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/guardkit/guardkit/middleware"
 )
 
 // ErrInsufficientFunds reports a withdrawal of more than the balance.
@@ -39,7 +41,7 @@ type Account struct {
 
 // Balance handles GET /accounts/:id.
 func (w *Wallet) Balance(c echo.Context) error {
-	id := c.Param("id")
+	id := middleware.Param(c, "id") // the account as the routes that change it lock it
 	n, err := w.BalanceOf(c.Request().Context(), id)
 	if err != nil {
 		return err
@@ -66,7 +68,9 @@ func (w *Wallet) move(c echo.Context, sign int64) error {
 	if m.Amount <= 0 {
 		return echo.NewHTTPError(http.StatusBadRequest, "amount must be positive")
 	}
-	id := c.Param("id")
+	// The account the route's lock ("account:{param.id}") holds: c.Param would read
+	// a%2Fb (account "a/b") and a%252Fb (account "a%2Fb") alike.
+	id := middleware.Param(c, "id")
 	n, err := w.change(c.Request().Context(), id, sign*m.Amount)
 	if errors.Is(err, ErrInsufficientFunds) {
 		return echo.NewHTTPError(http.StatusUnprocessableEntity, "insufficient funds").SetInternal(err)
@@ -107,6 +111,20 @@ func (w *Wallet) BalanceOf(ctx context.Context, id string) (int64, error) {
 // SetBalance sets the balance of account id, as opening the account would.
 func (w *Wallet) SetBalance(ctx context.Context, id string, balance int64) error {
 	return w.rdb.Set(ctx, balanceKey(id), balance, 0).Err()
+}
+
+// Remove deletes the balances of accounts ids, as closing them would. The echo example
+// and the demo remove the accounts they opened when they end, so that a Redis of the
+// user's own is left without their keys.
+func (w *Wallet) Remove(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = balanceKey(id)
+	}
+	return w.rdb.Del(ctx, keys...).Err()
 }
 
 func balanceKey(id string) string { return "wallet:balance:" + id }
