@@ -11,6 +11,13 @@
 //	e.POST("/orders/:id/pay", pay, lockOrder)
 //	e.POST("/orders/:id/cancel", cancel, lockOrder)
 //
+// and read the resource in the handler with Param, the value the key used:
+//
+//	func pay(c echo.Context) error {
+//		id := middleware.Param(c, "id") // "a/b" for /orders/a%2Fb/pay, where c.Param reads "a%2Fb"
+//		...
+//	}
+//
 // or a whole group, or with a LockConfig:
 //
 //	g := e.Group("/orders/:id", lockOrder)
@@ -62,7 +69,7 @@
 //
 // LockConfig.Key is a key template (package keyfunc) parsed once. Its sources:
 //
-//	{param.id}         route parameter, percent-decoded exactly once
+//	{param.id}         route parameter, percent-decoded exactly once (Param)
 //	{query.q}          first value of a URL query parameter, decoded once
 //	{header.X-Tenant}  first value of a request header, as sent
 //	{form.id}          field of an application/x-www-form-urlencoded body, decoded once
@@ -71,15 +78,23 @@
 //	{method}           the request method
 //	{name}             LockConfig.Extractors["name"](c), for anything else
 //
-// A value is what the handler means, never a second reading of it: /acct/%7B/op is
-// account "{" and /acct/%257B/op is account "%7B", two locks, while /orders/42 and
-// /orders/4%32 are one order and one lock. Route parameters are read from the request's
-// escaped path (URL.EscapedPath) at their place in the matched route, not from
-// c.Param, whose value Echo leaves raw or decoded depending on whether Go kept a raw
-// path (URL.RawPath, set for a%2Fb) and which other middleware may have decoded
-// already; the key is the same either way. A path rewritten before routing (Echo's
-// Pre middleware, such as Rewrite) is read as rewritten; a route that no longer fits
-// the path, because something changed the path after routing, builds no key (400).
+// A value is decoded exactly once: /orders/42 and /orders/4%32 are one order and one
+// lock, /orders/a%2Fb is order "a/b". Read the handler's resource with Param(c, "id"):
+// it is the value the key used. Echo's c.Param is not: Echo leaves it raw when Go kept
+// a raw path (URL.RawPath, set for a%2Fb or 4%32) and decoded otherwise. The key follows
+// c.Param too: for every request the handler runs for, percent-decoding c.Param gives
+// Param, so two requests whose handlers read the same c.Param, or the same Param, take
+// one lock. The only requests for which that cannot hold are refused with 400 before
+// the handler runs: those whose value, decoded once, still holds a %XX escape while
+// Echo hands it over decoded. /orders/a%252Fb/pay (order "a%2Fb") is one: its c.Param
+// reads "a%2Fb", as /orders/a%2Fb/pay's (order "a/b") does. So is any request whose
+// c.Param an earlier middleware changed so that it no longer decodes to the value (to
+// key on a normalized value, use an Extractor).
+//
+// Route parameters are read from the path Echo's router matched (echo.GetPath) at their
+// place in the matched route. A path rewritten before routing (Echo's Pre middleware,
+// such as Rewrite) is read as rewritten; a route that no longer fits the path, because
+// something changed the path after routing, builds no key (400).
 //
 // {path} and the wildcard {param.*} span several segments, where decoding everything
 // would make /a%2Fb and /a/b one key. So each segment is decoded once and a '%' or '/'
@@ -132,8 +147,9 @@
 // bad_signature, too_many_hops, not_yet_valid or expired, the names the gRPC
 // interceptors use), OwnerRejection returns it with the *ctxid.VerifyError, and if the
 // lock is busy the default DenyHandler's 409 carries the reason in the
-// Guardkit-Owner-Rejected header (HeaderOwnerRejected) and, with the error's text, in
-// its message. A request without the header is not reported: most callers are not
+// Guardkit-Owner-Rejected header (HeaderOwnerRejected) and, with a plain explanation
+// ("no_signer: this service is not configured to accept owner tokens"), in its
+// message. A request without the header is not reported: most callers are not
 // services. An owner already in the request's context (put there by an earlier Lock
 // middleware or by your own code) is kept and the header is not read; never put one
 // owner into a context that all requests share, such as http.Server.BaseContext.
@@ -150,7 +166,9 @@
 //     the request's Guardkit-Owner header was not accepted, Guardkit-Owner-Rejected set
 //     to the reason;
 //   - key cannot be built from the request: ErrorHandler; by default 400 Bad Request
-//     (or the *echo.HTTPError an extractor returned);
+//     naming the template's placeholder ("cannot build the lock key from the request:
+//     {header.X-Tenant} is missing or empty", "{param.id} is percent-encoded twice"),
+//     never its value (or the *echo.HTTPError an extractor returned);
 //   - the matched route lacks the parameter the key names ("order:{param.nope}" on
 //     /orders/:id), a mistake Echo cannot show the middleware when it is built:
 //     ErrorHandler; by default 500 Internal Server Error, and the route and the

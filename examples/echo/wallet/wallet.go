@@ -60,6 +60,8 @@ func (w *Wallet) Withdraw(c echo.Context) error {
 	return w.move(c, -1)
 }
 
+// readme:begin wallet
+// move deposits (sign +1) or withdraws (sign -1) the request's amount.
 func (w *Wallet) move(c echo.Context, sign int64) error {
 	var m Movement
 	if err := c.Bind(&m); err != nil {
@@ -68,8 +70,8 @@ func (w *Wallet) move(c echo.Context, sign int64) error {
 	if m.Amount <= 0 {
 		return echo.NewHTTPError(http.StatusBadRequest, "amount must be positive")
 	}
-	// The account the route's lock ("account:{param.id}") holds: c.Param would read
-	// a%2Fb (account "a/b") and a%252Fb (account "a%2Fb") alike.
+	// The account the route's lock ("account:{param.id}") holds, decoded once: c.Param
+	// reads "a%2Fb" for /accounts/a%2Fb (account "a/b") and /accounts/a%252Fb alike.
 	id := middleware.Param(c, "id")
 	n, err := w.change(c.Request().Context(), id, sign*m.Amount)
 	if errors.Is(err, ErrInsufficientFunds) {
@@ -80,6 +82,8 @@ func (w *Wallet) move(c echo.Context, sign int64) error {
 	}
 	return c.JSON(http.StatusOK, Account{ID: id, Balance: n})
 }
+
+// readme:end
 
 // change adds delta to the balance of id: read, check, work, write. Correct only while
 // no other change of id runs at the same time.
