@@ -2,24 +2,26 @@ package guard
 
 import (
 	"context"
-	"sync/atomic"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Force releases are announced. ForceRelease publishes the name of the lock it ended
 // (its Redis hash, prefix and kind included) on forceChannel, on every server it ran on,
-// once its script has run. Every Locker that holds a lease listens there — one classic
-// Pub/Sub connection per server, opened with its first hold and kept until Close — and
-// renews its holds of that lock at once: the renewal finds them gone and ends their
-// leases (ErrLeaseLost), within a round trip of the release instead of at the next
-// renewal. A message is only a hint: a hold the renewal finds still there (another lock
-// of the same name, a message sent by hand) goes on as before, having cost a renewal.
+// once its script has run. A Locker listens there while it holds leases — one classic
+// Pub/Sub connection per server, opened when its watchdog starts (the first lease) and
+// closed when the watchdog ends (a moment after the last lease) — and renews its holds
+// of that lock at once: the renewal finds them gone and ends their leases
+// (ErrLeaseLost), within a round trip of the release instead of at the next renewal. A
+// message is only a hint: a hold the renewal finds still there (another lock of the
+// same name, a message sent by hand) goes on as before, having cost a renewal.
 //
 // Classic Pub/Sub reaches every node of a Cluster, whichever node the release ran on,
 // and survives a Sentinel failover (go-redis subscribes again on the new primary). A
-// Locker that was not connected when the message was sent (its connection was being
-// redialled) learns at its next renewal, as before.
+// Locker whose subscription was not in place when the message was sent (its first
+// lease was a moment old, its connection was being redialled) learns at its next
+// renewal, as before.
 
 // forceChannel carries the names of the locks ForceRelease ended. It names no key, and
 // is the same for every prefix: a Locker matches the names against its own holds.
@@ -27,33 +29,49 @@ const forceChannel = "guardkit:force-released"
 
 // forceWatch is a Locker's listening on forceChannel.
 type forceWatch struct {
-	started atomic.Bool
+	mu   sync.Mutex
+	stop chan struct{} // closed to end the listening; nil while not listening
 }
 
-// watchForce starts listening on forceChannel on every server of l's store, once: called
-// when l first holds a lease.
-func (l *Locker) watchForce() {
-	if l.force.started.Load() || !l.force.started.CompareAndSwap(false, true) {
+// listenForce starts (on) or ends listening on forceChannel on every server of l's
+// store: called by the watchdog when its goroutine starts and ends, under its lock, so
+// that the calls come in order. It does not wait for anything.
+func (l *Locker) listenForce(on bool) {
+	f := &l.force
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !on {
+		if f.stop != nil {
+			close(f.stop)
+			f.stop = nil
+		}
 		return
 	}
+	if f.stop != nil {
+		return
+	}
+	stop := make(chan struct{})
+	f.stop = stop
 	for _, c := range l.st.conns() {
-		l.background(func() { l.listenForce(c.client) })
+		l.background(func() { l.forceFeed(c.client, stop) })
 	}
 }
 
-// listenForce hands each force-release message that c's Pub/Sub delivers to forced,
-// until l is closed.
-func (l *Locker) listenForce(c redis.UniversalClient) {
+// forceFeed hands each force-release message that c's Pub/Sub delivers to forced, until
+// stop is closed or l is.
+func (l *Locker) forceFeed(c redis.UniversalClient, stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stop := make(chan struct{})
-	defer close(stop)
+	ended := make(chan struct{})
+	defer close(ended)
 	go func() {
 		select {
 		case <-l.done:
-			cancel() // a subscription still being made gives up
 		case <-stop:
+		case <-ended:
+			return
 		}
+		cancel() // a subscription still being made gives up
 	}()
 	ps := c.Subscribe(ctx, forceChannel)
 	defer ps.Close()
@@ -61,6 +79,8 @@ func (l *Locker) listenForce(c redis.UniversalClient) {
 	for {
 		select {
 		case <-l.done:
+			return
+		case <-stop:
 			return
 		case m, ok := <-msgs:
 			if !ok {
@@ -70,7 +90,6 @@ func (l *Locker) listenForce(c redis.UniversalClient) {
 		}
 	}
 }
-
 // forced renews at once this Locker's holds of the lock whose Redis name is lock.
 func (l *Locker) forced(lock string) {
 	l.mu.Lock()

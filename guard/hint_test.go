@@ -74,3 +74,29 @@ func TestRetryHint(t *testing.T) {
 		t.Fatalf("hold times kept for %d keys and %d names, want 1024 and at most 256", keys, names)
 	}
 }
+
+// TestRetryHintFromHoldAge: after many fast holds of a key, a caller refused 0.5 s into
+// a long hold is not told to come back in milliseconds: the hint is at least half the
+// current hold's age (≥ 125 ms is what a client that obeys it needs not to hammer the
+// server), and never above the holder's TTL left.
+func TestRetryHintFromHoldAge(t *testing.T) {
+	srv := redistest.Start(t)
+	holder, _ := newLocker(t, srv)
+	waiter, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	for range 20 { // fast holds, seen by the waiter's Locker
+		le := mustAcquire(t, waiter, ctx, "hint:age")
+		mustRelease(t, le)
+	}
+	le := mustAcquire(t, holder, ctx, "hint:age")
+	defer mustRelease(t, le)
+	time.Sleep(500 * time.Millisecond)
+	_, err := waiter.TryAcquire(ctx, "hint:age")
+	var locked *guard.LockedError
+	if !errors.As(err, &locked) {
+		t.Fatalf("TryAcquire of a held lock: %v, want a *guard.LockedError", err)
+	}
+	if locked.RetryAfter < 125*time.Millisecond || locked.RetryAfter > 30*time.Second {
+		t.Fatalf("hint 0.5 s into a hold, after fast holds: %s, want ≥ 125ms and ≤ the TTL left", locked.RetryAfter)
+	}
+}

@@ -274,6 +274,15 @@ func ambiguousRig(t *testing.T) (*redistest.Server, *redistest.Proxy, *guard.Loc
 	t.Cleanup(func() { _ = pc.Close() })
 	l := lockerOn(t, pc, guard.TTL(time.Minute))
 	ctx := ctxTimeout(t, 10*time.Second)
-	mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
-	return srv, proxy, l, srv.Client(t), ctx
+	le := mustAcquire(t, l, ctx, "warm-up")
+	// The Locker listens for force releases while it holds a lease, on a connection
+	// through the proxy: wait for its subscription's reply, which must not be the one a
+	// test drops.
+	c := srv.Client(t)
+	waitUntil(t, 5*time.Second, "the force-release subscription", func() bool {
+		n, err := c.PubSubNumSub(ctx, "guardkit:force-released").Result()
+		return err == nil && n["guardkit:force-released"] > 0
+	})
+	mustRelease(t, le)
+	return srv, proxy, l, c, ctx
 }

@@ -406,7 +406,6 @@ func (l *Locker) acquireRemote(ctx, rctx context.Context, a *acquisition, h *hel
 	h.acquireEnded()
 	h.mu.Unlock()
 	l.mu.Unlock()
-	l.watchForce()
 	return le, nil
 }
 

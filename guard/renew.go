@@ -20,6 +20,7 @@ func newWatchdog(l *Locker) *watchdog.Dog[*held] {
 		Interval: func(h *held) time.Duration { return h.s.renewInterval() },
 		Send:     l.sendRenewals,
 		Report:   l.reportRenewals,
+		Busy:     l.listenForce,
 	})
 }
 

@@ -14,7 +14,7 @@ import (
 
 // Tags of the list replies of an acquire script; a fresh hold is a bare integer token.
 const (
-	acquireBusy    = 0 // {0, pttl}: another owner holds it (pttl -1: free, left to others)
+	acquireBusy    = 0 // {0, pttl[, token]}: another owner holds it (pttl -1: free, left to others); token: the holder's
 	acquireHeld    = 1 // {1, "token", holds[, holder]}: the owner, or the section holder it is in, held it already (reentry)
 	acquireRefused = 2 // {2}: refused for good: a reader asking to write (ErrUpgrade)
 )
@@ -29,6 +29,9 @@ type granted struct {
 	nonce    string        // the attempt's nonce, to undo it
 	upgrade  bool          // refused: the owner holds the read lock and asked to write
 	holder   ctxid.ID      // a reentry's holder when it is a section the owner is in, not the owner
+	// since is, when busy, the holder's token, when the script read it: the server's
+	// clock in microseconds when the hold began (0: unknown). See holdTimes.retryAfter.
+	since int64
 }
 
 // parseGranted decodes the reply of an acquire script.
@@ -46,9 +49,14 @@ func parseGranted(reply any) (granted, error) {
 		if g, ok := parseHeld(v); ok {
 			return g, nil
 		}
-	case tag == acquireBusy && len(v) == 2:
+	case tag == acquireBusy && (len(v) == 2 || len(v) == 3):
 		pttl, _ := v[1].(int64)
-		return granted{pttl: time.Duration(pttl) * time.Millisecond}, nil
+		g := granted{pttl: time.Duration(pttl) * time.Millisecond}
+		if len(v) == 3 {
+			s, _ := v[2].(string)
+			g.since, _ = strconv.ParseInt(s, 10, 64)
+		}
+		return g, nil
 	case tag == acquireRefused && len(v) == 1:
 		return granted{upgrade: true}, nil
 	}

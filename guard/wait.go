@@ -116,6 +116,7 @@ type waitRun struct {
 	attempts     int
 	down         error           // the last attempt's error when Redis was unavailable, nil after a reply
 	ttl          time.Duration   // the holder's TTL at the last busy attempt, <0 if unknown
+	since        int64           // the holder's token at the last busy attempt, 0 if unknown (granted.since)
 	woken        <-chan struct{} // a release notification since the last attempt
 	timer        *time.Timer
 	det          *detector // deadlock detection, armed when the wait begins; nil when off
@@ -177,7 +178,7 @@ func (w *waitRun) busy(cause error) error {
 		}
 		return fmt.Errorf("%w; gave up waiting for it after %d attempts: %w", w.down, w.attempts, cause)
 	}
-	return &LockedError{Key: w.h.hk.key, RetryAfter: w.hints.retryAfter(w.h, w.ttl), Attempts: w.attempts, Err: cause, section: w.selfHolder}
+	return &LockedError{Key: w.h.hk.key, RetryAfter: w.hints.retryAfter(w.h, w.ttl, holdAge(w.since, time.Now())), Attempts: w.attempts, Err: cause, section: w.selfHolder}
 }
 
 // outage records the error of an attempt and reports whether the wait should go on:
@@ -259,7 +260,7 @@ func (l *Locker) waitAttempt(w *waitRun, a *acquisition) (g granted, late bool, 
 	}
 	if err == nil && !g.acquired {
 		w.down = nil
-		w.ttl = g.pttl
+		w.ttl, w.since = g.pttl, g.since
 		w.queuedRemote = w.queuedRemote || manner != mannerTry
 	}
 	return g, late, err

@@ -40,6 +40,10 @@ type Config[L any] struct {
 	// Report tells the leases of a batch how their renewal went. live[i] is false for a
 	// lease removed while its renewal was in flight: it must be left alone.
 	Report func(batch []L, live []bool, sent time.Time, res []Result)
+	// Busy, when set, is told when the goroutine starts (true: the first lease was
+	// added) and when it ends (false: it lingered with none), in that order, under the
+	// Dog's lock: it must not call the Dog, nor wait for anything.
+	Busy func(on bool)
 }
 
 // Entry is a lease's place in a Dog's queue, carried by the lease (see Dog.Add).
@@ -88,6 +92,7 @@ func (d *Dog[L]) Add(e *Entry[L], lease L, sent time.Time) {
 	switch {
 	case !d.running:
 		d.running = true
+		d.busy(true)
 		d.loop.Add(1)
 		go d.run()
 	case !d.until.IsZero() && e.next.Before(d.until):
@@ -119,6 +124,13 @@ func (d *Dog[L]) Remove(ctx context.Context, e *Entry[L], wait bool) {
 		case <-t.C:
 		case <-ctx.Done():
 		}
+	}
+}
+
+// busy calls cfg.Busy, if set. d.mu is held.
+func (d *Dog[L]) busy(on bool) {
+	if d.cfg.Busy != nil {
+		d.cfg.Busy(on)
 	}
 }
 
@@ -170,6 +182,7 @@ func (d *Dog[L]) run() {
 		d.mu.Lock()
 		if d.closed || len(d.q) == 0 && idle {
 			d.running = false
+			d.busy(false)
 			d.mu.Unlock()
 			return
 		}

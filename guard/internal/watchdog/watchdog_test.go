@@ -309,3 +309,32 @@ func TestSoon(t *testing.T) {
 		t.Errorf("a renewed %d times after Remove and Soon, want 1", n)
 	}
 }
+
+// Busy is told when the goroutine starts, with the first lease, and when it ends after
+// lingering with none, in that order.
+func TestBusy(t *testing.T) {
+	var mu sync.Mutex
+	var calls []bool
+	r := &recorder{}
+	cfg := r.config()
+	cfg.Busy = func(on bool) {
+		mu.Lock()
+		calls = append(calls, on)
+		mu.Unlock()
+	}
+	d := New(cfg)
+	defer d.Close()
+	a := &lease{name: "a", interval: time.Hour}
+	d.Add(&a.e, a, time.Now())
+	d.Remove(context.Background(), &a.e, false)
+	waitFor(t, "the goroutine's end", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !calls[0] || calls[1] {
+		t.Fatalf("Busy calls %v, want [true false]", calls)
+	}
+}

@@ -31,7 +31,8 @@
 --         {1, token, holds} when the owner held it already (token as a string),
 --         {1, token, holds, holder} when a section the owner is in held it (chain.lua):
 --                           the owner reenters that hold, counted in holder's field,
---         {0, pttl}         when another owner holds it (pttl -1: free, left to others).
+--         {0, pttl[, token]} when another owner holds it (pttl -1: free, left to others),
+--                           with the holder's token (a string), when it holds one.
 --
 -- The common case, a free lock, is kept short: Lua's own work (every string that enters
 -- the interpreter is hashed, byte by byte; every function the script defines is made
@@ -45,7 +46,7 @@ if holder then
 end
 
 if token then
-  return busy(redis.call('PTTL', lock), v[n + 2])
+  return busy(redis.call('PTTL', lock), v[n + 2], token)
 end
 
 if ARGV[5] == '1' then

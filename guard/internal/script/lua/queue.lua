@@ -14,15 +14,17 @@ local function enqueue()
 end
 
 -- busy marks that someone waited (#w, unless waited says it is marked already), queues
--- the caller unless it will not wait, and returns the busy reply with pttl.
-local function busy(pttl, waited)
+-- the caller unless it will not wait, and returns the busy reply with pttl and, when the
+-- caller read it, since: the holder's token, which is the server's clock in microseconds
+-- when the hold began (fence.lua's new_token), for the age the retry hint counts from.
+local function busy(pttl, waited, since)
   if not waited then
     redis.call('HSET', KEYS[1], '#w', '1')
   end
   if ARGV[5] ~= '2' then
     enqueue()
   end
-  return {0, pttl}
+  return {0, pttl, since}
 end
 
 -- publish announces msg on the lock's release channel; sharded is release.lua's ARGV[6]
