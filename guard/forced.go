@@ -90,6 +90,7 @@ func (l *Locker) forceFeed(c redis.UniversalClient, stop <-chan struct{}) {
 		}
 	}
 }
+
 // forced renews at once this Locker's holds of the lock whose Redis name is lock.
 func (l *Locker) forced(lock string) {
 	l.mu.Lock()
