@@ -34,17 +34,6 @@ func main() {
 		log.Fatal(err)
 	}
 
-	// By hand: acquire, work, release. A lock another owner holds makes Acquire wait
-	// until ctx ends, then fail with a *guard.LockedError (errors.Is guard.ErrLocked).
-	lease, err := locker.Acquire(ctx, "order:42")
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("holding", lease.Key(), "with fencing token", lease.Token())
-	if err := lease.Release(ctx); err != nil {
-		log.Fatal(err)
-	}
-
 	// Wrapped: each call runs under the lock of its order, renewed while it runs,
 	// released when it returns; a busy order is waited for up to 5s.
 	pay := guard.Wrap(func(ctx context.Context, req PayRequest) (string, error) {
@@ -55,6 +44,22 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Println(receipt)
+
+	// By hand: acquire, work, release. A lock another owner holds makes Acquire wait
+	// until ctx ends, then fail with a *guard.LockedError (errors.Is guard.ErrLocked).
+	lease, err := locker.Acquire(ctx, "order:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding", lease.Key(), "with fencing token", lease.Token())
+	// Nested calls take the lease's context and reenter; with ctx they would be a
+	// sibling of this hold and wait for it.
+	if _, err := pay(lease.Context(), PayRequest{OrderID: "42"}); err != nil {
+		log.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
 }
 
 // readme:end
