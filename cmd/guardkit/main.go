@@ -148,10 +148,11 @@ deletes the holds, raises the key's fence above every token issued, wakes the wa
 (a fair lock is granted to the first owner of its queue), and logs it. It shows the
 holders and asks before acting, unless --yes.
 
-Dangers: the holders are not told and may still be running. Their work loses its
-exclusion at once; the next waiter's work may run beside it. A holder learns at its
-next renewal (a third of its TTL by default) that its lease is lost, and work that
-ignores its context goes on. Only writes fenced with the lease's token are protected:
+Dangers: the holders may still be running. Their work loses its exclusion at once;
+the next waiter's work may run beside it until they stop. The release is announced:
+a holder's Locker renews at once on hearing it, so its lease ends (ErrLeaseLost)
+within a round trip or so; one that missed the announcement learns at its next
+renewal (a third of its TTL by default). Work that ignores its context goes on. Only writes fenced with the lease's token are protected:
 storage that refuses tokens below the highest it has seen refuses the old holder's
 writes once the next holder has written (or once given the fence printed here). Prefer
 waiting out the holder's TTL, or stopping the holder, when you can.
@@ -791,7 +792,7 @@ func (c *cli) unlock(ctx context.Context, key string) error {
 			}
 		}
 		writeState(c.errOut, st)
-		fmt.Fprintf(c.errOut, "\nForce-release %s? Its %d holder(s) may still be running and are not told until their next renewal. [y/N] ", key, len(st.Holders))
+		fmt.Fprintf(c.errOut, "\nForce-release %s? Its %d holder(s) may still be running until their leases end (at once where they hear the announcement). [y/N] ", key, len(st.Holders))
 		var answer string
 		_, _ = fmt.Fscanln(c.stdin, &answer)
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
