@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -99,6 +100,46 @@ func TestDefaultWaitWithoutDeadline(t *testing.T) {
 	select {
 	case m := <-ran:
 		t.Fatalf("%s ran while another owner held its lock", m)
+	default:
+	}
+}
+
+// TestBudgetWhileFrozen: a rule's wait budget bounds the RPC while Redis is frozen
+// (SIGSTOP: connections accepted, nothing answered), whatever the client's own timeouts
+// and retries: an RPC without a deadline is answered Unavailable within the budget plus
+// half a second, and its handler does not run.
+func TestBudgetWhileFrozen(t *testing.T) {
+	srv := redistest.Start(t)
+	locker, _ := newLocker(t, srv)
+	if err := locker.Ping(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	const budget = 2 * time.Second
+	ran := make(chan struct{}, 1)
+	hold := func(context.Context, *dynamicpb.Message) (*wrapperspb.Int64Value, error) {
+		ran <- struct{}{}
+		return wrapperspb.Int64(0), nil
+	}
+	rules := interceptor.WithRules(interceptor.Rule{Method: mHold, Key: "account:{req.from_account}",
+		Options: []guard.Option{guard.Retry(guard.MaxWait(budget, nil))}})
+	conn := dial(t, serve(t, service(map[string]unaryFunc{"Hold": hold}, nil),
+		grpc.ChainUnaryInterceptor(interceptor.UnaryServerInterceptor(locker, unregistered, rules))))
+	if _, err := invoke(ctxTimeout(t, 5*time.Second), conn, mHold, transfer("warm")); err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	<-ran
+	srv.Pause(t)
+	defer srv.Resume(t)
+	start := time.Now()
+	_, err := invoke(context.Background(), conn, mHold, transfer("frozen"))
+	took := time.Since(start)
+	wantCode(t, err, codes.Unavailable)
+	if took > budget+500*time.Millisecond {
+		t.Fatalf("answered after %s on a frozen Redis, want within the budget %s + 500ms", took, budget)
+	}
+	select {
+	case <-ran:
+		t.Fatal("the handler ran while Redis was frozen")
 	default:
 	}
 }
