@@ -8,8 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/guardkit/guardkit/middleware"
 	"github.com/guardkit/guardkit/internal/redistest"
+	"github.com/guardkit/guardkit/middleware"
 )
 
 // TestBudgetWhileFrozen: LockConfig.MaxWait bounds the request while Redis is frozen
