@@ -119,6 +119,18 @@ func waitEnded(t testing.TB, ctx context.Context, d time.Duration, what string) 
 	}
 }
 
+// waitForceListening waits until a Locker of the server c reaches listens for force
+// releases (it does while it holds leases, and a moment after: see forced.go). Tests
+// that drop a reply, or count goroutines, wait for it first, so that the subscription's
+// reply and goroutines are not the ones they look at.
+func waitForceListening(t testing.TB, c redis.UniversalClient) {
+	t.Helper()
+	waitUntil(t, 5*time.Second, "the force-release subscription", func() bool {
+		n, err := c.PubSubNumSub(context.Background(), "guardkit:force-released").Result()
+		return err == nil && n["guardkit:force-released"] > 0
+	})
+}
+
 // waitQueued waits until a waiter of l for key has found the lock busy and waits for
 // its release: Redis's wait queue of key lists l, and the key's release channel has a
 // subscriber. Tests wait on this, not on a sleep, for "the waiter is queued".

@@ -26,8 +26,10 @@ func TestRetriedScriptsTakeEffectOnce(t *testing.T) {
 	a := lockerOn(t, pc)
 	b, c := newLocker(t, srv)
 	ctx, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
-	mustRelease(t, mustAcquire(t, a, ctx, "warm-up")) // load scripts, so EVALSHA hits
-	var section ctxid.ID                              // the section that holds "idem"
+	warm := mustAcquire(t, a, ctx, "warm-up") // load scripts, so EVALSHA hits
+	waitForceListening(t, c)                  // its reply is not the one dropped below
+	mustRelease(t, warm)
+	var section ctxid.ID // the section that holds "idem"
 	holds := func() int {
 		n, _ := c.HGet(ctx, lockName("idem"), string(section)).Int()
 		return n
@@ -279,10 +281,7 @@ func ambiguousRig(t *testing.T) (*redistest.Server, *redistest.Proxy, *guard.Loc
 	// through the proxy: wait for its subscription's reply, which must not be the one a
 	// test drops.
 	c := srv.Client(t)
-	waitUntil(t, 5*time.Second, "the force-release subscription", func() bool {
-		n, err := c.PubSubNumSub(ctx, "guardkit:force-released").Result()
-		return err == nil && n["guardkit:force-released"] > 0
-	})
+	waitForceListening(t, c)
 	mustRelease(t, le)
 	return srv, proxy, l, c, ctx
 }

@@ -413,7 +413,9 @@ func TestWrapMinHold(t *testing.T) {
 	l, c := newLocker(t, srv, guard.TTL(300*time.Millisecond))
 	other, _ := newLocker(t, srv)
 	ctx := ctxTimeout(t, 5*time.Second)
-	mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
+	warm := mustAcquire(t, l, ctx, "warm-up")
+	waitForceListening(t, c) // the Locker's listening goroutines exist before the snapshot
+	mustRelease(t, warm)
 	before := goleak.IgnoreCurrent()
 
 	const minHold = 300 * time.Millisecond

@@ -28,7 +28,9 @@
 // more than a slack after its deadline (the context's for Acquire, the release timeout
 // for Release), or, when the process saw the deadline late (Call.Fired), after that;
 // and no Acquire hands out a lease more than a slack after the lease's validity
-// deadline. M2: a lost lease's context is cancelled no later than its validity deadline
+// deadline. I5: no hold without a caller that believes it holds it: a few seconds after
+// Redis answers again, every hold Redis has carries a token an Acquire returned (checked
+// by the rows whose faults freeze Redis past the callers' budgets). M2: a lost lease's context is cancelled no later than its validity deadline
 // plus a slack, and a section that runs past that deadline finds its lease lost. M3:
 // fencing tokens strictly increase per key in the order
 // leases were granted. M4: the fenced register's value equals the number of

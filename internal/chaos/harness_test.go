@@ -145,6 +145,10 @@ type load struct {
 	// Distinct gives every section a key of its own (Keys[0], the worker and the section's
 	// number), as keys made from request ids are: nothing may pile up in Redis for them.
 	Distinct bool `json:"distinct,omitempty"`
+	// Budget, when set, bounds each Acquire by a wait budget (guard.MaxWait) instead of a
+	// context deadline: the call's context never ends, and the budget alone must bound
+	// the call (its deadline is the budget plus the engine's grace for the last attempt).
+	Budget time.Duration `json:"budget,omitempty"`
 	// Ordered makes every section a two-key hold: the worker first takes an outer key,
 	// Keys[i], and runs the section on one of the keys after it, inside the outer
 	// lease's section — locks taken in one order, which can never form a deadlock.
@@ -233,6 +237,10 @@ func (w *worker) run(ctx context.Context) {
 	}
 }
 
+// budgetGrace is the engine's grace past a wait budget for the attempt in flight at its
+// end (guard's attemptGrace): a budget-bound call's deadline.
+const budgetGrace = 250 * time.Millisecond
+
 // watchDeadline notes when this process sees ctx's deadline pass: a goroutine that
 // context.AfterFunc starts once the deadline's timer fired. Call the returned function
 // when the call bounded by ctx has returned, before cancelling ctx: it gives that moment,
@@ -269,6 +277,12 @@ func (w *worker) section(ctx context.Context) bool {
 	opts, writes := w.load.kindOf(w.rng)
 	actx, cancel := context.WithTimeout(ctx, w.load.acquireTimeout(w.rng))
 	deadline, _ := actx.Deadline()
+	if w.load.Budget > 0 {
+		cancel()
+		actx, cancel = context.WithCancel(ctx)
+		opts = append(opts, guard.Retry(guard.MaxWait(w.load.Budget, guard.Fixed(w.cfg.RetryDelay, w.cfg.RetryJitter))))
+		deadline = time.Now().Add(w.load.Budget + budgetGrace)
+	}
 	seen := watchDeadline(actx)
 	start := chaos.Now()
 	le, err := w.locker.Acquire(actx, key, opts...)

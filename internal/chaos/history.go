@@ -34,10 +34,14 @@ const (
 	// M4: the fenced register counts exactly the acknowledged sections and accepts no
 	// stale operation.
 	M4 Invariant = "M4"
+	// I5: no hold without a caller that believes it holds it: once Redis answers again
+	// after a fault, every hold in Redis is one that an Acquire handed out (its token was
+	// returned to a caller); an attempt whose caller was told it failed leaves none.
+	I5 Invariant = "I5"
 )
 
 // Invariants lists every invariant in table order.
-var Invariants = []Invariant{I1, I2, I3, I4, M2, M3, M4}
+var Invariants = []Invariant{I1, I2, I3, I4, I5, M2, M3, M4}
 
 // Section is one critical section as its worker saw it: one lease from the return of
 // Acquire to the moment the work ended, just before Release.

@@ -215,7 +215,7 @@ func TestMarkdown(t *testing.T) {
 		Scenario: "s", Sections: 3, Acquires: 4, Faults: "f",
 		Violations: map[chaos.Invariant]int{chaos.I1: 2}, Detect: 1500 * time.Microsecond, Recover: 20 * time.Millisecond, Note: "n",
 	}})
-	for _, want := range []string{"| s | 3 / 4 | f | 2 | 0 | 0 | 0 | 0 | 0 | 0 | 1.5 ms | 20 ms | – / – |", "- **s**: n"} {
+	for _, want := range []string{"| s | 3 / 4 | f | 2 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 1.5 ms | 20 ms | – / – |", "- **s**: n"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("table lacks %q:\n%s", want, md)
 		}

@@ -74,6 +74,8 @@ var scenarios = []scenario{
 	{name: "waiters on one key, half cancelled", smoke: true, run: waiters},
 	{name: "context-cancel storm", smoke: true, run: cancelStorm},
 	{name: "no ContextTimeoutEnabled, redis paused", run: noContextTimeout},
+	{name: "budget-bound calls: redis paused > MaxWait, < TTL", smoke: true, run: frozenBudget(time.Second)},
+	{name: "budget-bound calls: redis paused > TTL", run: frozenBudget(6 * time.Second)},
 	{name: "deadlock detection: ordered two-key holds, redis paused, connections reset", run: deadlockFalseAlarms},
 	{name: "auto-pipelined: redis paused > TTL", run: withAutoPipeline(pausedLong)},
 	{name: "auto-pipelined: latency above read timeout", run: withAutoPipeline(latency)},
@@ -264,6 +266,85 @@ func pausedFor(t *testing.T, sc scale, d time.Duration) (chaos.Row, []chaos.Repo
 	})
 	stop()
 	return w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s (TTL %s)", n, d, cfg.TTL), sc.slack)
+}
+
+// frozenBudget freezes Redis for d now and then while the workers acquire with a wait
+// budget (200 ms) and a context that never ends: every call must return within its
+// budget plus the engine's grace (I4, the call's deadline), and once Redis answers again
+// no hold may be left that no caller was handed (I5): the attempts that reached the
+// frozen server after their callers gave up are refused or undone. The TTL is 3 s here,
+// so that such a hold would still be there when the holders are sampled, 1.5 s after
+// each freeze; their tokens are checked against every token an Acquire returned once
+// the workers have stopped.
+func frozenBudget(d time.Duration) func(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+	return func(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+		cfg := sc.tune(baseConfig())
+		cfg.TTL = 3 * time.Second
+		w := newWorld(t, cfg)
+		w.addNode("a", false)
+		w.addNode("b", false)
+		ld := contended(sc)
+		ld.Budget = 200 * time.Millisecond
+		stop := w.run(ld)
+		const settle = 1500 * time.Millisecond
+		var seen []heldToken
+		n := w.faultLoop(sc.run, d+settle+700*time.Millisecond, func(int) {
+			w.fault("SIGSTOP redis", func() {
+				w.lock.Pause(w.tb)
+				time.Sleep(d)
+				w.lock.Resume(w.tb)
+			})
+			time.Sleep(settle)
+			seen = append(seen, w.holders(ld.Keys)...)
+		})
+		stop()
+		w.checkNoGhosts(seen, settle)
+		return w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s (TTL %s, MaxWait %s, no context deadline)", n, d, cfg.TTL, ld.Budget), sc.slack)
+	}
+}
+
+// heldToken is a hold Redis reported on a key, when.
+type heldToken struct {
+	key   string
+	owner string
+	token int64
+	at    chaos.Mono
+}
+
+// holders returns the holds Redis reports on keys now.
+func (w *world) holders(keys []string) []heldToken {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var out []heldToken
+	for _, k := range keys {
+		st, err := w.nodes[0].locker.Inspect(ctx, k)
+		if err != nil {
+			w.fatalf(setup, k, 0, "inspect after a fault: %v", err)
+		}
+		for _, h := range st.Holders {
+			out = append(out, heldToken{key: k, owner: string(h.Owner), token: h.Token, at: chaos.Now()})
+		}
+	}
+	return out
+}
+
+// checkNoGhosts checks I5 on the holds seen settle after a fault, once the workers have
+// stopped: each carries a token that an Acquire returned.
+func (w *world) checkNoGhosts(seen []heldToken, settle time.Duration) {
+	handed := map[int64]bool{}
+	for _, s := range w.hist.Sections() {
+		handed[s.Token] = true
+	}
+	for _, c := range w.hist.Calls() {
+		if c.Token != 0 {
+			handed[c.Token] = true
+		}
+	}
+	for _, h := range seen {
+		if !handed[h.token] {
+			w.failf(chaos.I5, h.key, h.at.Add(-settle), "%s after Redis answered again, %s held the lock with token %d, which no Acquire returned", settle, h.owner, h.token)
+		}
+	}
 }
 
 func pausedShort(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
