@@ -1,18 +1,13 @@
 package httpguard
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
-	"github.com/guardkit/guardkit/keyfunc"
+	"github.com/guardkit/guardkit/internal/httplock"
 )
 
 // Skipper reports whether the middleware should let a request through unlocked.
@@ -180,15 +175,6 @@ func LockWithConfig(config LockConfig) func(http.Handler) http.Handler {
 // template's *keyfunc.SyntaxError or *keyfunc.BindError, or guard's *guard.ConfigError,
 // in its chain.
 func (config LockConfig) ToMiddleware() (func(http.Handler) http.Handler, error) {
-	if config.Locker == nil {
-		return nil, &ConfigError{Field: "Locker", Reason: "required"}
-	}
-	if config.Key == "" {
-		return nil, &ConfigError{Field: "Key", Reason: "required"}
-	}
-	if config.TTL < 0 {
-		return nil, &ConfigError{Field: "TTL", Reason: fmt.Sprintf("must be ≥ 0 (0 means the Locker's TTL), got %s", config.TTL)}
-	}
 	m := &lock{
 		skip:      config.Skipper,
 		locker:    config.Locker,
@@ -200,15 +186,17 @@ func (config LockConfig) ToMiddleware() (func(http.Handler) http.Handler, error)
 		pathValue: config.PathValue,
 		route:     config.Route,
 	}
-	sources, err := m.keySources(config.Extractors)
-	if err != nil {
-		return nil, err
-	}
-	if m.key, err = keyfunc.Parse(config.Key, sources); err != nil {
-		return nil, &ConfigError{Field: "Key", Reason: strings.TrimPrefix(err.Error(), "keyfunc: "), Err: err}
-	}
-	if m.opts, err = config.guardOptions(); err != nil {
-		return nil, err
+	var bad *httplock.Invalid
+	m.key, m.opts, bad = httplock.Prepare(httplock.Config{
+		Locker:   config.Locker,
+		Key:      config.Key,
+		TTL:      config.TTL,
+		MaxWait:  config.MaxWait,
+		Options:  config.Options,
+		FailOpen: config.FailOpen,
+	}, m.keySources(), config.Extractors)
+	if bad != nil {
+		return nil, &ConfigError{Field: bad.Field, Reason: bad.Reason, Err: bad.Err}
 	}
 	if m.deny == nil {
 		m.deny = denyConflict
@@ -229,58 +217,4 @@ func (config LockConfig) ToMiddleware() (func(http.Handler) http.Handler, error)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil
-}
-
-// guardOptions returns the guard options of every request but its key, checked against
-// the Locker, with the field to blame when guard refuses them.
-func (config LockConfig) guardOptions() ([]guard.Option, error) {
-	var own []guard.Option
-	if config.TTL > 0 {
-		own = append(own, guard.TTL(config.TTL))
-	}
-	switch { // MaxWait 0 adds no Retry: the Locker's Retry from New, else at most 5s
-	case config.MaxWait > 0:
-		own = append(own, guard.Retry(guard.MaxWait(config.MaxWait, nil)))
-	case config.MaxWait < 0:
-		own = append(own, guard.Retry(guard.MaxWait(-1, nil)))
-	}
-	fixed := []guard.Option{guard.Use(config.Locker)}
-	if config.FailOpen { // run the handler unlocked at once rather than wait out an outage
-		fixed = append(fixed, guard.WaitOutages(false))
-	}
-	opts := slices.Concat(own, config.Options, fixed)
-	err := check(config.Locker, opts)
-	if err == nil {
-		return opts, nil
-	}
-	field := "Options"
-	if len(config.Options) == 0 {
-		field = "TTL"
-	} else if ownErr := check(config.Locker, slices.Concat(own, fixed)); ownErr != nil {
-		field, err = "TTL", ownErr
-	}
-	reason := strings.TrimPrefix(err.Error(), "guard: ")
-	var gce *guard.ConfigError
-	if errors.As(err, &gce) {
-		reason = "guard refused " + gce.Field + ": " + gce.Reason
-	}
-	return nil, &ConfigError{Field: field, Reason: reason, Err: err}
-}
-
-// check returns what guard finds wrong with opts on l, without a Redis call: Locker.Run
-// checks its options before it looks at its context, which here is done already.
-func check(l *guard.Locker, opts []guard.Option) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := l.Run(ctx, func(context.Context) error { return nil }, withKey(opts, "check")...)
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
-}
-
-// withKey returns opts with the lock's key added, leaving opts, which requests share,
-// as it is.
-func withKey(opts []guard.Option, key string) []guard.Option {
-	return append(opts[:len(opts):len(opts)], guard.RawKey(key))
 }

@@ -2,56 +2,24 @@ package httpguard
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
-	"net/textproto"
 	"net/url"
-	"regexp"
-	"slices"
 	"strings"
 
+	"github.com/guardkit/guardkit/internal/httplock"
 	"github.com/guardkit/guardkit/keyfunc"
 )
 
-// builtin names the built-in key sources, which extractors may not take.
-var builtin = []string{"path", "query", "header", "route", "method"}
-
-// sourceName is the syntax of a source name in a key template.
-var sourceName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
-
-// keySources returns the built-in sources plus one bare-placeholder source per
-// extractor.
-func (m *lock) keySources(extractors map[string]Extractor) (keyfunc.Sources[*http.Request], error) {
-	sources := keyfunc.Sources[*http.Request]{
+// keySources returns the built-in sources, some of which read the lock's PathValue and
+// Route.
+func (m *lock) keySources() keyfunc.Sources[*http.Request] {
+	return keyfunc.Sources[*http.Request]{
 		"path":   m.pathSource,
 		"query":  keyfunc.Lookup(queryValue),
-		"header": headerSource,
+		"header": httplock.HeaderSource(func(r *http.Request) http.Header { return r.Header }),
 		"route":  keyfunc.Value(func(r *http.Request) string { return m.route(r) }),
 		"method": keyfunc.Value(func(r *http.Request) string { return r.Method }),
 	}
-	names := make([]string, 0, len(extractors))
-	for name := range extractors {
-		names = append(names, name)
-	}
-	slices.Sort(names) // report the same problem first every time
-	for _, name := range names {
-		ex := extractors[name]
-		switch {
-		case !sourceName.MatchString(name):
-			return nil, &ConfigError{Field: "Extractors", Reason: fmt.Sprintf("name %q must match [a-z][a-z0-9_]*", name)}
-		case slices.Contains(builtin, name):
-			return nil, &ConfigError{Field: "Extractors", Reason: fmt.Sprintf("name %q is a built-in source", name)}
-		case ex == nil:
-			return nil, &ConfigError{Field: "Extractors", Reason: fmt.Sprintf("%q is nil", name)}
-		}
-		sources[name] = func(path string) (keyfunc.Getter[*http.Request], error) {
-			if path != "" {
-				return nil, errors.New("an extractor takes no path; write it as {name}")
-			}
-			return keyfunc.Getter[*http.Request](ex), nil
-		}
-	}
-	return sources, nil
 }
 
 // pathSource reads {path.name}: exactly what the handler reads, PathValue(r, name) —
@@ -112,20 +80,4 @@ func queryValue(r *http.Request, name string) (string, bool) {
 func queryValues(raw string) url.Values {
 	v, _ := url.ParseQuery(raw)
 	return v
-}
-
-// headerSource reads {header.Name}: the first value of the request header, whose name
-// is canonicalized once here rather than on every request.
-func headerSource(name string) (keyfunc.Getter[*http.Request], error) {
-	if name == "" {
-		return nil, errors.New("a header needs a name, as in {header.X-Tenant}")
-	}
-	canonical := textproto.CanonicalMIMEHeaderKey(name)
-	return func(r *http.Request) (string, error) {
-		vs := r.Header[canonical]
-		if len(vs) == 0 {
-			return "", keyfunc.ErrMissing
-		}
-		return vs[0], nil
-	}, nil
 }

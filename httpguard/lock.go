@@ -8,15 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/httplock"
 	"github.com/guardkit/guardkit/keyfunc"
 )
 
@@ -25,8 +22,7 @@ type lock struct {
 	skip      Skipper
 	key       *keyfunc.Template[*http.Request]
 	locker    *guard.Locker
-	opts      []guard.Option // every request's guard options but its key
-	routes    sync.Map       // route → opts naming the lock after route
+	opts      *httplock.Options
 	signer    *ctxid.Signer
 	failOpen  bool
 	deny      func(http.ResponseWriter, *http.Request, *guard.LockedError)
@@ -36,19 +32,6 @@ type lock struct {
 	muxPaths  bool // pathValue is r.PathValue: the standard ServeMux routes
 	route     func(*http.Request) string
 	logged    sync.Map // noParamError → true: route mistakes already logged
-}
-
-// options returns the guard options of a request to route, whose lock telemetry names
-// after route (guard.Name), unless the configuration's Options name it otherwise.
-func (m *lock) options(route string) []guard.Option {
-	if route == "" {
-		return m.opts
-	}
-	if o, ok := m.routes.Load(route); ok {
-		return o.([]guard.Option)
-	}
-	o, _ := m.routes.LoadOrStore(route, append([]guard.Option{guard.Name(route)}, m.opts...))
-	return o.([]guard.Option)
 }
 
 func (m *lock) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -70,7 +53,7 @@ func (m *lock) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 	ran, err := m.locker.Run(ctx, func(ctx context.Context) error {
 		next.ServeHTTP(rw, r.WithContext(ctx))
 		return nil
-	}, withKey(m.options(m.route(r)), key)...)
+	}, m.opts.For(m.route(r), key)...)
 	switch {
 	case err == nil:
 		return
@@ -108,37 +91,15 @@ func (m *lock) logOnce(r *http.Request, np noParamError) {
 }
 
 // owner returns the request's context with a lock owner: the one it carries already,
-// else the caller's when its signed token verifies, else a fresh one. A token that does
-// not verify is never used; why is recorded on the request's span and in the returned
-// context (OwnerRejection).
+// else the caller's when its signed token verifies, else a fresh one (httplock.Owner).
+// Why a token was refused is kept under rejectionKey, for OwnerRejection.
 func (m *lock) owner(r *http.Request) context.Context {
-	ctx := r.Context()
-	if _, ok := ctxid.FromContext(ctx); ok {
-		return ctx
-	}
-	ctx, _, ref := m.signer.Inbound(ctx, ctxid.Header+" header", r.Header[ctxid.Header])
-	if ref == nil {
-		ctx, _ = ctxid.Ensure(ctx) // the token's owner, or a fresh one without a token
-		return ctx
-	}
-	rej := &rejection{reason: ref.Reason, err: ref}
-	if ref.Reason == ctxid.RefusedNoSigner {
-		rej.err = fmt.Errorf("LockConfig.Signer is nil: %w", ref)
-	}
-	trace.SpanFromContext(ctx).AddEvent("guard.owner_rejected",
-		trace.WithAttributes(attribute.String("guard.reason", rej.reason)))
-	ctx, _ = ctxid.Ensure(ctx)
-	return context.WithValue(ctx, rejectionKey{}, rej)
+	return httplock.Owner(r.Context(), m.signer, r.Header[ctxid.Header], rejectionKey{})
 }
 
-// rejectionKey is the context key of a request's *rejection.
+// rejectionKey is the context key under which httplock.Owner keeps why it refused a
+// request's owner header.
 type rejectionKey struct{}
-
-// rejection is an inbound owner header that was not accepted, and why.
-type rejection struct {
-	reason string // a ctxid.Refused* value or a ctxid.VerifyError code
-	err    error  // has the *ctxid.VerifyError in its chain
-}
 
 // OwnerRejection reports why the Lock middleware did not accept the ctxid.Header
 // ("Guardkit-Owner") header of the request whose context is ctx: reason is one of
@@ -148,87 +109,27 @@ type rejection struct {
 // was accepted, and outside a Lock middleware. A DenyHandler can use it as the default
 // one does.
 func OwnerRejection(ctx context.Context) (reason string, err error) {
-	if rej, ok := ctx.Value(rejectionKey{}).(*rejection); ok {
-		return rej.reason, rej.err
-	}
-	return "", nil
+	return httplock.Rejected(ctx, rejectionKey{})
 }
 
 // HeaderOwnerRejected is the response header in which the default DenyHandler says why
 // the request's Guardkit-Owner header was not accepted, such as "bad_signature".
 const HeaderOwnerRejected = "Guardkit-Owner-Rejected"
 
-// What a client reads: plain words, never the key, an owner, a token or an address.
-const (
-	textBusy        = "locked by another request"
-	textUnavailable = "lock service unavailable"
-	textLeaseLost   = "lock lost while handling the request"
-	textInvalidKey  = "cannot build the lock key from the request"
-	textInternal    = "internal error: the route's lock is misconfigured"
-	textUpgrade     = "the request holds this lock for reading and cannot take it for writing"
-	textDeadlock    = "deadlock: the request waited for a lock in a cycle of requests and was chosen to fail"
-)
-
 // denyConflict is the default DenyHandler.
 func denyConflict(w http.ResponseWriter, r *http.Request, err *guard.LockedError) {
 	w.Header().Set("Retry-After", RetryAfter(err.RetryAfter))
 	reason, _ := OwnerRejection(r.Context())
-	if reason == "" {
-		http.Error(w, textBusy, http.StatusConflict)
-		return
+	if reason != "" {
+		w.Header().Set(HeaderOwnerRejected, reason)
 	}
-	// The caller meant to reenter a lock of its own: a Signer missing here, or keys
-	// that differ between the services, would otherwise show as a plain 409.
-	w.Header().Set(HeaderOwnerRejected, reason)
-	http.Error(w, fmt.Sprintf("%s; the %s header was not accepted (%s): %s", textBusy, ctxid.Header, reason, rejectionText(reason)),
-		http.StatusConflict)
-}
-
-// rejectionTexts say to the client, in plain words, why its owner header was not
-// accepted, by reason (OwnerRejection's), as the Echo middleware says it. They never
-// quote the token.
-var rejectionTexts = map[string]string{
-	ctxid.RefusedNoSigner: "this service is not configured to accept owner tokens",
-	ctxid.RefusedSeveral:  "the request sent more than one, and none is used",
-	"too_long":            "the token is too long",
-	"malformed":           "the token is malformed",
-	"invalid_owner":       "the token's owner is not a valid owner ID",
-	"unknown_key":         "the token is signed with a key this service does not know",
-	"bad_signature":       "the token's signature does not match this service's key",
-	"expired":             "the token has expired",
-	"not_yet_valid":       "the token was issued in the future (clocks apart?)",
-	"too_many_hops":       "the token has passed through too many services",
-}
-
-// rejectionText is rejectionTexts[reason], or a plain default.
-func rejectionText(reason string) string {
-	if text, ok := rejectionTexts[reason]; ok {
-		return text
-	}
-	return "the token could not be verified"
-}
-
-// keyText is the client's text for a key that cannot be built from the request. It
-// names the template's placeholder that failed, such as {header.X-Tenant}, and never a
-// value, the key or the source's own error text.
-func keyText(err error) string {
-	var re *keyfunc.RenderError
-	switch {
-	case !errors.As(err, &re):
-		return textInvalidKey
-	case errors.Is(re, keyfunc.ErrMissing), errors.Is(re, keyfunc.ErrEmpty):
-		return fmt.Sprintf("%s: {%s} is missing or empty", textInvalidKey, re.Placeholder)
-	}
-	return fmt.Sprintf("%s: {%s} cannot be read", textInvalidKey, re.Placeholder)
+	http.Error(w, httplock.DenyText(reason), http.StatusConflict)
 }
 
 // RetryAfter formats a retry hint (guard.LockedError's RetryAfter) as a Retry-After
 // value: whole seconds, rounded up, at least 1, since an unknown or elapsed hint must
 // not invite an immediate retry storm.
-func RetryAfter(d time.Duration) string {
-	s := (d + time.Second - 1) / time.Second
-	return strconv.FormatInt(int64(max(s, 1)), 10)
-}
+func RetryAfter(d time.Duration) string { return httplock.RetryAfter(d) }
 
 // errorStatus is the default ErrorHandler.
 func (m *lock) errorStatus(w http.ResponseWriter, r *http.Request, err error) {
@@ -257,24 +158,20 @@ func Respond(w http.ResponseWriter, r *http.Request, err error) bool {
 		return false
 	case errors.As(err, &busy):
 		denyConflict(w, r, busy)
-	case errors.Is(err, guard.ErrLeaseLost):
-		http.Error(w, textLeaseLost, http.StatusServiceUnavailable)
+		return true
+	case errors.Is(err, guard.ErrLeaseLost): // httplock.Status answers it first
 	case errors.As(err, &np):
-		http.Error(w, textInternal, http.StatusInternalServerError)
+		http.Error(w, httplock.TextInternal, http.StatusInternalServerError)
+		return true
 	case errors.Is(err, guard.ErrInvalidKey) && errors.As(err, &he):
 		http.Error(w, he.Text, he.Code)
-	case errors.Is(err, guard.ErrInvalidKey):
-		http.Error(w, keyText(err), http.StatusBadRequest)
-	case errors.Is(err, guard.ErrUpgrade):
-		http.Error(w, textUpgrade, http.StatusConflict)
-	case errors.Is(err, guard.ErrDeadlock):
-		http.Error(w, textDeadlock, http.StatusConflict) // no Retry-After: waiting does not clear it
-	case errors.Is(err, guard.ErrUnavailable), errors.Is(err, guard.ErrClosed):
-		http.Error(w, textUnavailable, http.StatusServiceUnavailable)
-	default:
-		return false
+		return true
 	}
-	return true
+	code, text, ok := httplock.Status(err)
+	if ok {
+		http.Error(w, text, code)
+	}
+	return ok
 }
 
 // Started reports whether the handler behind the Lock middleware has started its

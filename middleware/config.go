@@ -1,11 +1,9 @@
 package middleware
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/httplock"
 	"github.com/guardkit/guardkit/keyfunc"
 )
 
@@ -187,26 +186,16 @@ func LockWithConfig(config LockConfig) echo.MiddlewareFunc {
 // template's *keyfunc.SyntaxError or *keyfunc.BindError, or guard's *guard.ConfigError,
 // in its chain.
 func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
-	if config.Locker == nil {
-		return nil, &ConfigError{Field: "Locker", Reason: "required"}
-	}
-	if config.Key == "" {
-		return nil, &ConfigError{Field: "Key", Reason: "required"}
-	}
-	if config.TTL < 0 {
-		return nil, &ConfigError{Field: "TTL", Reason: fmt.Sprintf("must be ≥ 0 (0 means the Locker's TTL), got %s", config.TTL)}
-	}
-	sources, err := keySources(config.Extractors)
-	if err != nil {
-		return nil, err
-	}
-	tpl, err := keyfunc.Parse(config.Key, sources)
-	if err != nil {
-		return nil, &ConfigError{Field: "Key", Reason: strings.TrimPrefix(err.Error(), "keyfunc: "), Err: err}
-	}
-	opts, err := config.guardOptions()
-	if err != nil {
-		return nil, err
+	tpl, opts, bad := httplock.Prepare(httplock.Config{
+		Locker:   config.Locker,
+		Key:      config.Key,
+		TTL:      config.TTL,
+		MaxWait:  config.MaxWait,
+		Options:  config.Options,
+		FailOpen: config.FailOpen,
+	}, builtinSources, config.Extractors)
+	if bad != nil {
+		return nil, &ConfigError{Field: bad.Field, Reason: bad.Reason, Err: bad.Err}
 	}
 	m := &lock{
 		skip:     config.Skipper,
@@ -229,65 +218,6 @@ func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	}, nil
 }
 
-// guardOptions returns the guard options of every request but its key, checked against
-// the Locker: guard's Locker.Run owns acquisition, renewal, release (on panic too) and the
-// detection of lost leases.
-func (config LockConfig) guardOptions() ([]guard.Option, error) {
-	var own []guard.Option
-	if config.TTL > 0 {
-		own = append(own, guard.TTL(config.TTL))
-	}
-	// MaxWait 0 adds no Retry, so that guard's rule applies: the Locker's Retry from
-	// New, else at most 5s.
-	switch {
-	case config.MaxWait > 0:
-		own = append(own, guard.Retry(guard.MaxWait(config.MaxWait, nil)))
-	case config.MaxWait < 0:
-		own = append(own, guard.Retry(guard.MaxWait(-1, nil)))
-	}
-	fixed := []guard.Option{guard.Use(config.Locker)}
-	if config.FailOpen { // run the handler unlocked at once rather than wait out an outage
-		fixed = append(fixed, guard.WaitOutages(false))
-	}
-	opts := slices.Concat(own, config.Options, fixed)
-	err := check(config.Locker, opts)
-	if err == nil {
-		return opts, nil
-	}
-	// Name the field that made guard refuse: TTL (against the Locker's renewal
-	// settings) when it fails on its own, Options otherwise.
-	field := "Options"
-	if len(config.Options) == 0 {
-		field = "TTL"
-	} else if ownErr := check(config.Locker, slices.Concat(own, fixed)); ownErr != nil {
-		field, err = "TTL", ownErr
-	}
-	reason := strings.TrimPrefix(err.Error(), "guard: ")
-	var gce *guard.ConfigError
-	if errors.As(err, &gce) {
-		reason = "guard refused " + gce.Field + ": " + gce.Reason
-	}
-	return nil, &ConfigError{Field: field, Reason: reason, Err: err}
-}
-
-// check returns what guard finds wrong with opts on l, without a Redis call: Locker.Run
-// checks its options before it looks at its context, which here is done already.
-func check(l *guard.Locker, opts []guard.Option) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := l.Run(ctx, func(context.Context) error { return nil }, withKey(opts, "check")...)
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
-}
-
-// withKey returns opts with the lock's key added, leaving opts, which requests share,
-// as it is.
-func withKey(opts []guard.Option, key string) []guard.Option {
-	return append(opts[:len(opts):len(opts)], guard.RawKey(key))
-}
-
 // HeaderOwnerRejected is the response header in which the default DenyHandler says
 // why the request's ctxid.Header ("Guardkit-Owner") header was not accepted: one of
 // the reasons OwnerRejection lists, such as "no_signer" or "bad_signature".
@@ -295,52 +225,19 @@ const HeaderOwnerRejected = "Guardkit-Owner-Rejected"
 
 // denyConflict is the default DenyHandler.
 func denyConflict(c echo.Context, err *guard.LockedError) error {
-	c.Response().Header().Set(echo.HeaderRetryAfter, retryAfter(err.RetryAfter))
+	c.Response().Header().Set(echo.HeaderRetryAfter, httplock.RetryAfter(err.RetryAfter))
 	reason, rejected := OwnerRejection(c.Request().Context())
 	if rejected == nil {
-		return &echo.HTTPError{Code: http.StatusConflict, Message: "locked by another request", Internal: err}
+		return &echo.HTTPError{Code: http.StatusConflict, Message: httplock.TextBusy, Internal: err}
 	}
 	// The caller meant to reenter a lock of its own: a Signer missing here, or keys
 	// that differ between the services, would otherwise show as a plain 409.
 	c.Response().Header().Set(HeaderOwnerRejected, reason)
 	return &echo.HTTPError{
 		Code:     http.StatusConflict,
-		Message:  fmt.Sprintf("locked by another request; the %s header was not accepted (%s): %s", ctxid.Header, reason, rejectionText(reason)),
+		Message:  httplock.DenyText(reason),
 		Internal: fmt.Errorf("%w; %s header not accepted (%s): %w", err, ctxid.Header, reason, rejected),
 	}
-}
-
-// rejectionTexts say to the client, in plain words, why its owner header was not
-// accepted, by reason (OwnerRejection's). They never quote the token.
-var rejectionTexts = map[string]string{
-	ctxid.RefusedNoSigner: "this service is not configured to accept owner tokens",
-	ctxid.RefusedSeveral:  "the request sent more than one, and none is used",
-	"too_long":            "the token is too long",
-	"malformed":           "the token is malformed",
-	"invalid_owner":       "the token's owner is not a valid owner ID",
-	"unknown_key":         "the token is signed with a key this service does not know",
-	"bad_signature":       "the token's signature does not match this service's key",
-	"expired":             "the token has expired",
-	"not_yet_valid":       "the token was issued in the future (clocks apart?)",
-	"too_many_hops":       "the token has passed through too many services",
-}
-
-// rejectionText is rejectionTexts[reason], or a plain default.
-func rejectionText(reason string) string {
-	if text, ok := rejectionTexts[reason]; ok {
-		return text
-	}
-	return "the token could not be verified"
-}
-
-// retryAfter formats d as a Retry-After value: whole seconds, rounded up, at least 1
-// (an unknown or elapsed TTL must not invite an immediate retry storm).
-func retryAfter(d time.Duration) string {
-	s := (d + time.Second - 1) / time.Second
-	if s < 1 {
-		s = 1
-	}
-	return fmt.Sprint(int64(s))
 }
 
 // Status returns the error the Lock middleware's default DenyHandler and ErrorHandler
@@ -366,48 +263,46 @@ func Status(c echo.Context, err error) error {
 	return err
 }
 
-// errorStatus is the default ErrorHandler.
+// errorStatus is the default ErrorHandler. It answers as httplock.Status says, but
+// with the texts as constants: an *echo.HTTPError's Message is an interface value, and a
+// string that is not a constant would cost an allocation to put in it.
 func errorStatus(_ echo.Context, err error) error {
 	var he *echo.HTTPError
 	var np *noParamError
 	switch {
 	case errors.Is(err, guard.ErrLeaseLost):
-		return &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: "lock lost while handling the request", Internal: err}
+		return &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: httplock.TextLeaseLost, Internal: err}
 	case errors.As(err, &np) && np.notFound:
 		return &echo.HTTPError{Code: http.StatusNotFound, Message: http.StatusText(http.StatusNotFound), Internal: err}
 	case errors.As(err, &np):
-		return &echo.HTTPError{Code: http.StatusInternalServerError, Message: "internal error: the route's lock is misconfigured", Internal: err}
+		return &echo.HTTPError{Code: http.StatusInternalServerError, Message: httplock.TextInternal, Internal: err}
 	case errors.Is(err, guard.ErrInvalidKey) && errors.As(err, &he):
 		return &echo.HTTPError{Code: he.Code, Message: he.Message, Internal: err}
 	case errors.Is(err, guard.ErrInvalidKey):
 		return &echo.HTTPError{Code: http.StatusBadRequest, Message: keyText(err), Internal: err}
 	case errors.Is(err, guard.ErrUpgrade):
-		return &echo.HTTPError{Code: http.StatusConflict, Message: "the request holds this lock for reading and cannot take it for writing", Internal: err}
+		return &echo.HTTPError{Code: http.StatusConflict, Message: httplock.TextUpgrade, Internal: err}
 	case errors.Is(err, guard.ErrDeadlock):
 		// No Retry-After: waiting does not clear a deadlock; the request may be retried.
-		return &echo.HTTPError{Code: http.StatusConflict, Message: "deadlock: the request waited for a lock in a cycle of requests and was chosen to fail", Internal: err}
+		return &echo.HTTPError{Code: http.StatusConflict, Message: httplock.TextDeadlock, Internal: err}
 	}
-	return &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: "lock service unavailable", Internal: err}
+	return &echo.HTTPError{Code: http.StatusServiceUnavailable, Message: httplock.TextUnavailable, Internal: err}
 }
 
-// keyText is the client's message for a key that cannot be built from the request. It
-// names the template's placeholder that failed, such as {header.X-Tenant}, as the gRPC
-// interceptors do, and never a value, the key or the source's own error text.
+// keyText is the client's message for a key that cannot be built from the request: the
+// placeholder that failed, as httplock.KeyText words it, and what this middleware's own
+// sources can add — a route parameter percent-encoded twice, a form field read only
+// from form bodies. It never carries a value, the key or the source's own error text.
 func keyText(err error) string {
-	const text = "cannot build the lock key from the request"
 	var re *keyfunc.RenderError
-	if !errors.As(err, &re) {
-		return text
-	}
 	var twice *twiceEncodedError
 	switch {
+	case !errors.As(err, &re): // no placeholder to name: httplock.KeyText says so
 	case errors.As(re, &twice):
-		return fmt.Sprintf("%s: {%s} is percent-encoded twice (once decoded, it still holds a %%XX escape)", text, re.Placeholder)
+		return fmt.Sprintf("%s: {%s} is percent-encoded twice (once decoded, it still holds a %%XX escape)", httplock.TextInvalidKey, re.Placeholder)
 	case strings.HasPrefix(re.Placeholder, "form.") && errors.Is(re, keyfunc.ErrMissing):
 		return fmt.Sprintf("%s: {%s} is missing (form fields are read from %s bodies of POST, PUT and PATCH requests)",
-			text, re.Placeholder, echo.MIMEApplicationForm)
-	case errors.Is(re, keyfunc.ErrMissing), errors.Is(re, keyfunc.ErrEmpty):
-		return fmt.Sprintf("%s: {%s} is missing or empty", text, re.Placeholder)
+			httplock.TextInvalidKey, re.Placeholder, echo.MIMEApplicationForm)
 	}
-	return fmt.Sprintf("%s: {%s} cannot be read", text, re.Placeholder)
+	return httplock.KeyText(err)
 }

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"net/textproto"
 	"net/url"
-	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/guardkit/guardkit/internal/httplock"
 	"github.com/guardkit/guardkit/keyfunc"
 )
 
@@ -20,54 +18,11 @@ import (
 var builtinSources = keyfunc.Sources[echo.Context]{
 	"param":  paramSource,
 	"query":  keyfunc.Lookup(queryValue),
-	"header": headerSource,
+	"header": httplock.HeaderSource(func(c echo.Context) http.Header { return c.Request().Header }),
 	"form":   formSource,
 	"path":   pathSource,
 	"route":  keyfunc.Value(func(c echo.Context) string { return c.Path() }),
 	"method": keyfunc.Value(func(c echo.Context) string { return c.Request().Method }),
-}
-
-// sourceName is the syntax of a source name in a key template.
-var sourceName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
-
-// keySources returns the built-in sources plus one bare-placeholder source per
-// extractor.
-func keySources(extractors map[string]Extractor) (keyfunc.Sources[echo.Context], error) {
-	if len(extractors) == 0 {
-		return builtinSources, nil
-	}
-	sources := make(keyfunc.Sources[echo.Context], len(builtinSources)+len(extractors))
-	for name, src := range builtinSources {
-		sources[name] = src
-	}
-	names := make([]string, 0, len(extractors))
-	for name := range extractors {
-		names = append(names, name)
-	}
-	slices.Sort(names) // report the same problem first every time
-	for _, name := range names {
-		ex := extractors[name]
-		switch {
-		case !sourceName.MatchString(name):
-			return nil, &ConfigError{Field: "Extractors", Reason: fmt.Sprintf("name %q must match [a-z][a-z0-9_]*", name)}
-		case builtinSources[name] != nil:
-			return nil, &ConfigError{Field: "Extractors", Reason: fmt.Sprintf("name %q is a built-in source", name)}
-		case ex == nil:
-			return nil, &ConfigError{Field: "Extractors", Reason: fmt.Sprintf("%q is nil", name)}
-		}
-		sources[name] = extractorSource(ex)
-	}
-	return sources, nil
-}
-
-// extractorSource makes an Extractor the source of a bare placeholder.
-func extractorSource(ex Extractor) keyfunc.Source[echo.Context] {
-	return func(path string) (keyfunc.Getter[echo.Context], error) {
-		if path != "" {
-			return nil, errors.New("an extractor takes no path; write it as {name}")
-		}
-		return keyfunc.Getter[echo.Context](ex), nil
-	}
 }
 
 // noParamError reports a key that names a route parameter the matched route does not
@@ -337,22 +292,6 @@ func queryValue(c echo.Context, name string) (string, bool) {
 		return "", false
 	}
 	return vs[0], true
-}
-
-// headerSource reads {header.Name}: the first value of the request header, whose name
-// is canonicalized once here rather than on every request.
-func headerSource(name string) (keyfunc.Getter[echo.Context], error) {
-	if name == "" {
-		return nil, errors.New("a header needs a name, as in {header.X-Tenant}")
-	}
-	canonical := textproto.CanonicalMIMEHeaderKey(name)
-	return func(c echo.Context) (string, error) {
-		vs := c.Request().Header[canonical]
-		if len(vs) == 0 {
-			return "", keyfunc.ErrMissing
-		}
-		return vs[0], nil
-	}, nil
 }
 
 // formSource reads {form.name}: the first value of a field of an

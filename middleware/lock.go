@@ -7,11 +7,10 @@ import (
 	"sync"
 
 	"github.com/labstack/echo/v4"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/httplock"
 	"github.com/guardkit/guardkit/keyfunc"
 )
 
@@ -20,26 +19,12 @@ type lock struct {
 	skip     Skipper
 	key      *keyfunc.Template[echo.Context]
 	locker   *guard.Locker
-	opts     []guard.Option // every request's guard options but its key
-	routes   sync.Map       // route → opts naming the lock after route
+	opts     *httplock.Options
 	signer   *ctxid.Signer
 	failOpen bool
 	deny     func(echo.Context, *guard.LockedError) error
 	onError  func(echo.Context, error) error
 	logged   sync.Map // noParamError → true: route mistakes already logged
-}
-
-// options returns the guard options of a request to route, whose lock telemetry names
-// after route (guard.Name), unless the configuration's Options name it otherwise.
-func (m *lock) options(route string) []guard.Option {
-	if route == "" {
-		return m.opts
-	}
-	if o, ok := m.routes.Load(route); ok {
-		return o.([]guard.Option)
-	}
-	o, _ := m.routes.LoadOrStore(route, append([]guard.Option{guard.Name(route)}, m.opts...))
-	return o.([]guard.Option)
 }
 
 func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
@@ -61,7 +46,7 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 		c.SetRequest(c.Request().WithContext(ctx))
 		herr = next(c)
 		return nil
-	}, withKey(m.options(c.Path()), key)...)
+	}, m.opts.For(c.Path(), key)...)
 	if err == nil {
 		return herr
 	}
@@ -101,39 +86,16 @@ func (m *lock) logOnce(c echo.Context, np noParamError) {
 }
 
 // owner returns the request's context with a lock owner: the one it carries already,
-// else the caller's when its signed token verifies, else a fresh one. A token that
-// does not verify is never used, since an owner is a capability to pass the lock; why
-// it was refused is recorded on the request's span and in the returned context
-// (OwnerRejection), so that a missing or mismatched Signer can be seen.
+// else the caller's when its signed token verifies, else a fresh one (httplock.Owner).
+// Why a token was refused is kept under rejectionKey, for OwnerRejection.
 func (m *lock) owner(c echo.Context) context.Context {
 	r := c.Request()
-	ctx := r.Context()
-	if _, ok := ctxid.FromContext(ctx); ok {
-		return ctx
-	}
-	ctx, _, ref := m.signer.Inbound(ctx, ctxid.Header+" header", r.Header[ctxid.Header])
-	if ref == nil {
-		ctx, _ = ctxid.Ensure(ctx) // the token's owner, or a fresh one without a token
-		return ctx
-	}
-	rej := &rejection{reason: ref.Reason, err: ref}
-	if ref.Reason == ctxid.RefusedNoSigner {
-		rej.err = fmt.Errorf("LockConfig.Signer is nil: %w", ref)
-	}
-	trace.SpanFromContext(ctx).AddEvent("guard.owner_rejected",
-		trace.WithAttributes(attribute.String("guard.reason", rej.reason)))
-	ctx, _ = ctxid.Ensure(ctx)
-	return context.WithValue(ctx, rejectionKey{}, rej)
+	return httplock.Owner(r.Context(), m.signer, r.Header[ctxid.Header], rejectionKey{})
 }
 
-// rejectionKey is the context key of a request's *rejection.
+// rejectionKey is the context key under which httplock.Owner keeps why it refused a
+// request's owner header.
 type rejectionKey struct{}
-
-// rejection is an inbound owner header that was not accepted, and why.
-type rejection struct {
-	reason string // a ctxid.Refused* value or a ctxid.VerifyError code
-	err    error  // has the *ctxid.VerifyError in its chain
-}
 
 // OwnerRejection reports why the Lock middleware did not accept the ctxid.Header
 // ("Guardkit-Owner") header of the request whose context is ctx. reason is one of
@@ -145,8 +107,5 @@ type rejection struct {
 // request sent no such header, when its token was accepted, and outside a Lock
 // middleware. A DenyHandler can use it as the default one does.
 func OwnerRejection(ctx context.Context) (reason string, err error) {
-	if rej, ok := ctx.Value(rejectionKey{}).(*rejection); ok {
-		return rej.reason, rej.err
-	}
-	return "", nil
+	return httplock.Rejected(ctx, rejectionKey{})
 }
