@@ -283,7 +283,7 @@ func TestReleaseReplyLostWakes(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	l := lockerOn(t, c)
 	ctx := ctxTimeout(t, 20*time.Second)
-	mustRelease(t, mustAcquire(t, l, ctx, "warm-up")) // the scripts are loaded: one reply per call
+	warmUp(t, l, srv.Client(t), ctx) // the scripts are loaded: one reply per call
 	holder := mustAcquire(t, l, ctx, "lost-reply")
 
 	const backoff = 30 * time.Second // far beyond the test: only a wake-up can end the wait

@@ -131,6 +131,17 @@ func waitForceListening(t testing.TB, c redis.UniversalClient) {
 	})
 }
 
+// warmUp acquires and releases "warm-up" with l (its scripts are then loaded), and waits
+// for l's force-release subscription, which its first lease opens aside, on the
+// server c reaches directly: a test that drops or delays the next reply through a proxy
+// then drops its own, not the subscription's.
+func warmUp(t testing.TB, l *guard.Locker, c redis.UniversalClient, ctx context.Context) {
+	t.Helper()
+	le := mustAcquire(t, l, ctx, "warm-up")
+	waitForceListening(t, c)
+	mustRelease(t, le)
+}
+
 // waitQueued waits until a waiter of l for key has found the lock busy and waits for
 // its release: Redis's wait queue of key lists l, and the key's release channel has a
 // subscriber. Tests wait on this, not on a sleep, for "the waiter is queued".

@@ -157,7 +157,7 @@ func TestAbandonedAttemptThenSameRequest(t *testing.T) {
 	first := lockerOn(t, lossy, guard.TTL(time.Minute))
 	second, direct := newLocker(t, srv, guard.TTL(time.Minute))
 	ctx, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
-	mustRelease(t, mustAcquire(t, first, ctx, "warm-up"))
+	warmUp(t, first, direct, ctx)
 
 	proxy.DelayNextReply(700 * time.Millisecond)
 	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -198,8 +198,8 @@ func TestAbandonedAttemptQueuedInBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := lockerOn(t, ap, guard.TTL(time.Minute))
-	mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up"))
 	direct := srv.Client(t)
+	warmUp(t, l, direct, ctxTimeout(t, 5*time.Second))
 	bg := context.Background()
 
 	// A batch in flight for 700ms: the first attempt on another key.

@@ -480,7 +480,7 @@ func (l *Locker) attemptAside(ctx context.Context, h *held, nonce string, sent t
 		}
 		if r.err != nil && !isServerError(r.err) {
 			l.undo(h, nonce) // may have taken the lock for a caller who left
-		} else if g, err := parseGranted(r.v); r.err == nil && err == nil && g.acquired {
+		} else if r.err == nil && r.bad == nil && r.g.acquired {
 			l.undo(h, nonce) // took the lock for a caller who left
 		}
 	})
@@ -501,10 +501,13 @@ func (l *Locker) attemptAside(ctx context.Context, h *held, nonce string, sent t
 	}
 }
 
-// acquireReply is the raw outcome of an acquire call.
+// acquireReply is the outcome of an acquire call, typed: a store decodes its servers'
+// replies (parseGranted, next to the scripts' reply layouts) and merges them itself, so
+// that nothing above the store reads a script's reply.
 type acquireReply struct {
-	v   any // the script's reply: a token, or a list (see acquire.lua)
-	err error
+	g   granted // what the attempt came to, when err and bad are nil
+	err error   // the call's error: the attempt's outcome is unknown unless it is a server's reply
+	bad error   // the reply could not be read: the attempt ran, and its outcome is unknown
 
 	synced bool  // a WAIT followed the script (SyncReplicas)
 	acked  int64 // replicas that acknowledged, when synced
@@ -524,7 +527,12 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 	if r.err != nil {
 		l.st.refresh(r.err)
 		if !isServerError(r.err) {
-			l.st.unsure(ctx, h, nonce, r.err) // the script may have run
+			// The script may have run: the next attempt sends it again, or it is undone.
+			if l.st.resends() {
+				h.unsure, h.unsureErr = nonce, r.err
+			} else {
+				l.st.undo(ctx, h, nonce)
+			}
 		}
 		if err := cutByBudget(ctx, r.err); err != r.err {
 			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
@@ -534,10 +542,10 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 		}
 		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: r.err}
 	}
-	g, err := parseGranted(r.v)
-	if err != nil {
-		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
+	if r.bad != nil {
+		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: r.bad}
 	}
+	g := r.g
 	if g.upgrade {
 		return granted{}, fmt.Errorf("guard: acquire %s for writing: %w", quoteKey(h.hk.key), ErrUpgrade)
 	}

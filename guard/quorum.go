@@ -191,11 +191,9 @@ func (q *quorum) acquire(ctx context.Context, h *held, nonce, manner string, _ b
 	return q.acquireRound(ctx, h, nonce, manner)
 }
 
-// unsure undoes the attempt on every server, aside: a quorum's attempt is never sent
-// again.
-func (q *quorum) unsure(_ context.Context, h *held, nonce string, _ error) {
-	q.undoAt(h, nonce, nil)
-}
+// resends is false: a quorum's attempt is never sent again (its proposal and write-back
+// belong to one round); an attempt of unknown outcome is undone on every server, aside.
+func (q *quorum) resends() bool { return false }
 
 // undo undoes the attempt with nonce on every server, aside (see undoAt).
 func (q *quorum) undo(_ context.Context, h *held, nonce string) {
@@ -505,9 +503,8 @@ const (
 )
 
 // acquireRound makes one attempt on every server and merges their replies into one
-// acquire reply, as parseGranted reads it: a grant by a majority (its token written back
-// to the granting servers that do not carry it), busy, refused, or a *quorumError when
-// too few answered.
+// outcome: a grant by a majority (its token written back to the granting servers that do
+// not carry it), busy, refused, or a *quorumError when too few answered.
 func (q *quorum) acquireRound(ctx context.Context, h *held, nonce, manner string) acquireReply {
 	a := q.newAttempt(h, nonce, manner)
 	// The round's context ends when its last call returns; the write-back of a fresh
@@ -518,11 +515,10 @@ func (q *quorum) acquireRound(ctx context.Context, h *held, nonce, manner string
 	q.fan.Round(ctx, cancel, fanout.Limits{Budget: q.fan.Budget(h.s.ttl), Patience: q.patience(h.s)}, &a.rs, a)
 
 	if a.outcome.Load() == attemptWon {
-		var v any
-		var err error
-		if a.top, v, err = q.raise(callerCtx, h, nonce, a.proposal, a.grants); err == nil {
-			a.hold = h.qh
-			return acquireReply{v: v}
+		g, err := q.raise(callerCtx, h, nonce, a.proposal, a.grants)
+		if err == nil {
+			a.top, a.hold = g.token, h.qh
+			return acquireReply{g: g}
 		}
 		a.outcome.Store(attemptLost)
 		q.undoAt(h, nonce, nil)
@@ -791,11 +787,11 @@ func (a *quorumAttempt) lost() acquireReply {
 	q := a.q
 	switch {
 	case a.refused:
-		return acquireReply{v: []any{int64(acquireRefused)}}
+		return acquireReply{g: granted{upgrade: true}}
 	case a.failed <= len(q.nodes)-q.need:
 		// Busy: enough servers answered, or may still, for a majority to be reached
 		// once the lock is free.
-		return acquireReply{v: []any{int64(acquireBusy), a.pttl}}
+		return acquireReply{g: granted{pttl: time.Duration(a.pttl) * time.Millisecond}}
 	}
 	if a.errs == nil {
 		a.errs = make([]error, len(q.nodes))
@@ -827,17 +823,17 @@ func (a *quorumAttempt) lost() acquireReply {
 // Every granting server that does not carry the token yet (see carries) is told it
 // (raise.lua, which also raises its fence); the attempt fails, and is undone, when
 // fewer than a majority carry it afterwards.
-func (q *quorum) raise(ctx context.Context, h *held, nonce string, proposal int64, grants []quorumGrant) (int64, any, error) {
+func (q *quorum) raise(ctx context.Context, h *held, nonce string, proposal int64, grants []quorumGrant) (granted, error) {
 	top, holds, holder := q.settle(grants)
-	var reply any = top
 	reentry := holds > 1
+	g := granted{acquired: true, token: top, holds: 1}
 	if reentry {
-		reply = []any{int64(acquireHeld), strconv.FormatInt(top, 10), holds}
+		g.holds = holds
 	}
 	if reentry && holder != "" {
 		// A reentry of the hold of a section the owner is in: the write-back below and the
 		// hold's renewals and release are the holder's.
-		reply = append(reply.([]any), string(holder))
+		g.holder = holder
 		q.env.rekey(h, holder)
 	}
 	errs := q.writeBack(ctx, h, nonce, top, proposal, grants)
@@ -859,9 +855,9 @@ func (q *quorum) raise(ctx context.Context, h *held, nonce string, proposal int6
 				errs[i] = errNotGranted
 			}
 		}
-		return 0, nil, q.failure("acquire", errs)
+		return granted{}, q.failure("acquire", errs)
 	}
-	return top, reply, nil
+	return g, nil
 }
 
 // writeBack tells top, at once, to every granting server that does not carry it yet, and

@@ -34,6 +34,15 @@ type granted struct {
 	since int64
 }
 
+// decodeAcquire is the typed outcome of an acquire script call that returned v and err.
+func decodeAcquire(v any, err error) acquireReply {
+	if err != nil {
+		return acquireReply{err: err}
+	}
+	g, bad := parseGranted(v)
+	return acquireReply{g: g, bad: bad}
+}
+
 // parseGranted decodes the reply of an acquire script.
 func parseGranted(reply any) (granted, error) {
 	if token, ok := reply.(int64); ok && token > 0 {

@@ -27,7 +27,7 @@ func TestFenceExpiredDuringHold(t *testing.T) {
 	l := lockerOn(t, pc)
 	c := srv.Client(t)
 	ctx := ctxTimeout(t, 10*time.Second)
-	mustRelease(t, mustAcquire(t, l, ctx, "warm-up"))
+	warmUp(t, l, c, ctx)
 
 	le := mustAcquire(t, l, ctx, "long")
 	// Push the fence far ahead of the server clock, as a fence written before the clock
@@ -182,7 +182,7 @@ func TestRetriedReentryCountsOnce(t *testing.T) {
 	lossy := lockerOn(t, pc)
 	l, c := newLocker(t, srv)
 	ctx, _ := ctxid.Ensure(ctxTimeout(t, 10*time.Second))
-	mustRelease(t, mustAcquire(t, lossy, ctx, "warm-up"))
+	warmUp(t, lossy, c, ctx)
 
 	outer := mustAcquire(t, l, ctx, "re")
 	owner := outer.Owner() // the section holding "re"

@@ -51,15 +51,13 @@ func (s *single) acquire(ctx context.Context, h *held, nonce, manner string, wai
 	if h.s.syncReplicas > 0 {
 		return s.acquireSynced(ctx, h, nonce, manner)
 	}
-	v, err := s.runScript(ctx, h.s.spec.acquire, h.acquireArgs(nonce, manner), waited).Result()
-	return acquireReply{v: v, err: err}
+	return decodeAcquire(s.runScript(ctx, h.s.spec.acquire, h.acquireArgs(nonce, manner), waited).Result())
 }
 
-// unsure keeps the attempt's nonce: the next attempt of the wait, if any, sends it again,
-// and a wait that ends first undoes it (Locker.settleUnsure), so the lock is not left held.
-func (s *single) unsure(_ context.Context, h *held, nonce string, err error) {
-	h.unsure, h.unsureErr = nonce, err
-}
+// resends is true: the next attempt of the wait, if any, sends an attempt of unknown
+// outcome again with its nonce, so that if it took effect the hold is adopted instead of
+// counted twice.
+func (s *single) resends() bool { return true }
 
 // undo drops the hold of the attempt with nonce: the undo is sent as its owner and, for
 // an attempt that took on a section's hold, as that section (see held.undoArgs).

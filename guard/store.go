@@ -24,9 +24,11 @@ type store interface {
 	// acquire makes one acquire attempt for h with nonce, in manner (mannerWait...);
 	// waited reports that the caller waited before it (the call is then urgent).
 	acquire(ctx context.Context, h *held, nonce, manner string, waited bool) acquireReply
-	// unsure takes an attempt whose outcome is unknown (err is not a server's reply):
-	// it must not be left holding the lock once the acquisition is over.
-	unsure(ctx context.Context, h *held, nonce string, err error)
+	// resends reports whether an attempt whose outcome is unknown (its error is not a
+	// server's reply) is sent again with its nonce by the wait's next attempt, and undone
+	// when the wait ends without one (Locker.settleUnsure); else the engine undoes it at
+	// once. Either way it is not left holding the lock once the acquisition is over.
+	resends() bool
 	// undo drops the hold taken by the attempt with nonce, if it took effect.
 	undo(ctx context.Context, h *held, nonce string)
 	// release drops one hold of h with its release nonce.

@@ -34,12 +34,13 @@ func (s *single) acquireSynced(ctx context.Context, h *held, nonce string, manne
 	c := pipeScript(ctx, node, &s.legacy, h.s.spec.acquire, h.acquireArgs(nonce, manner), func(pipe redis.Pipeliner) {
 		w = pipe.Do(ctx, "wait", h.s.syncReplicas, h.s.syncTimeout.Milliseconds())
 	})
-	v, err := c.Result()
-	if err != nil {
-		return acquireReply{err: err}
+	r := decodeAcquire(c.Result())
+	if r.err != nil {
+		return r
 	}
-	acked, ackErr := w.Int64()
-	return acquireReply{v: v, synced: true, acked: acked, ackErr: ackErr}
+	r.synced = true
+	r.acked, r.ackErr = w.Int64()
+	return r
 }
 
 // pipeScript runs s with args (whose first two slots it fills, as runScript does)
