@@ -70,6 +70,7 @@ func TestNestedSectionReenters(t *testing.T) {
 	ctx := ctxTimeout(t, 10*time.Second)
 
 	outer := mustAcquire(t, l, ctx, "x")
+	waitForceListening(t, c) // opened aside with the first lease: not counted below
 	counter.Reset()
 	done := make(chan *guard.Lease, 1)
 	go func() { // a goroutine started inside the section, with its context

@@ -19,7 +19,7 @@ func TestReentrancyInProcess(t *testing.T) {
 	l := lockerOn(t, c)
 	other, _ := newLocker(t, srv)
 	ctx := ctxTimeout(t, 10*time.Second)
-	mustRelease(t, mustAcquire(t, l, ctx, "warm-up")) // load the scripts: EVALSHA then hits
+	warmUp(t, l, c, ctx) // load the scripts (EVALSHA then hits) and open the force listening
 
 	outer := mustAcquire(t, l, ctx, "account:1")
 	counter.Reset()

@@ -162,6 +162,7 @@ func TestWrapNestedReentry(t *testing.T) {
 	l := lockerOn(t, c)
 	other, _ := newLocker(t, srv)
 	ctx := ctxTimeout(t, 10*time.Second)
+	warmUp(t, l, c, ctx) // the force listening is open before round trips are counted
 
 	var innerTok int64
 	debit := guard.Wrap(func(ctx context.Context, req transferReq) (receipt, error) {
