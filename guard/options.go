@@ -308,8 +308,10 @@ func Renewal(every, margin time.Duration) Option {
 	}}
 }
 
-// MaxKeyLen caps the length of a lock key in bytes; longer keys fail with ErrInvalidKey
-// before any Redis call.
+// MaxKeyLen caps the length of a lock key in bytes for acquisitions: a longer key fails
+// with ErrInvalidKey before any Redis call. Reading and ending locks (Inspect,
+// InspectKinds, List, ForceRelease) take keys of any length, so that an operator with
+// default settings can see and end a lock a Locker with a higher limit took.
 // Applies to New. Default 1024.
 func MaxKeyLen(n int) Option {
 	return Option{name: "MaxKeyLen", scope: scopeLocker, apply: func(s *settings) { s.maxKeyLen = n }}

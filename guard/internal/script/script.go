@@ -172,7 +172,8 @@ var (
 	Waits    = build("", "waits", common...)
 	Blockers = build("no-writes", "blockers", common...)
 
-	// Run with go-redis's Script (no flags, read-only or best-effort).
+	// Inspect is run read-only (guard wraps it with the no-writes flag: EVALSHA_RO);
+	// Wake and Version run with go-redis's Script, best-effort.
 	Inspect = link("return lock_state(ARGV[1])\n", "inspect")
 	Wake    = Source("wake")
 	Version = Source("version")
