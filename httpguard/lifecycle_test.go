@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/httpguard"
 	"github.com/guardkit/guardkit/internal/redistest"
@@ -161,4 +162,25 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("Respond: %d %v %q, want 409 with Retry-After", r.status, r.header, r.body)
 		}
 	})
+}
+
+// TestUnclassifiedErrorAnswered: an error that is not one of guard's answers (here an
+// owner put in the request's context by an outer middleware that guard refuses:
+// ctxid.ErrInvalid) is answered 503 with the plain unavailable text, as the Echo
+// middleware answers it, not an empty 200; the handler does not run.
+func TestUnclassifiedErrorAnswered(t *testing.T) {
+	srv := redistest.Start(t)
+	locker, _ := newLocker(t, srv)
+	ran := false
+	lock := httpguard.Lock(locker, "order:{path.id}")
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{id}", lock(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true })))
+	badOwner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(w, r.WithContext(ctxid.NewContext(r.Context(), "an#owner")))
+	})
+	u, _ := url.Parse("/orders/1")
+	r := serve(badOwner, &http.Request{Method: http.MethodPost, URL: u, Header: http.Header{}})
+	if r.status != http.StatusServiceUnavailable || strings.TrimSpace(r.body) != "lock service unavailable" || ran {
+		t.Fatalf("status %d, body %q, handler ran %v; want 503 \"lock service unavailable\" and no handler", r.status, r.body, ran)
+	}
 }

@@ -131,12 +131,17 @@ func denyConflict(w http.ResponseWriter, r *http.Request, err *guard.LockedError
 // not invite an immediate retry storm.
 func RetryAfter(d time.Duration) string { return httplock.RetryAfter(d) }
 
-// errorStatus is the default ErrorHandler.
+// errorStatus is the default ErrorHandler. An error that is not guard's (a cancelled
+// request's context, a Locker's per-call option refused) is answered 503 with the
+// unavailable text, as the Echo middleware answers it: a request is never left with an
+// empty 200.
 func (m *lock) errorStatus(w http.ResponseWriter, r *http.Request, err error) {
 	if Started(w) {
 		return // the handler's response stands; serve logged the loss
 	}
-	Respond(w, r, err)
+	if !Respond(w, r, err) {
+		http.Error(w, httplock.TextUnavailable, http.StatusServiceUnavailable)
+	}
 }
 
 // Respond writes the response the Lock middleware's default handlers write for err, a
