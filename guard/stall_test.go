@@ -83,6 +83,7 @@ func TestBudgetWhileFrozen(t *testing.T) {
 // promptly — for a freeze shorter than the TTL and one longer — with and without
 // ContextTimeoutEnabled.
 func TestNoGhostAfterFreeze(t *testing.T) {
+	t.Parallel() // each freeze mostly waits: with the other freeze tests, at once
 	for _, freeze := range []time.Duration{15 * time.Second, 45 * time.Second} {
 		for _, deadlines := range []bool{false, true} {
 			t.Run(fmt.Sprintf("freeze=%s/ContextTimeoutEnabled=%t", freeze, deadlines), func(t *testing.T) {
@@ -162,6 +163,7 @@ func TestLeaseReadsItsDeadline(t *testing.T) {
 // by the others and released: the frozen server's copy must not take the lock when it
 // wakes).
 func TestQuorumBudgetAndGhosts(t *testing.T) {
+	t.Parallel()
 	const budget = 2 * time.Second
 	for _, frozen := range []int{2, 1} {
 		t.Run(fmt.Sprintf("frozen=%d/3", frozen), func(t *testing.T) {
@@ -204,6 +206,7 @@ func TestQuorumBudgetAndGhosts(t *testing.T) {
 // TestClusterNoGhostAfterFreeze: the same on a Cluster primary: a caller whose budget ran
 // out while the lock's primary was frozen leaves no hold once it wakes.
 func TestClusterNoGhostAfterFreeze(t *testing.T) {
+	t.Parallel()
 	// A Cluster of its own, without replicas: the freeze outlasts the shared one's node
 	// timeout, and no failover may end it.
 	c := redistest.StartCluster(t, redistest.ClusterPrimaries(3), redistest.ClusterReplicas(0), redistest.ClusterNodeTimeout(time.Minute))
