@@ -152,9 +152,9 @@
 // accepts connections and answers nothing) or refuses connections: every Redis call of
 // the acquisition runs under the budget's deadline plus a grace of 250ms for the last
 // attempt, whatever the client's own timeouts and retries, on every deployment. A call
-// cut there fails with ErrUnavailable and an error that reads "no answer from Redis within
-// the wait budget"; the caller's context did not end, and context.DeadlineExceeded is
-// not in the chain.
+// cut there fails with ErrUnavailable and an error that reads "no answer within the
+// wait budget" and says what to do; the caller's context did not end, and
+// context.DeadlineExceeded is not in the chain.
 //
 // No hold outlives a caller told that it failed. An attempt whose outcome is unknown (its
 // caller gave up before Redis answered) is undone, and the undo leaves a mark that

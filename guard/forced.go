@@ -30,57 +30,39 @@ const forceChannel = "guardkit:force-released"
 // forceWatch is a Locker's listening on forceChannel.
 type forceWatch struct {
 	mu   sync.Mutex
-	stop chan struct{} // closed to end the listening; nil while not listening
+	stop context.CancelFunc // ends the listening; nil while not listening
 }
 
 // listenForce starts (on) or ends listening on forceChannel on every server of l's
 // store: called by the watchdog when its goroutine starts and ends, under its lock, so
-// that the calls come in order. It does not wait for anything.
+// that the calls come in order (Close ends the watchdog, and so the listening). It does
+// not wait for anything.
 func (l *Locker) listenForce(on bool) {
 	f := &l.force
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !on {
-		if f.stop != nil {
-			close(f.stop)
-			f.stop = nil
+	switch {
+	case !on && f.stop != nil:
+		f.stop()
+		f.stop = nil
+	case on && f.stop == nil:
+		var ctx context.Context
+		ctx, f.stop = context.WithCancel(context.Background())
+		for _, c := range l.st.conns() {
+			l.background(func() { l.forceFeed(ctx, c.client) })
 		}
-		return
-	}
-	if f.stop != nil {
-		return
-	}
-	stop := make(chan struct{})
-	f.stop = stop
-	for _, c := range l.st.conns() {
-		l.background(func() { l.forceFeed(c.client, stop) })
 	}
 }
 
 // forceFeed hands each force-release message that c's Pub/Sub delivers to forced, until
-// stop is closed or l is.
-func (l *Locker) forceFeed(c redis.UniversalClient, stop <-chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ended := make(chan struct{})
-	defer close(ended)
-	go func() {
-		select {
-		case <-l.done:
-		case <-stop:
-		case <-ended:
-			return
-		}
-		cancel() // a subscription still being made gives up
-	}()
+// ctx ends (a subscription still being made gives up then too).
+func (l *Locker) forceFeed(ctx context.Context, c redis.UniversalClient) {
 	ps := c.Subscribe(ctx, forceChannel)
 	defer ps.Close()
 	msgs := ps.Channel()
 	for {
 		select {
-		case <-l.done:
-			return
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case m, ok := <-msgs:
 			if !ok {

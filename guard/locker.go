@@ -32,8 +32,9 @@ var (
 //
 // A Locker keeps, per process, a table of the leases it holds, a Pub/Sub subscription
 // that wakes waiters when a lock is released (one connection for all keys; on a Redis 7
-// Cluster, one sharded connection per primary waited on, however many keys), and
-// one watchdog that renews every held lease in pipelined batches.
+// Cluster, one sharded connection per primary waited on, however many keys), one
+// watchdog that renews every held lease in pipelined batches and, while it holds
+// leases, one Pub/Sub connection per server on which force releases are announced.
 type Locker struct {
 	st     store // the Redis side: one deployment (single) or a quorum of servers
 	cfg    settings

@@ -365,7 +365,7 @@ const attemptGrace = 250 * time.Millisecond
 // errBudgetSpent is the error of a Redis call cut short by the wait's budget (its caller's
 // context had not ended): it says so in place of the context.DeadlineExceeded of the
 // attempt's own context, which was not the caller's.
-var errBudgetSpent = errors.New("no answer from Redis within the wait budget")
+var errBudgetSpent = errors.New("no answer within the wait budget: the server is stalled, overloaded or unreachable (a longer MaxWait waits longer)")
 
 // cutByBudget returns err, or errBudgetSpent when err is the end of ctx, an attempt's
 // context, by the wait's budget rather than by the caller's context.
