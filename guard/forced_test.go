@@ -45,34 +45,24 @@ func TestForceReleaseHeardAtOnce(t *testing.T) {
 			t.Fatalf("the lease's context ended with %v, want ErrLeaseLost", err)
 		}
 	}
-	numsub := func(c redis.UniversalClient) func() int64 {
-		return func() int64 {
-			n, err := c.PubSubNumSub(context.Background(), "guardkit:force-released").Result()
-			if err != nil {
-				return 0
-			}
-			return n["guardkit:force-released"]
-		}
-	}
-
 	t.Run("single", func(t *testing.T) {
 		srv := redistest.Start(t)
 		holder, c := newLocker(t, srv)
 		operator, _ := newLocker(t, srv)
-		check(t, holder, operator, numsub(c), "forced")
+		check(t, holder, operator, func() int64 { return forceListeners(c) }, "forced")
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := cluster.Get(t)
 		holder := lockerOn(t, c.Client(t))
 		operator := lockerOn(t, c.Client(t))
-		var counts []func() int64
+		var clients []*redis.Client
 		for _, q := range c.Primaries() {
-			counts = append(counts, numsub(q.Client(t)))
+			clients = append(clients, q.Client(t))
 		}
 		subs := func() int64 {
 			var n int64
-			for _, count := range counts {
-				n += count()
+			for _, qc := range clients {
+				n += forceListeners(qc)
 			}
 			return n
 		}
@@ -87,6 +77,6 @@ func TestForceReleaseHeardAtOnce(t *testing.T) {
 		holder := r.locker(t, guard.RestartDelay(0))
 		operator := r.locker(t, guard.RestartDelay(0))
 		c := r.servers[0].Client(t)
-		check(t, holder, operator, numsub(c), "forced")
+		check(t, holder, operator, func() int64 { return forceListeners(c) }, "forced")
 	})
 }

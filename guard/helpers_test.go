@@ -125,10 +125,17 @@ func waitEnded(t testing.TB, ctx context.Context, d time.Duration, what string) 
 // reply and goroutines are not the ones they look at.
 func waitForceListening(t testing.TB, c redis.UniversalClient) {
 	t.Helper()
-	waitUntil(t, 5*time.Second, "the force-release subscription", func() bool {
-		n, err := c.PubSubNumSub(context.Background(), "guardkit:force-released").Result()
-		return err == nil && n["guardkit:force-released"] > 0
-	})
+	waitUntil(t, 5*time.Second, "the force-release subscription", func() bool { return forceListeners(c) > 0 })
+}
+
+// forceListeners is how many connections listen for force releases on the server c
+// reaches (0 when it cannot tell).
+func forceListeners(c redis.UniversalClient) int64 {
+	n, err := c.PubSubNumSub(context.Background(), "guardkit:force-released").Result()
+	if err != nil {
+		return 0
+	}
+	return n["guardkit:force-released"]
 }
 
 // warmUp acquires and releases "warm-up" with l (its scripts are then loaded), and waits
