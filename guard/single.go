@@ -64,19 +64,16 @@ func (s *single) resends() bool { return true }
 // An undo that gets no answer goes on trying in the Locker's lane for this deployment
 // (see undo.go): the attempt may still run when a frozen server wakes.
 func (s *single) undo(ctx context.Context, h *held, nonce string) {
-	var err error
 	for _, args := range h.undoArgs(nonce) {
 		call := func(ctx context.Context) error {
 			err := s.runScript(ctx, h.s.spec.release, args, true).Err()
 			s.refresh(err)
 			return err
 		}
-		if e := call(ctx); !answered(e) {
-			err = e
+		if !answered(call(ctx)) {
 			s.env.retry(&s.conn, call)
 		}
 	}
-	s.refresh(err)
 }
 
 // release runs the release script with h's release nonce.
