@@ -11,6 +11,7 @@ import (
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard/internal/script"
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
 // Deadlock detection. A waiter that has waited longer than the detection delay writes a
@@ -135,7 +136,7 @@ func (d *detector) error() error {
 type graph struct {
 	// c is the deployment the wait records and walks go to: a single store's conn (a
 	// quorum Locker does not detect deadlocks, so its graph is never walked).
-	c     *conn
+	c     *store.Conn
 	cfg   *settings
 	aside func(func()) bool
 	nonce func() string
@@ -144,7 +145,7 @@ type graph struct {
 
 // newGraph returns the graph of l's detectors.
 func newGraph(l *Locker) *graph {
-	return &graph{c: l.st.scripted(), cfg: &l.cfg, aside: l.background, nonce: l.newNonce}
+	return &graph{c: l.st.Scripted(), cfg: &l.cfg, aside: l.background, nonce: l.newNonce}
 }
 
 // waitsKey is the name of root's waits hash: the prefix, root as a hash tag (escaped
@@ -164,12 +165,12 @@ func (g *graph) waitsKey(root ctxid.ID) string {
 // section's), so nothing that the waiter's chain holds can keep another owner waiting.
 // Nothing is sent to Redis before the delay.
 func (l *Locker) watchDeadlock(h *held) *detector {
-	if l.cfg.deadlockDelay <= 0 || h.s.kind == KindSemaphore || h.section.Depth() < 2 {
+	if l.cfg.deadlockDelay <= 0 || h.s.kind == KindSemaphore || h.section().Depth() < 2 {
 		return nil
 	}
 	d := &detector{
 		g:      l.graph,
-		self:   waitEdge{waiter: h.section, kind: h.s.kind, key: h.hk.key},
+		self:   waitEdge{waiter: h.section(), kind: h.s.kind, key: h.hk.key},
 		victim: make(chan struct{}),
 		start:  time.Now(),
 	}
@@ -228,7 +229,7 @@ func (d *detector) run() {
 		if sent {
 			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.releaseTimeout)
 			defer cancel()
-			_ = g.c.runScript(ctx, waitsScript, d.waitsArgs("del", string(d.self.waiter), d.self.id), true).Err()
+			_ = g.c.RunScript(ctx, waitsScript, d.waitsArgs("del", string(d.self.waiter), d.self.id), true).Err()
 		}
 	}()
 	t := time.NewTimer(0)
@@ -243,7 +244,7 @@ func (d *detector) run() {
 			return
 		}
 		sent = true
-		err := g.c.runScript(d.ctx, waitsScript, d.waitsArgs("put", string(d.self.waiter), d.self.id,
+		err := g.c.RunScript(d.ctx, waitsScript, d.waitsArgs("put", string(d.self.waiter), d.self.id,
 			strconv.FormatInt(life.Milliseconds(), 10), strconv.Itoa(int(d.self.kind)), d.self.key), true).Err()
 		if err == nil {
 			if e := d.detect(); e != nil {
@@ -414,11 +415,11 @@ func (d *detector) blockers(e waitEdge) ([]holdEdge, error) {
 	case KindRead:
 		want = "r"
 	}
-	args := []any{nil, nil, 1, rk.lock, want}
-	if rk.aux != "" && e.kind != KindFair {
-		args = []any{nil, nil, 2, rk.lock, rk.aux, want}
+	args := []any{nil, nil, 1, rk.Lock, want}
+	if rk.Aux != "" && e.kind != KindFair {
+		args = []any{nil, nil, 2, rk.Lock, rk.Aux, want}
 	}
-	v, err := d.g.c.runScript(d.ctx, blockersScript, args, true).StringSlice()
+	v, err := d.g.c.RunScript(d.ctx, blockersScript, args, true).StringSlice()
 	if err != nil {
 		return nil, err
 	}
@@ -432,7 +433,7 @@ func (d *detector) blockers(e waitEdge) ([]holdEdge, error) {
 
 // waitsWithin reads the live wait records of section and of the sections within it.
 func (d *detector) waitsWithin(section ctxid.ID) ([]waitEdge, error) {
-	v, err := d.g.c.runScript(d.ctx, waitsScript, d.waitsArgsFor(section.Root(), "get", string(section)), true).StringSlice()
+	v, err := d.g.c.RunScript(d.ctx, waitsScript, d.waitsArgsFor(section.Root(), "get", string(section)), true).StringSlice()
 	if err != nil {
 		return nil, err
 	}

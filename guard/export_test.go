@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/guardkit/guardkit/guard/internal/feed"
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
 // KeyFor returns the key function that Wrap builds from opts, so that benchmarks can
@@ -29,13 +30,11 @@ func SetPubSubTiming(poll, ping, dead time.Duration) (restore func()) {
 // (release.lua and wake.lua then PUBLISH, and the waiters keep one classic feed). Call it
 // before l first waits.
 func ClassicPubSub(l *Locker) {
-	s := l.st.(*single)
-	s.classic = true
-	s.sharded.Store(1)
+	l.st.(*store.Single).SetClassic()
 }
 
 // one returns the conn of a Locker made by New (tests in package guard).
-func (l *Locker) one() *conn { return &l.st.(*single).conn }
+func (l *Locker) one() *store.Conn { return l.st.(*store.Single).Scripted() }
 
 // DeadlockWaited returns how long the victim of a deadlock waited before it failed.
 func DeadlockWaited(e *DeadlockError) time.Duration { return e.waited }
@@ -91,17 +90,17 @@ func NewReplicaError(key string, want, acked int, waitErr error, renewal bool) *
 // QuorumFailure reports whether err holds a quorum call that too few servers confirmed,
 // and returns its operation and each server's error (nil for one that confirmed).
 func QuorumFailure(err error) (op string, errs []error, ok bool) {
-	var e *quorumError
+	var e *store.QuorumError
 	if !errors.As(err, &e) {
 		return "", nil, false
 	}
-	return e.op, e.errs, true
+	return e.Op(), e.Errs(), true
 }
 
 // NewQuorumError returns the error of a call op of a quorum of servers at addrs, of
 // which need must agree, errs being each server's error.
 func NewQuorumError(op string, need int, addrs []string, errs []error) error {
-	return &quorumError{op: op, need: need, addrs: addrs, errs: errs}
+	return store.NewQuorumError(op, need, addrs, errs)
 }
 
 // ErrReleased is the context.Cause of a lease's context after a normal release.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/guardkit/guardkit/guard/internal/feed"
-	"github.com/redis/go-redis/v9"
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
 // The waiters of a Locker learn that a lock may be free through a feed.Hub, whose
@@ -25,8 +25,8 @@ const (
 
 // feedSource is a Locker's deployment as its waiters' Hub sees it.
 type feedSource struct {
-	st      store  // the Locker's: its routes, its conns and its refresh
-	id      string // the Locker's ID, which its queue entries carry
+	st      store.Store // the Locker's: its routes, its conns and its refresh
+	id      string      // the Locker's ID, which its queue entries carry
 	aside   func(func()) bool
 	timeout time.Duration // bounds each call (the ReleaseTimeout)
 }
@@ -41,45 +41,40 @@ func newHub(l *Locker) *feed.Hub {
 // server; on a Redis 7 Cluster the sharded feed of the primary that owns ch's slot; else
 // the one classic feed.
 func (s *feedSource) Routes(ctx context.Context, ch string) ([]feed.Route, error) {
-	return s.st.routes(ctx, ch)
-}
-
-// subscriber opens a Pub/Sub connection on c.
-func subscriber(c redis.UniversalClient) func() feed.PubSub {
-	return func() feed.PubSub { return c.Subscribe(context.Background()) }
+	return s.st.Routes(ctx, ch)
 }
 
 // Refresh reloads a Cluster's map after a topology error.
-func (s *feedSource) Refresh(err error) { s.st.refresh(err) }
+func (s *feedSource) Refresh(err error) { s.st.Refresh(err) }
 
 // Aside runs fn on one of the Locker's background goroutines.
 func (s *feedSource) Aside(fn func()) bool { return s.aside(fn) }
 
 // Leave removes the Locker from the wait queue of ch's lock.
 func (s *feedSource) Leave(ch string) {
-	s.everywhere(ch, func(ctx context.Context, c *conn, k redisKeys) error {
-		return c.client.LRem(ctx, k.queue, 0, s.id).Err()
+	s.everywhere(ch, func(ctx context.Context, c *store.Conn, k redisKeys) error {
+		return c.Client().LRem(ctx, k.Queue, 0, s.id).Err()
 	})
 }
 
 // PassOn gives the Locker's turn on ch's lock, which nobody here took, to the next
 // Locker queued for it.
 func (s *feedSource) PassOn(ch string) {
-	s.everywhere(ch, func(ctx context.Context, c *conn, k redisKeys) error {
-		return wakeScript.Run(ctx, c.client, []string{k.queue}, ch, c.shardedFlag()).Err()
+	s.everywhere(ch, func(ctx context.Context, c *store.Conn, k redisKeys) error {
+		return wakeScript.Run(ctx, c.Client(), []string{k.Queue}, ch, c.ShardedFlag()).Err()
 	})
 }
 
 // everywhere runs call aside, best effort and bounded by the ReleaseTimeout, about the
 // lock of channel ch on the Locker's deployment, or on each server of a quorum Locker.
-func (s *feedSource) everywhere(ch string, call func(context.Context, *conn, redisKeys) error) {
+func (s *feedSource) everywhere(ch string, call func(context.Context, *store.Conn, redisKeys) error) {
 	k := keysOfChannel(ch)
-	for _, c := range s.st.conns() {
+	for _, c := range s.st.Conns() {
 		s.aside(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 			defer cancel()
 			if err := call(ctx, c, k); err != nil {
-				c.refresh(err)
+				c.Refresh(err)
 			}
 		})
 	}

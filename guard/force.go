@@ -3,10 +3,12 @@ package guard
 import (
 	"context"
 	"fmt"
-	"github.com/guardkit/guardkit/guard/internal/script"
 	"log/slog"
 	"strconv"
 	"strings"
+
+	"github.com/guardkit/guardkit/guard/internal/script"
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
 var forceScript = script.Force
@@ -44,10 +46,10 @@ func (l *Locker) ForceRelease(ctx context.Context, key string, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	force := func(ctx context.Context, c *conn, reqs []inspectReq) []*LockState {
+	force := func(ctx context.Context, c *store.Conn, reqs []inspectReq) []*LockState {
 		return []*LockState{l.forceOn(ctx, c, reqs[0], s)}
 	}
-	states, views, err := l.st.read(ctx, "force release", []inspectReq{r}, force)
+	states, views, err := l.read(ctx, "force release", []inspectReq{r}, force)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +65,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string, opts ...Option) (
 
 // forceOn runs force.lua for r on the server of c: the state it ended, with Err set when
 // the call failed.
-func (l *Locker) forceOn(ctx context.Context, c *conn, r inspectReq, s *settings) *LockState {
+func (l *Locker) forceOn(ctx context.Context, c *store.Conn, r inspectReq, s *settings) *LockState {
 	data := "x"
 	switch {
 	case r.spec.aux2 != "":
@@ -77,10 +79,10 @@ func (l *Locker) forceOn(ctx context.Context, c *conn, r inspectReq, s *settings
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	args = append(args, maxWaitersRead, "", "", s.fenceRetention.Milliseconds(), "", "", data, c.shardedFlag())
+	args = append(args, maxWaitersRead, "", "", s.fenceRetention.Milliseconds(), "", "", data, c.ShardedFlag())
 	st := &LockState{Key: r.key, Kind: r.spec.kind}
-	v, err := c.runScript(ctx, forceScript, args, true).Slice()
-	c.refresh(err)
+	v, err := c.RunScript(ctx, forceScript, args, true).Slice()
+	c.Refresh(err)
 	switch {
 	case err != nil:
 		st.Err = err
@@ -93,7 +95,7 @@ func (l *Locker) forceOn(ctx context.Context, c *conn, r inspectReq, s *settings
 		}
 		raised, _ := v[1].(string)
 		st.Fence, _ = strconv.ParseInt(raised, 10, 64)
-		announceForce(ctx, c, r.rk.lock) // the holders hear it now (forced.go)
+		announceForce(ctx, c, r.rk.Lock) // the holders hear it now (forced.go)
 	}
 	return st
 }

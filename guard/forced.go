@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/guardkit/guardkit/guard/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -48,8 +49,8 @@ func (l *Locker) listenForce(on bool) {
 	case on && f.stop == nil:
 		var ctx context.Context
 		ctx, f.stop = context.WithCancel(context.Background())
-		for _, c := range l.st.conns() {
-			l.background(func() { l.forceFeed(ctx, c.client) })
+		for _, c := range l.st.Conns() {
+			l.background(func() { l.forceFeed(ctx, c.Client()) })
 		}
 	}
 }
@@ -78,7 +79,7 @@ func (l *Locker) forced(lock string) {
 	l.mu.Lock()
 	var hs []*held
 	for _, h := range l.held {
-		if h.rk.lock == lock {
+		if h.sh.Keys.Lock == lock {
 			hs = append(hs, h)
 		}
 	}
@@ -92,6 +93,6 @@ func (l *Locker) forced(lock string) {
 
 // announceForce publishes on c that ForceRelease ended the lock named lock (see
 // forceChannel). Best effort: a holder that misses it learns at its next renewal.
-func announceForce(ctx context.Context, c *conn, lock string) {
-	_ = c.client.Publish(ctx, forceChannel, lock).Err()
+func announceForce(ctx context.Context, c *store.Conn, lock string) {
+	_ = c.Client().Publish(ctx, forceChannel, lock).Err()
 }

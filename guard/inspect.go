@@ -13,6 +13,7 @@ import (
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard/internal/script"
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
 // inspectScript reads one lock (inspect.lua); it writes nothing and runs as read-only
@@ -143,7 +144,7 @@ func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (*Lock
 	if err != nil {
 		return nil, err
 	}
-	states, _, err := l.st.read(ctx, "inspect", []inspectReq{r}, l.readStates)
+	states, _, err := l.read(ctx, "inspect", []inspectReq{r}, l.readStates)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +176,7 @@ func (l *Locker) InspectKinds(ctx context.Context, key string) ([]*LockState, er
 		}
 		reqs[i] = inspectReq{key: key, spec: k, rk: rk}
 	}
-	states, _, err := l.st.read(ctx, "inspect", reqs, l.readStates)
+	states, _, err := l.read(ctx, "inspect", reqs, l.readStates)
 	if err != nil {
 		return nil, err
 	}
@@ -196,24 +197,24 @@ type inspectReq struct {
 }
 
 func (r inspectReq) keys() []string {
-	keys := []string{r.rk.lock, r.rk.fence, r.rk.queue}
-	if r.rk.aux != "" {
-		keys = append(keys, r.rk.aux)
+	keys := []string{r.rk.Lock, r.rk.Fence, r.rk.Queue}
+	if r.rk.Aux != "" {
+		keys = append(keys, r.rk.Aux)
 	}
-	if r.rk.aux2 != "" {
-		keys = append(keys, r.rk.aux2)
+	if r.rk.Aux2 != "" {
+		keys = append(keys, r.rk.Aux2)
 	}
 	return keys
 }
 
 // readStates reads reqs from c in one pipeline; a state whose read failed has its Err set.
-func (l *Locker) readStates(ctx context.Context, c *conn, reqs []inspectReq) []*LockState {
+func (l *Locker) readStates(ctx context.Context, c *store.Conn, reqs []inspectReq) []*LockState {
 	out := make([]*LockState, len(reqs))
 	cmds := make([]*redis.Cmd, len(reqs))
 	args := []any{maxWaitersRead}
-	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = c.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, r := range reqs {
-			cmds[i] = p.Do(ctx, c.readArgs(inspectScript, r.keys(), args)...)
+			cmds[i] = p.Do(ctx, c.ReadArgs(inspectScript, r.keys(), args)...)
 		}
 		return nil
 	})
@@ -221,11 +222,11 @@ func (l *Locker) readStates(ctx context.Context, c *conn, reqs []inspectReq) []*
 		cmd := cmds[i]
 		if err := cmd.Err(); err != nil && isServerError(err) {
 			// NOSCRIPT (loads it on that node), or no EVALSHA_RO there.
-			cmd = c.runReadOnly(ctx, inspectScript, r.keys(), args, cmd)
+			cmd = c.RunReadOnly(ctx, inspectScript, r.keys(), args, cmd)
 		}
 		st := &LockState{Key: r.key, Kind: r.spec.kind}
 		if err := cmd.Err(); err != nil {
-			c.refresh(err)
+			c.Refresh(err)
 			st.Err = err
 		} else if err := l.parseState(st, r, cmd.Val()); err != nil {
 			st.Err = err
@@ -459,126 +460,6 @@ func (l *Locker) markLocal(st *LockState, r inspectReq) {
 		}
 		return a.Owner < b.Owner
 	})
-}
-
-// majority returns the majority's view of one lock from the servers' views, or a
-// *RedisError when fewer than a majority could be read.
-func (q *quorum) majority(op string, r inspectReq, views []*LockState) (*LockState, error) {
-	errs := make([]error, len(views))
-	var read []*LockState
-	for j, v := range views {
-		if errs[j] = v.Err; v.Err == nil {
-			read = append(read, v)
-		}
-	}
-	if len(read) < q.need {
-		return nil, &RedisError{Op: op, Key: r.key, Err: q.failure(op, errs)}
-	}
-	st := &LockState{Key: r.key, Kind: read[0].Kind, Time: read[0].Time, Servers: views}
-	type seen struct {
-		hs []Holder
-	}
-	by := map[string]*seen{}
-	var order []string
-	var fences []int64
-	var marks []time.Duration
-	waiting := map[string]bool{}
-	for _, v := range read {
-		fences = append(fences, v.Fence)
-		marks = append(marks, v.WriterWaiting)
-		st.Contended = st.Contended || v.Contended
-		if v.Kind == KindWrite {
-			st.Kind = KindWrite
-		}
-		for _, h := range v.Holders {
-			id := h.Kind.String() + " " + string(h.Owner)
-			if by[id] == nil {
-				by[id] = &seen{}
-				order = append(order, id)
-			}
-			by[id].hs = append(by[id].hs, h)
-		}
-		for _, w := range v.Waiters {
-			if id := w.Locker + " " + string(w.Owner); !waiting[id] {
-				waiting[id] = true
-				st.Waiters = append(st.Waiters, w)
-			}
-		}
-	}
-	// The token every next majority's exceeds: a majority's next token exceeds its
-	// highest fence, and the lowest such highest is the need-th lowest of all (a server
-	// not read counts as 0: it may be the one that decides).
-	for range len(views) - len(read) {
-		fences = append(fences, 0)
-	}
-	sort.Slice(fences, func(i, j int) bool { return fences[i] > fences[j] })
-	st.Fence = fences[len(views)-q.need]
-	st.WriterWaiting = nth(marks, q.need)
-	for _, id := range order {
-		if hs := by[id].hs; len(hs) >= q.need {
-			st.Holders = append(st.Holders, mergeHolder(hs, q.need, st.Time))
-		}
-	}
-	raiseFence(st)
-	return st, nil
-}
-
-// mergeHolder returns the majority's view of one holder from the servers' that hold it:
-// the highest token (a quorum's, confirmed), the time left on need servers, the label
-// most of them keep.
-func mergeHolder(hs []Holder, need int, now time.Time) Holder {
-	h := hs[0]
-	ttls := make([]time.Duration, len(hs))
-	labels := map[[3]string]int{}
-	top := 0
-	// The token and the hold count are those most servers carry: a server whose grant
-	// came after the majority's shows its own token until the hold's is written back
-	// there (and the highest of such tokens is not the lease's).
-	tokens, holds := map[int64]int{}, map[int]int{}
-	for _, x := range hs {
-		tokens[x.Token]++
-		holds[x.Holds]++
-	}
-	h.Token, h.Holds = mostCommon(tokens), mostCommon(holds)
-	for i, x := range hs {
-		ttls[i] = x.TTL
-		h.Local = h.Local || x.Local
-		// A server whose grant came late may carry the label of another Locker of the
-		// same owner, which took it there first.
-		lb := [3]string{x.Locker, x.Label, x.TraceID}
-		if labels[lb]++; labels[lb] > top {
-			top = labels[lb]
-			h.Locker, h.Label, h.TraceID = x.Locker, x.Label, x.TraceID
-		}
-	}
-	h.TTL = nth(ttls, need)
-	h.AcquiredAt = time.Time{}
-	if h.Token > 0 && h.Token <= now.UnixMicro() {
-		h.AcquiredAt = time.UnixMicro(h.Token)
-	}
-	return h
-}
-
-// mostCommon returns the value counted most often, the largest among equals.
-func mostCommon[T int | int64](counts map[T]int) T {
-	var best T
-	n := 0
-	for v, c := range counts {
-		if c > n || c == n && v > best {
-			best, n = v, c
-		}
-	}
-	return best
-}
-
-// nth returns the n-th largest of ds, 0 when there are fewer.
-func nth(ds []time.Duration, n int) time.Duration {
-	if len(ds) < n {
-		return 0
-	}
-	ds = append([]time.Duration(nil), ds...)
-	sort.Slice(ds, func(i, j int) bool { return ds[i] > ds[j] })
-	return ds[n-1]
 }
 
 // readKeys builds the Redis names of key's lock of kind k for an operator's call

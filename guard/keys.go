@@ -3,26 +3,18 @@ package guard
 import (
 	"strconv"
 	"strings"
+
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
-// redisKeys are the Redis names of one lock. All of them share the hash tag {<encoded
-// key>}, so a script can touch them together on Redis Cluster.
-type redisKeys struct {
-	lock  string // hash: owner → hold count, fencing token, waiter flags
-	fence string // fencing counter and the nonces of the last final releases
-	queue string // list of the Lockers waiting for the lock, in the order they found it busy
-	aux   string // a kind's fourth key (see kindSpec), "" for kinds with three
-	aux2  string // a kind's fifth key, "" for kinds with fewer
-}
-
-// channel is the Pub/Sub channel on which the lock's release is announced; release.lua
-// derives the same name.
-func (k redisKeys) channel() string { return k.lock + ":release" }
+// redisKeys are the Redis names of one lock (store.Keys). All of them share the hash
+// tag {<encoded key>}, so a script can touch them together on Redis Cluster.
+type redisKeys = store.Keys
 
 // keysOfChannel returns the names of the lock whose release channel is ch.
 func keysOfChannel(ch string) redisKeys {
 	lock := strings.TrimSuffix(ch, ":release")
-	return redisKeys{lock: lock, fence: lock + ":fence", queue: lock + ":queue"}
+	return redisKeys{Lock: lock, Fence: lock + ":fence", Queue: lock + ":queue"}
 }
 
 // redisKeys validates key and builds the Redis names of its lock of kind k.
@@ -52,12 +44,12 @@ func (s *settings) redisKeys(key string, k *kindSpec) (redisKeys, error) {
 	b.WriteString(b.String()[:n])
 	b.WriteString(":queue")
 	names := b.String()
-	rk := redisKeys{lock: names[:n], fence: names[:n+len(":fence")], queue: names[n+len(":fence"):]}
+	rk := redisKeys{Lock: names[:n], Fence: names[:n+len(":fence")], Queue: names[n+len(":fence"):]}
 	if k.aux != "" {
-		rk.aux = rk.lock + k.aux
+		rk.Aux = rk.Lock + k.aux
 	}
 	if k.aux2 != "" {
-		rk.aux2 = rk.lock + k.aux2
+		rk.Aux2 = rk.Lock + k.aux2
 	}
 	return rk, nil
 }

@@ -1,8 +1,10 @@
 package guard
 
 import (
-	"github.com/guardkit/guardkit/guard/internal/script"
 	"strconv"
+
+	"github.com/guardkit/guardkit/guard/internal/script"
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
 // Kind is what a lock's holders may share. Each kind of one key is a lock of its own in
@@ -59,13 +61,12 @@ func (k Kind) String() string {
 // their scripts (internal/script/lua/kinds) share the functions of kinds/lib.lua, which also
 // describes their data, besides those every script shares (internal/script's doc).
 type kindSpec struct {
-	kind             Kind
-	suffix           string // appended to the lock's Redis name, after the hash tag
-	aux, aux2        string // suffixes of the fourth and fifth keys; "" for fewer keys
-	acquire, release *script.Script
-	renew            *script.Script
-	wait             waitStyle
-	leaves           bool // a waiter that gives up tells Redis (acquire manner "3")
+	kind      Kind
+	suffix    string     // appended to the lock's Redis name, after the hash tag
+	aux, aux2 string     // suffixes of the fourth and fifth keys; "" for fewer keys
+	ops       store.Spec // its scripts, and how its tokens are kept
+	wait      waitStyle
+	leaves    bool // a waiter that gives up tells Redis (acquire manner "3")
 }
 
 // waitStyle is how the goroutines of one process wait for a busy lock of a kind.
@@ -87,49 +88,39 @@ const (
 
 var (
 	exclusiveSpec = &kindSpec{
-		kind:    KindExclusive,
-		acquire: acquireScript,
-		release: releaseScript,
-		renew:   renewScript,
+		kind: KindExclusive,
+		ops:  store.Spec{Acquire: acquireScript, Release: releaseScript, Renew: renewScript},
 	}
 	readSpec = &kindSpec{
-		kind:    KindRead,
-		suffix:  ":rw",
-		aux:     ":holders",
-		acquire: script.ReadAcquire,
-		release: script.ReadRelease,
-		renew:   script.ReadRenew,
-		wait:    waitOwn,
+		kind:   KindRead,
+		suffix: ":rw",
+		aux:    ":holders",
+		ops:    store.Spec{Acquire: script.ReadAcquire, Release: script.ReadRelease, Renew: script.ReadRenew, PerHolder: true},
+		wait:   waitOwn,
 	}
 	writeSpec = &kindSpec{
-		kind:    KindWrite,
-		suffix:  ":rw",
-		aux:     ":holders",
-		acquire: script.WriteAcquire,
-		release: script.WriteRelease,
-		renew:   script.WriteRenew,
-		wait:    waitOwn,
-		leaves:  true,
+		kind:   KindWrite,
+		suffix: ":rw",
+		aux:    ":holders",
+		ops:    store.Spec{Acquire: script.WriteAcquire, Release: script.WriteRelease, Renew: script.WriteRenew, Write: true},
+		wait:   waitOwn,
+		leaves: true,
 	}
 	semaphoreSpec = &kindSpec{
-		kind:    KindSemaphore,
-		suffix:  ":sem",
-		aux:     ":holders",
-		acquire: script.SemAcquire,
-		release: script.SemRelease,
-		renew:   readSpec.renew,
-		wait:    waitShared,
+		kind:   KindSemaphore,
+		suffix: ":sem",
+		aux:    ":holders",
+		ops:    store.Spec{Acquire: script.SemAcquire, Release: script.SemRelease, Renew: script.ReadRenew, PerHolder: true},
+		wait:   waitShared,
 	}
 	fairSpec = &kindSpec{
-		kind:    KindFair,
-		suffix:  ":fair",
-		aux:     ":owners",
-		aux2:    ":places",
-		acquire: script.FairAcquire,
-		release: script.FairRelease,
-		renew:   renewScript,
-		wait:    waitOwn,
-		leaves:  true,
+		kind:   KindFair,
+		suffix: ":fair",
+		aux:    ":owners",
+		aux2:   ":places",
+		ops:    store.Spec{Acquire: script.FairAcquire, Release: script.FairRelease, Renew: renewScript, Fair: true},
+		wait:   waitOwn,
+		leaves: true,
 	}
 )
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/store"
 	"github.com/guardkit/guardkit/guard/internal/watchdog"
 )
 
@@ -37,16 +38,16 @@ const (
 // A hold reaches its Locker only through env: the arguments its scripts share with the
 // Locker's other holds, and the two calls that end it (lose, release).
 type held struct {
-	env  *holdEnv
-	mu   sync.Mutex
-	hk   holdKey
-	rk   redisKeys
-	s    *settings
-	args scriptArgs // the scripts' fixed arguments
-	// section is the owner h's attempts were sent for. The hold's owner (hk.owner, and
-	// args.owner) is the holder's once h reentered through Redis the hold of a section
-	// that one is in (Locker.rekey); an undo is then sent for both (Locker.undoArgs).
-	section ctxid.ID
+	env *holdEnv
+	mu  sync.Mutex
+	hk  holdKey
+	s   *settings
+	// sh is the hold as the store sees it: its Redis names, its terms, its boxed
+	// arguments, the section its attempts were sent for (see section), and, once
+	// granted, its token and a quorum's record. The hold's owner (hk.owner, and sh's) is
+	// the holder's once h reentered through Redis the hold of a section that one is in
+	// (Locker.rekey); the store then sends an undo for both.
+	sh store.Hold
 
 	// Written by the acquiring goroutine before the hold is published under l.mu.
 	releaseNonce string // nonce of the release that ends the hold, made with the first attempt's
@@ -56,10 +57,8 @@ type held struct {
 	unsure    string
 	unsureErr error
 
-	// Written under h.mu before ready is closed, read-only after.
-	token    int64
-	qh       *quorumHold // a quorum Locker's hold: set by the attempt that won it
-	acquired time.Time   // when the winning attempt was sent
+	// Written under h.mu before ready is closed, read-only after (and sh.Token, sh.Q).
+	acquired time.Time // when the winning attempt was sent
 	tel      heldTelemetry
 
 	// Guarded by h.mu.
@@ -86,19 +85,30 @@ type held struct {
 
 // holdEnv is what the holds of one Locker share (see held).
 type holdEnv struct {
-	id    any   // the Locker's ID, boxed once for the scripts
-	conn  *conn // whose sharded flag the scripts take (store.scripted)
 	nonce func() string
+	// gone reports whether h is no longer the Locker's record of its owner's hold
+	// (Locker.gone); repaired records that a quorum took h back on server (telemetry).
+	gone     func(h *held) bool
+	repaired func(h *held, server string)
 	// lose ends a held lease (Locker.lose); release drops one of its handles and gives
 	// the hold back to Redis with the last (Locker.releaseHold).
 	lose    func(h *held, reason string, err error)
 	release func(ctx context.Context, h *held, le *Lease) error
 }
 
+// section is the owner h's attempts were sent for.
+func (h *held) section() ctxid.ID { return ctxid.ID(h.sh.Section) }
+
+// Gone reports whether h is no longer its owner's hold (store.Ref).
+func (h *held) Gone() bool { return h.env.gone(h) }
+
+// Repaired records that a quorum took h back on server (store.Ref).
+func (h *held) Repaired(server string) { h.env.repaired(h, server) }
+
 // hold records a successful acquisition, starts the lease's clocks and hands it to the
 // watchdog. h.mu is held.
 func (h *held) hold(g granted, dog *watchdog.Dog[*held]) {
-	h.token = g.token
+	h.sh.Token, h.sh.Q = g.token, g.q
 	h.acquired = g.sent
 	h.state = stateHeld
 	h.validUntil = h.validity(g.sent, h.s.ttl)
@@ -364,7 +374,7 @@ func (le *Lease) Owner() ctxid.ID { return le.h.hk.owner }
 // storage the guarded work writes, and have the storage reject writes with a token lower
 // than the highest it has seen: that is what keeps a paused or partitioned former holder
 // from overwriting newer data after its lease ran out.
-func (le *Lease) Token() int64 { return le.h.token }
+func (le *Lease) Token() int64 { return le.h.sh.Token }
 
 // Reentrant reports whether the owner already held the lock when this Lease was made,
 // in this process or, through Redis, in another one.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
 // listScanCount is the COUNT of the one SCAN that each List call makes: the most keys
@@ -40,7 +40,7 @@ func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*Loc
 	if l.isClosed() {
 		return nil, "", ErrClosed
 	}
-	nodes, err := l.st.scanNodes(ctx)
+	nodes, err := l.st.ScanNodes(ctx)
 	if err != nil {
 		return nil, "", &RedisError{Op: "list", Err: err}
 	}
@@ -57,27 +57,27 @@ func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*Loc
 	writeEscaped(&b, pattern)
 	b.WriteString("}*")
 	sctx := ctx
-	if d, ok := ctx.Deadline(); ok && nodes[i].spare {
+	if d, ok := ctx.Deadline(); ok && nodes[i].Spare {
 		// A quorum's server that does not answer must leave time to read the others.
 		var cancel context.CancelFunc
 		sctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
 		defer cancel()
 	}
-	names, after, err := nodes[i].c.ScanType(sctx, from, b.String(), listScanCount, "hash").Result()
+	names, after, err := nodes[i].Client.ScanType(sctx, from, b.String(), listScanCount, "hash").Result()
 	switch {
-	case err != nil && nodes[i].spare && ctx.Err() == nil:
+	case err != nil && nodes[i].Spare && ctx.Err() == nil:
 		// A quorum's server that cannot be scanned is passed over: every lock that a
 		// majority holds is on another server too.
 		names, after = nil, 0
 	case err != nil:
-		l.st.refresh(err)
-		return nil, "", &RedisError{Op: "list", Err: fmt.Errorf("SCAN on %s: %w", nodes[i].addr, err)}
+		l.st.Refresh(err)
+		return nil, "", &RedisError{Op: "list", Err: fmt.Errorf("SCAN on %s: %w", nodes[i].Addr, err)}
 	}
 	switch {
 	case after != 0:
-		next = nodes[i].addr + "/" + strconv.FormatUint(after, 10)
+		next = nodes[i].Addr + "/" + strconv.FormatUint(after, 10)
 	case i+1 < len(nodes):
-		next = nodes[i+1].addr + "/0"
+		next = nodes[i+1].Addr + "/0"
 	}
 	locks, err = l.readPage(ctx, l.lockNames(names), i)
 	if err != nil {
@@ -93,7 +93,7 @@ func (l *Locker) readPage(ctx context.Context, reqs []inspectReq, i int) ([]*Loc
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	states, views, err := l.st.read(ctx, "list", reqs, l.readStates)
+	states, views, err := l.read(ctx, "list", reqs, l.readStates)
 	if err != nil {
 		return nil, err
 	}
@@ -142,19 +142,10 @@ func shownLater(views []*LockState, i int) bool {
 	return false
 }
 
-// scanNode is a server that List scans.
-type scanNode struct {
-	addr string
-	c    redis.UniversalClient
-	// spare is set for a quorum's server: one that does not answer is passed over,
-	// as every lock a majority holds is on another server too.
-	spare bool
-}
-
 // parseCursor returns the server to scan and where to start, from a cursor of List.
 // A server that no longer serves (a Cluster changed) is replaced by the next one in
 // address order, scanned from its start.
-func parseCursor(cursor string, nodes []scanNode) (int, uint64, error) {
+func parseCursor(cursor string, nodes []store.ScanNode) (int, uint64, error) {
 	if len(nodes) == 0 {
 		return 0, 0, &RedisError{Op: "list", Err: fmt.Errorf("no server to scan")}
 	}
@@ -169,9 +160,9 @@ func parseCursor(cursor string, nodes []scanNode) (int, uint64, error) {
 	addr := cursor[:j]
 	for i, n := range nodes {
 		switch {
-		case n.addr == addr:
+		case n.Addr == addr:
 			return i, from, nil
-		case n.addr > addr && !isIndex(addr):
+		case n.Addr > addr && !isIndex(addr):
 			return i, 0, nil
 		}
 	}
@@ -205,7 +196,7 @@ func (l *Locker) lockNames(names []string) []inspectReq {
 		}
 		key := unescapeKey(rest[:end])
 		rk, err := l.readKeys(key, spec)
-		if err != nil || rk.lock != name {
+		if err != nil || rk.Lock != name {
 			continue
 		}
 		reqs = append(reqs, inspectReq{key: key, spec: spec, rk: rk})

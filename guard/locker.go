@@ -16,6 +16,7 @@ import (
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard/internal/feed"
 	"github.com/guardkit/guardkit/guard/internal/script"
+	"github.com/guardkit/guardkit/guard/internal/store"
 	"github.com/guardkit/guardkit/guard/internal/watchdog"
 )
 
@@ -24,7 +25,6 @@ var (
 	releaseScript = script.Release
 	renewScript   = script.Renew
 	wakeScript    = redis.NewScript(script.Wake)
-	versionScript = redis.NewScript(script.Version)
 )
 
 // Locker hands out leases on Redis locks. It is safe for concurrent use; create one per
@@ -36,7 +36,7 @@ var (
 // watchdog that renews every held lease in pipelined batches and, while it holds
 // leases, one Pub/Sub connection per server on which force releases are announced.
 type Locker struct {
-	st     store // the Redis side: one deployment (single) or a quorum of servers
+	st     store.Store // the Redis side: one deployment (store.Single) or a quorum of servers (store.Quorum)
 	cfg    settings
 	id     string        // random ID of this Locker in the Redis wait queues
 	idArg  any           // id, boxed once for the scripts
@@ -54,7 +54,6 @@ type Locker struct {
 	hints holdTimes  // hold times seen, for LockedError.RetryAfter (hint.go)
 	graph *graph     // the wait-for graph its waits' deadlock detectors walk (deadlock.go)
 	aside aside      // background calls: compensating releases, abandoned attempts
-	undos undoLanes  // undos Redis did not answer, tried again until it does (undo.go)
 	force forceWatch // listening for force releases of its holds (forced.go)
 }
 
@@ -95,11 +94,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, &ConfigError{Field: "client", Reason: "must not be nil"}
 	}
-	return newLocker(newSingle(client), "New", opts)
+	return newLocker(store.NewSingle(client), "New", opts)
 }
 
 // newLocker makes a Locker on st, for the constructor named where.
-func newLocker(st store, where string, opts []Option) (*Locker, error) {
+func newLocker(st store.Store, where string, opts []Option) (*Locker, error) {
 	var b [9]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("guard: reading random nonce prefix: %w", err)
@@ -117,15 +116,13 @@ func newLocker(st store, where string, opts []Option) (*Locker, error) {
 	l.nonce = l.id + "." // no ':' or ' ': the scripts list nonces
 	l.idArg = l.id
 	l.tel = newTelemetry(l.cfg.tracerProvider, l.cfg.meterProvider, l.cfg.redactKeys)
-	env := storeEnv{aside: l.background, done: l.done, timeout: l.cfg.releaseTimeout, nonce: l.newNonce,
-		gone: l.gone, rekey: l.rekeyLocked, repaired: l.tel.repaired, retry: l.retryUndo}
-	if err := st.configure(&l.cfg, env); err != nil {
+	if err := l.configure(); err != nil {
 		return nil, err
 	}
 	l.waits = newHub(l)
 	l.graph = newGraph(l)
 	l.dog = newWatchdog(l)
-	l.env = &holdEnv{id: l.idArg, conn: st.scripted(), nonce: l.newNonce, lose: l.lose, release: l.releaseHold}
+	l.env = &holdEnv{nonce: l.newNonce, gone: l.gone, repaired: l.tel.repaired, lose: l.lose, release: l.releaseHold}
 	return l, nil
 }
 
@@ -219,8 +216,8 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 		return nil, err
 	}
 	if s != &l.cfg {
-		if err := l.st.admits(s); err != nil {
-			return nil, err
+		if err := l.st.Admits(&s.t); err != nil {
+			return nil, configError(err)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -265,8 +262,9 @@ func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string
 				l.mu.Unlock()
 				return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
 			}
-			h = &held{env: l.env, hk: holdKey{key: key, owner: section, kind: s.kind}, rk: rk, s: s, section: section}
-			h.boxArgs(ctx, l.labelArg(ctx, s))
+			h = &held{env: l.env, hk: holdKey{key: key, owner: section, kind: s.kind}, s: s}
+			h.sh = store.Hold{Keys: rk, Terms: &s.t, Section: string(section), Ref: h}
+			h.sh.Box(string(section), l.labelArg(ctx, s))
 			l.held[h.hk] = h
 			l.mu.Unlock()
 			return l.acquireRemote(ctx, rctx, a, h, p, deadline)
@@ -329,18 +327,11 @@ func (l *Locker) rekey(h *held, holder ctxid.ID) {
 	if l.held[h.hk] == h {
 		delete(l.held, h.hk)
 	}
-	h.hk.owner, h.args.owner = holder, string(holder)
+	h.hk.owner = holder
+	h.sh.SetOwner(string(holder))
 	if l.held[h.hk] == nil {
 		l.held[h.hk] = h
 	}
-}
-
-// rekeyLocked is rekey with l.mu taken (a quorum's, when its write-back must go as the
-// holder: see quorum.raise).
-func (l *Locker) rekeyLocked(h *held, holder ctxid.ID) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.rekey(h, holder)
 }
 
 // adopt rekeys h to g.holder (see rekey). When another goroutine of this process had
@@ -444,10 +435,10 @@ func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited boo
 	sent := time.Now()
 	// An attempt after a wait is sent alone (urgent), and so is one that WAITs for
 	// replicas (a pipeline).
-	if ctx.Done() == nil || l.st.inline(waited || h.s.syncReplicas > 0) {
+	if ctx.Done() == nil || l.st.Inline(waited || h.s.syncReplicas > 0) {
 		// Nothing to return early for, or the client itself gives up at ctx's deadline
 		// (a cancellation without deadline is then noticed when the call returns).
-		return l.settle(ctx, h, nonce, sent, l.st.acquire(ctx, h, nonce, manner, waited))
+		return l.settle(ctx, h, nonce, sent, l.st.Acquire(ctx, &h.sh, nonce, manner, waited))
 	}
 	return l.attemptAside(ctx, h, nonce, sent, manner, waited)
 }
@@ -472,16 +463,16 @@ func (l *Locker) attemptNonce(h *held) (nonce string) {
 // call goes on, and undoes what it took for the caller who left.
 func (l *Locker) attemptAside(ctx context.Context, h *held, nonce string, sent time.Time, manner string, waited bool) (granted, error) {
 	var state atomic.Int32 // 0 pending, 1 delivered, 2 abandoned
-	replies := make(chan acquireReply, 1)
+	replies := make(chan store.Grant, 1)
 	started := l.background(func() {
-		r := l.st.acquire(context.WithoutCancel(ctx), h, nonce, manner, waited)
+		r := l.st.Acquire(context.WithoutCancel(ctx), &h.sh, nonce, manner, waited)
 		if state.CompareAndSwap(0, 1) {
 			replies <- r
 			return
 		}
-		if r.err != nil && !isServerError(r.err) {
+		if r.Err != nil && !isServerError(r.Err) {
 			l.undo(h, nonce) // may have taken the lock for a caller who left
-		} else if r.err == nil && r.bad == nil && r.g.acquired {
+		} else if r.Err == nil && r.Bad == nil && r.Acquired {
 			l.undo(h, nonce) // took the lock for a caller who left
 		}
 	})
@@ -502,57 +493,36 @@ func (l *Locker) attemptAside(ctx context.Context, h *held, nonce string, sent t
 	}
 }
 
-// acquireReply is the outcome of an acquire call, typed: a store decodes its servers'
-// replies (parseGranted, next to the scripts' reply layouts) and merges them itself, so
-// that nothing above the store reads a script's reply.
-type acquireReply struct {
-	g   granted // what the attempt came to, when err and bad are nil
-	err error   // the call's error: the attempt's outcome is unknown unless it is a server's reply
-	bad error   // the reply could not be read: the attempt ran, and its outcome is unknown
-
-	synced bool  // a WAIT followed the script (SyncReplicas)
-	acked  int64 // replicas that acknowledged, when synced
-	ackErr error // the WAIT's error, when synced
-}
-
-// Manners of an acquire attempt (acquire.lua's ARGV[5]).
-const (
-	mannerWait   = "0" // the caller waits when the lock is busy: join the Redis wait queue
-	mannerPolite = "1" // reenter only; leave a free lock to the queue
-	mannerTry    = "2" // the caller will not wait
-	mannerLeave  = "3" // the caller gave up waiting (kinds whose spec leaves)
-)
-
 // settle turns an acquire reply into the attempt's outcome.
-func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Time, r acquireReply) (granted, error) {
-	if r.err != nil {
-		l.st.refresh(r.err)
-		if !isServerError(r.err) {
+func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Time, r store.Grant) (granted, error) {
+	if r.Err != nil {
+		l.st.Refresh(r.Err)
+		if !isServerError(r.Err) {
 			// The script may have run: the next attempt sends it again, or it is undone.
-			if l.st.resends() {
-				h.unsure, h.unsureErr = nonce, r.err
+			if l.st.Resends() {
+				h.unsure, h.unsureErr = nonce, r.Err
 			} else {
-				l.st.undo(ctx, h, nonce)
+				l.st.Undo(ctx, &h.sh, nonce)
 			}
 		}
-		if err := cutByBudget(ctx, r.err); err != r.err {
+		if err := cutByBudget(ctx, r.Err); err != r.Err {
 			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
 		}
-		if cerr := ctx.Err(); cerr != nil && !errors.Is(r.err, cerr) {
-			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errors.Join(cerr, r.err)}
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(r.Err, cerr) {
+			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errors.Join(cerr, r.Err)}
 		}
-		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: r.err}
+		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: r.Err}
 	}
-	if r.bad != nil {
-		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: r.bad}
+	if r.Bad != nil {
+		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: r.Bad}
 	}
-	g := r.g
+	g := grantOf(r)
 	if g.upgrade {
 		return granted{}, fmt.Errorf("guard: acquire %s for writing: %w", quoteKey(h.hk.key), ErrUpgrade)
 	}
-	if r.synced && g.acquired && g.holds == 1 && (r.ackErr != nil || r.acked < int64(h.s.syncReplicas)) {
+	if r.Synced && g.acquired && g.holds == 1 && (r.AckErr != nil || r.Acked < int64(h.s.syncReplicas)) {
 		l.undoNow(ctx, h, nonce)
-		return granted{}, replicaShortfall(h.hk.key, h.s.syncReplicas, int(r.acked), r.ackErr, false)
+		return granted{}, replicaShortfall(h.hk.key, h.s.syncReplicas, int(r.Acked), r.AckErr, false)
 	}
 	g.sent, g.nonce = sent, nonce
 	return g, nil
@@ -578,8 +548,8 @@ func (l *Locker) compensate(ctx context.Context, h *held, nonce string, err erro
 	done := make(chan struct{})
 	run := func(ctx context.Context) {
 		defer close(done)
-		settled(ctx, err)
-		l.st.undo(ctx, h, nonce)
+		store.Settled(ctx, err)
+		l.st.Undo(ctx, &h.sh, nonce)
 	}
 	if l.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
@@ -613,7 +583,7 @@ func (l *Locker) undoNow(ctx context.Context, h *held, nonce string) {
 func (l *Locker) undo(h *held, nonce string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
 	defer cancel()
-	l.st.undo(ctx, h, nonce)
+	l.st.Undo(ctx, &h.sh, nonce)
 }
 
 // background runs fn on a goroutine that Close waits for, and reports false, running
@@ -646,14 +616,14 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 	}
 	var r reply
 	urgent := false
-	if l.st.autoPipelined() {
-		_, urgent, _ = l.waits.State(h.rk.channel()) // this process's waiters are next
+	if l.st.AutoPipelined() {
+		_, urgent, _ = l.waits.State(h.sh.Keys.Channel()) // this process's waiters are next
 	}
-	if l.st.inline(urgent) {
-		r.code, r.err = l.st.release(ctx, h, urgent)
+	if l.st.Inline(urgent) {
+		r.code, r.err = l.st.Release(ctx, &h.sh, h.finalNonce(), urgent)
 	} else {
 		call := func() reply {
-			code, err := l.st.release(ctx, h, urgent)
+			code, err := l.st.Release(ctx, &h.sh, h.finalNonce(), urgent)
 			return reply{code, err}
 		}
 		replies := make(chan reply, 1)
@@ -667,50 +637,36 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 		}
 	}
 	if r.err != nil {
-		l.st.refresh(r.err)
+		l.st.Refresh(r.err)
 		if !isServerError(r.err) {
 			// The script may have run and freed the lock, and its reply, which says whom
 			// to wake, is lost: this process's waiters would then sleep until their
 			// backoff. Wake them anyway (one wasted attempt if the lock is still held),
 			// and with none here pass the turn on, as for a release that reports this
 			// Locker first in the wait queue.
-			if !l.waits.Wake(h.rk.channel()) {
-				l.waits.KeepTurn(h.rk.channel())
+			if !l.waits.Wake(h.sh.Keys.Channel()) {
+				l.waits.KeepTurn(h.sh.Keys.Channel())
 			}
 		}
 		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: r.err}
 	}
 	switch r.code {
 	case releaseFreed:
-		l.waits.Wake(h.rk.channel())
+		l.waits.Wake(h.sh.Keys.Channel())
 	case releaseOwnTurn:
 		// This Locker was first in the wait queue: its waiters have the turn, or, with
 		// none left, the next Locker.
-		if !l.waits.Wake(h.rk.channel()) {
-			l.waits.KeepTurn(h.rk.channel())
+		if !l.waits.Wake(h.sh.Keys.Channel()) {
+			l.waits.KeepTurn(h.sh.Keys.Channel())
 		}
 		r.code = releaseFreed
 	case releaseHandedOn:
 		// Handed to another process: for a moment, this process's newcomers leave the
 		// free lock to it instead of taking it back at once.
-		l.waits.Yield(h.rk.channel(), min(h.s.ttl/2, courtesyWindow))
+		l.waits.Yield(h.sh.Keys.Channel(), min(h.s.ttl/2, courtesyWindow))
 		r.code = releaseFreed
 	}
 	return r.code, nil
-}
-
-// honoursDeadlines reports whether c gives up on a call when its context's deadline
-// passes (go-redis does with ContextTimeoutEnabled).
-func honoursDeadlines(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
 }
 
 // newNonces returns two nonces, made in one allocation: an acquire attempt's, and the
@@ -742,11 +698,3 @@ func (l *Locker) newNonce() string {
 }
 
 const base36 = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-// isServerError reports whether err is an error reply from Redis, after which the
-// command is known not to have taken effect (scripts check memory before their first
-// write and are atomic).
-func isServerError(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
-}

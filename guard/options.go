@@ -3,10 +3,10 @@ package guard
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/guardkit/guardkit/guard/internal/store"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -63,10 +63,8 @@ type settings struct {
 	deadlockDelay   time.Duration // DeadlockDetection, when deadlockSet; else 1s (0 for a quorum)
 	deadlockSet     bool
 
-	spec     *kindSpec // kind's spec, set by validate
-	limitArg any       // acquire.lua's ARGV[7] for kinds with an aux key, boxed by validate
-
-	ttlArg, retentionArg any // ttl and fenceRetention in milliseconds, boxed for the scripts by validate
+	spec *kindSpec   // kind's spec, set by validate
+	t    store.Terms // the settings as the store takes them, set by validate (terms)
 
 	wrap wrapSettings // read by the decorators, ignored by the engine
 }
@@ -147,9 +145,18 @@ func (s *settings) validate() error {
 	if s.spec = specOf(s.kind); s.spec == nil {
 		return &ConfigError{Field: "Kind", Reason: fmt.Sprintf("unknown lock kind %s", s.kind)}
 	}
-	s.limitArg = strconv.Itoa(s.permits)
-	s.ttlArg, s.retentionArg = s.ttl.Milliseconds(), s.fenceRetention.Milliseconds()
+	s.terms()
 	return nil
+}
+
+// terms fills in s.t from the other settings.
+func (s *settings) terms() {
+	s.t = store.Terms{Spec: &s.spec.ops, TTL: s.ttl, Validity: s.ttl - s.driftMargin(), Retention: s.fenceRetention,
+		SyncReplicas: s.syncReplicas, SyncTimeout: s.syncTimeout}
+	if s.kind == KindSemaphore {
+		s.t.Permits = s.permits
+	}
+	s.t.Fill()
 }
 
 // checkLease checks the lease's clocks: the TTL, the renewal period and the drift margin.

@@ -47,11 +47,11 @@ func (l *Locker) checkSelfWait(w *waitRun, a *acquisition) {
 		key = "(redacted)"
 	}
 	slog.Warn("guard: waiting for a lock that another section of this request holds; it is released only when that section releases it",
-		"key", key, "holder", string(holder), "waiter", string(w.h.section),
+		"key", key, "holder", string(holder), "waiter", string(w.h.section()),
 		"fix", "pass the holding lease's Context() (or the ctx a guarded function was given) to nested calls")
 	if a.span.IsRecording() {
 		a.span.AddEvent("guard.self_wait", trace.WithAttributes(
-			semconv.AttrOwner.String(string(w.h.section)), attribute.String("guard.holder", string(holder))))
+			semconv.AttrOwner.String(string(w.h.section())), attribute.String("guard.holder", string(holder))))
 	}
 }
 
@@ -61,11 +61,11 @@ func (l *Locker) checkSelfWait(w *waitRun, a *acquisition) {
 // the context h is acquired with (a context without an owner gets a fresh one on each
 // call, so that two calls with it have different roots).
 func (l *Locker) ownSection(h *held, caller context.Context) ctxid.ID {
-	root := h.section.Root()
+	root := h.section().Root()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for hk, o := range l.held {
-		if o == h || hk.key != h.hk.key || o.rk.lock != h.rk.lock || h.section.Within(hk.owner) {
+		if o == h || hk.key != h.hk.key || o.sh.Keys.Lock != h.sh.Keys.Lock || h.section().Within(hk.owner) {
 			continue
 		}
 		if o.heldFor(root, caller) {

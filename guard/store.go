@@ -1,95 +1,86 @@
 package guard
 
 import (
-	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
-	"github.com/guardkit/guardkit/guard/internal/feed"
+	"github.com/guardkit/guardkit/guard/internal/script"
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
-// store is the Redis side of a Locker: everything that differs between a Locker on one
-// deployment (single: a server, a Sentinel group or a Cluster, made by New) and one on a
-// quorum of independent servers (quorum, made by NewQuorum). The engine — the holds
-// table, the wait loop, leases, the watchdog, the feed — talks to Redis through it only,
-// and makes no other distinction between the two.
-type store interface {
-	// configure checks the Locker's settings for this store, fills in the defaults
-	// that depend on it, and takes what it needs of them and of env.
-	configure(cfg *settings, env storeEnv) error
-	// admits checks one call's settings (its options differ from the Locker's).
-	admits(s *settings) error
+// The engine's side of the seam to the Redis side (package store): the store's
+// outcomes as the engine names them, and what the engine hands the store.
 
-	// acquire makes one acquire attempt for h with nonce, in manner (mannerWait...);
-	// waited reports that the caller waited before it (the call is then urgent).
-	acquire(ctx context.Context, h *held, nonce, manner string, waited bool) acquireReply
-	// resends reports whether an attempt whose outcome is unknown (its error is not a
-	// server's reply) is sent again with its nonce by the wait's next attempt, and undone
-	// when the wait ends without one (Locker.settleUnsure); else the engine undoes it at
-	// once. Either way it is not left holding the lock once the acquisition is over.
-	resends() bool
-	// undo drops the hold taken by the attempt with nonce, if it took effect.
-	undo(ctx context.Context, h *held, nonce string)
-	// release drops one hold of h with its release nonce.
-	release(ctx context.Context, h *held, urgent bool) (releaseReply, error)
-	// leave tells Redis, aside, that h's owner no longer waits, for the kinds whose spec
-	// leaves: it gives up its place in a fair lock's queue, or a waiting writer's hold
-	// on new readers.
-	leave(h *held)
-	// renew renews the leases of batch with the TTLs asked for (0: not sent), within
-	// timeout, and puts each lease's outcome in errs (see Locker.sendRenewals).
-	renew(timeout time.Duration, batch []*held, ttls []time.Duration, errs []error)
+// Manners of an acquire attempt (acquire.lua's ARGV[5]).
+const (
+	mannerWait   = store.MannerWait   // the caller waits when the lock is busy: join the Redis wait queue
+	mannerPolite = store.MannerPolite // reenter only; leave a free lock to the queue
+	mannerTry    = store.MannerTry    // the caller will not wait
+	mannerLeave  = store.MannerLeave  // the caller gave up waiting (kinds whose spec leaves)
+)
 
-	// inline reports whether a call returns by its context's deadline by itself, so
-	// that it can run on the caller's goroutine; alone is true for a call sent outside
-	// any batch (see conn.waitsWithContext).
-	inline(alone bool) bool
-	// autoPipelined reports whether the client batches calls (an auto-pipeliner): a call
-	// that must not wait for a batch is then sent alone (see conn.runScript's urgent).
-	autoPipelined() bool
-	// refresh tells the store that a call failed with err (a Cluster reloads its map).
-	refresh(err error)
-	// ping reports whether the servers that serve locks answer (see Locker.Ping).
-	ping(ctx context.Context) error
-	// scripted is the conn whose sharded flag the scripts take (see holdEnv).
-	scripted() *conn
+// releaseReply is the outcome of a release (see script.Released).
+type releaseReply = script.Released
 
-	// routes returns the Pub/Sub feeds that carry channel ch (see feedSource).
-	routes(ctx context.Context, ch string) ([]feed.Route, error)
-	// conns returns the conns that keep the wait queues: a best-effort call about a
-	// lock's queue (leaving it, passing a turn on) is made on each.
-	conns() []*conn
+const (
+	releaseNotHeld   = script.NotHeld   // another owner holds the lock
+	releaseExpired   = script.Expired   // nobody holds it: the hold expired
+	releaseFreed     = script.Freed     // the owner's last hold ended; nobody queued was handed it
+	releaseStillHeld = script.StillHeld // one hold dropped; the owner still holds the lock
+	releaseHandedOn  = script.HandedOn  // freed, and another Locker queued for it was told
+	releaseOwnTurn   = script.OwnTurn   // freed, and this Locker is first in the wait queue
+)
 
-	// read reads reqs on the store's servers with read and returns each one's state —
-	// on a quorum, the majority's view, with each server's views (else nil) — or a
-	// *RedisError with op when a lock could not be read.
-	read(ctx context.Context, op string, reqs []inspectReq, read readFunc) ([]*LockState, [][]*LockState, error)
-	// scanNodes returns the servers that List scans, in order.
-	scanNodes(ctx context.Context) ([]scanNode, error)
+// granted is the outcome of one acquire attempt.
+type granted struct {
+	acquired bool
+	token    int64
+	holds    int64         // the owner's hold count in Redis after the attempt
+	pttl     time.Duration // the holder's remaining TTL when busy, <0 if unknown
+	sent     time.Time     // when the attempt was sent: validity is measured from here
+	nonce    string        // the attempt's nonce, to undo it
+	upgrade  bool          // refused: the owner holds the read lock and asked to write
+	holder   ctxid.ID      // a reentry's holder when it is a section the owner is in, not the owner
+	// since is, when busy, the holder's token, when the script read it: the server's
+	// clock in microseconds when the hold began (0: unknown). See holdTimes.retryAfter.
+	since int64
+	q     *store.QuorumHold // a quorum's record of the hold the attempt won
 }
 
-// readFunc reads reqs on the server of c (see Locker.readStates).
-type readFunc func(ctx context.Context, c *conn, reqs []inspectReq) []*LockState
+// grantOf is the engine's record of a store's grant.
+func grantOf(r store.Grant) granted {
+	return granted{acquired: r.Acquired, token: r.Token, holds: r.Holds, pttl: r.PTTL,
+		upgrade: r.Upgrade, holder: ctxid.ID(r.Holder), since: r.Since, q: r.Q}
+}
 
-// storeEnv is what a store takes of its Locker: functions and values, never the Locker.
-type storeEnv struct {
-	// aside runs fn on a goroutine that Close waits for, and reports false, running
-	// nothing, once the Locker is closed.
-	aside func(fn func()) bool
-	done  <-chan struct{} // closed by Close
-	// timeout bounds the calls made aside (the ReleaseTimeout).
-	timeout time.Duration
-	nonce   func() string
-	// gone reports whether h is no longer the Locker's record of its owner's hold (see
-	// Locker.gone); rekey moves h to holder in the Locker's table (see Locker.rekey).
-	gone  func(h *held) bool
-	rekey func(h *held, holder ctxid.ID)
-	// repaired records that h's hold was taken back on server (telemetry).
-	repaired func(h *held, server string)
-	// retry takes an undo on c that Redis did not answer, and tries it again until Redis
-	// does (Locker.retryUndo).
-	retry func(c *conn, call func(ctx context.Context) error)
+// isServerError reports whether err is an error reply from Redis, after which the
+// command is known not to have taken effect.
+func isServerError(err error) bool { return store.IsServerError(err) }
+
+// configure checks the Locker's settings for its store, and hands the store what it
+// takes of them.
+func (l *Locker) configure() error {
+	if err := l.cfg.validateDeadlock(!l.st.Detects()); err != nil {
+		return err
+	}
+	if err := l.st.Admits(&l.cfg.t); err != nil {
+		return configError(err)
+	}
+	c := &l.cfg
+	return configError(l.st.Configure(store.Config{ID: l.idArg, Prefix: c.prefix, TTL: c.ttl,
+		RestartDelay: c.restartDelay, RestartDelaySet: c.restartDelaySet, ReplyBudget: c.replyBudget, ReplyBudgetSet: c.replyBudgetSet,
+		Aside: l.background, Done: l.done, Timeout: c.releaseTimeout, Nonce: l.newNonce}))
+}
+
+// configError is the *ConfigError of a store's *store.Refusal, or err.
+func configError(err error) error {
+	var r *store.Refusal
+	if errors.As(err, &r) {
+		return &ConfigError{Field: r.Field, Reason: r.Reason}
+	}
+	return err
 }
 
 // aside is the Locker's work that runs on goroutines of its own — compensating

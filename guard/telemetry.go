@@ -308,7 +308,7 @@ func (t *telemetry) ended(h *held, lost *LeaseLostError) {
 	}
 	if ht.span.IsRecording() {
 		ht.span.AddEvent("guard.released", trace.WithAttributes(
-			semconv.AttrLockName.String(ht.name), semconv.AttrToken.Int64(h.token),
+			semconv.AttrLockName.String(ht.name), semconv.AttrToken.Int64(h.sh.Token),
 			semconv.AttrHoldSeconds.Float64(held.Seconds())))
 	}
 }
@@ -332,7 +332,7 @@ func (t *telemetry) repaired(h *held, server string) {
 // releasedLate records a release that found the lock already expired.
 func (t *telemetry) releasedLate(h *held) {
 	h.tel.span.AddEvent("guard.released_late", trace.WithAttributes(
-		semconv.AttrLockName.String(h.tel.name), semconv.AttrToken.String(strconv.FormatInt(h.token, 10))))
+		semconv.AttrLockName.String(h.tel.name), semconv.AttrToken.String(strconv.FormatInt(h.sh.Token, 10))))
 }
 
 // Renewal outcomes, as recorded in semconv.AttrOutcome on guard.lock.renewals.

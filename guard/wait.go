@@ -8,6 +8,7 @@ import (
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard/internal/feed"
+	"github.com/guardkit/guardkit/guard/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -130,7 +131,7 @@ type waitRun struct {
 // init sets w up for a wait of h under p.
 func (w *waitRun) init(l *Locker, ctx context.Context, h *held, p RetryPolicy, deadline time.Time) {
 	*w = waitRun{hints: &l.hints, done: l.done, ctx: ctx, actx: ctx, h: h, p: p, deadline: deadline, style: h.s.spec.wait, ttl: -1}
-	w.subscribed, w.queued, w.yielding = l.waits.State(h.rk.channel())
+	w.subscribed, w.queued, w.yielding = l.waits.State(h.sh.Keys.Channel())
 	delay := l.cfg.deadlockDelay
 	if delay <= 0 {
 		delay = selfWaitDelay
@@ -165,7 +166,7 @@ func (l *Locker) endWait(w *waitRun) {
 		l.waits.Leave(w.kw, w.acquired)
 	}
 	if !w.acquired && w.queuedRemote && w.h.s.spec.leaves {
-		l.st.leave(w.h)
+		l.st.Leave(&w.h.sh)
 	}
 }
 
@@ -206,7 +207,7 @@ func transient(err error) bool {
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
-	var qe *quorumError
+	var qe *store.QuorumError
 	var re *replicaError
 	if errors.As(err, &re) {
 		return false
@@ -215,7 +216,7 @@ func transient(err error) bool {
 		return true
 	}
 	var ce *RedisError
-	return errors.As(err, &ce) && !errors.Is(ce.Err, errLateGrant) && topologyError(ce.Err)
+	return errors.As(err, &ce) && !errors.Is(ce.Err, errLateGrant) && store.TopologyError(ce.Err)
 }
 
 // listen picks the channel that tells of the next release notification: the gate
@@ -277,7 +278,7 @@ func (w *waitRun) exhausted() bool {
 // has one). again reports that the lock may have become free meanwhile, so that the next
 // attempt should go at once.
 func (l *Locker) joinWait(w *waitRun, a *acquisition) (again bool, err error) {
-	w.kw = l.waits.Join(w.h.rk.channel())
+	w.kw = l.waits.Join(w.h.sh.Keys.Channel())
 	a.startWaiting(w.ctx)
 	w.det = l.watchDeadlock(w.h)
 	if w.style != waitOwn {

@@ -1,13 +1,10 @@
-package guard
+package store
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Undos that Redis did not answer. An acquire attempt whose caller gave up before Redis
@@ -32,8 +29,9 @@ const (
 
 // undoLanes are the Locker's lanes of unanswered undos, one per server (conn).
 type undoLanes struct {
+	cfg   *Config
 	mu    sync.Mutex
-	lanes map[*conn]*undoLane
+	lanes map[*Conn]*undoLane
 }
 
 // undoLane is one server's unanswered undos, tried in order by one goroutine while any
@@ -44,20 +42,13 @@ type undoLane struct {
 	dropped int
 }
 
-// answered reports whether a call that returned err reached Redis and ran (or was
-// refused), or can never be sent any more (the client was closed): nothing to try again.
-func answered(err error) bool {
-	return err == nil || isServerError(err) || errors.Is(err, redis.ErrClosed)
-}
-
-// retryUndo puts call, an undo on c that got no answer, in c's lane. Once the Locker is
+// retry puts call, an undo on c that got no answer, in c's lane. Once the Locker is
 // closed it does nothing.
-func (l *Locker) retryUndo(c *conn, call func(context.Context) error) {
-	u := &l.undos
+func (u *undoLanes) retry(c *Conn, call func(context.Context) error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.lanes == nil {
-		u.lanes = make(map[*conn]*undoLane)
+		u.lanes = make(map[*Conn]*undoLane)
 	}
 	lane := u.lanes[c]
 	if lane == nil {
@@ -73,14 +64,13 @@ func (l *Locker) retryUndo(c *conn, call func(context.Context) error) {
 		return
 	}
 	lane.pending = append(lane.pending, call)
-	if !lane.running && l.background(func() { l.drainLane(lane) }) {
+	if !lane.running && u.cfg.Aside(func() { u.drain(lane) }) {
 		lane.running = true
 	}
 }
 
-// drainLane tries lane's undos in order until none is left or the Locker is closed.
-func (l *Locker) drainLane(lane *undoLane) {
-	u := &l.undos
+// drain tries lane's undos in order until none is left or the Locker is closed.
+func (u *undoLanes) drain(lane *undoLane) {
 	backoff := undoBackoff
 	var timer *time.Timer
 	defer func() {
@@ -98,7 +88,7 @@ func (l *Locker) drainLane(lane *undoLane) {
 		call := lane.pending[0]
 		u.mu.Unlock()
 
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.releaseTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), u.cfg.Timeout)
 		err := call(ctx)
 		cancel()
 		if answered(err) {
@@ -115,7 +105,7 @@ func (l *Locker) drainLane(lane *undoLane) {
 			timer.Reset(backoff)
 		}
 		select {
-		case <-l.done:
+		case <-u.cfg.Done:
 			return
 		case <-timer.C:
 		}

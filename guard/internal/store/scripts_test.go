@@ -1,0 +1,357 @@
+package store
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/guardkit/guardkit/guard/internal/fanout"
+	"github.com/guardkit/guardkit/guard/internal/script"
+	"github.com/guardkit/guardkit/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestLateGrantJoinsItsOwnHold: a grant of a won attempt that comes after the majority's
+// joins the hold that attempt won, not the acquisition's current one. The acquisition
+// may have given the first hold back (granted too late: Locker.waitAttempt) and won
+// another with a later attempt, whose record a late grant of the first must not touch:
+// it would count the first attempt's grant, which that attempt's undo drops, as carrying
+// the second hold, and it raced with the second attempt's write of the record (the
+// fault suite's "quorum of 3: a server paused > TTL" row caught that race).
+func TestLateGrantJoinsItsOwnHold(t *testing.T) {
+	q := &Quorum{nodes: make([]*Conn, 3)}
+	h := &Hold{Ref: stayRef{}}
+	first := &QuorumHold{nonce: "first"}
+	a := &quorumAttempt{q: q, h: h, nonce: "first", proposal: 7, top: 7, hold: first}
+	a.outcome.Store(attemptWon)
+	h.Q = &QuorumHold{nonce: "second"} // a later attempt of the acquisition won
+	for _, reply := range [][]any{
+		{int64(7)}, // a fresh grant that took the proposal, the hold's token
+		{[]any{int64(1), "7", int64(2)}, "7", "7"}, // a reentry whose token is the hold's
+	} {
+		cmd := redis.NewCmd(context.Background())
+		cmd.SetVal(reply)
+		a.lateGrant(fanout.Reply{I: 2, V: cmd})
+		if got := first.carry.Load(); got != 1<<2 {
+			t.Fatalf("late grant %v: the first attempt's hold carries servers %b, want server 2", reply, got)
+		}
+		if got := h.Q.carry.Load(); got != 0 {
+			t.Fatalf("late grant %v: the second attempt's hold carries servers %b, want none", reply, got)
+		}
+	}
+}
+
+// stayRef is the engine's record of a hold that stays its owner's.
+type stayRef struct{}
+
+func (stayRef) Gone() bool      { return false }
+func (stayRef) Repaired(string) {}
+
+// TestRaiseOfUndoneAttempt: a quorum's write-back of a hold's token (raise.lua) names
+// the attempt that made or counted the hold, and does nothing once that attempt was
+// undone on the server — for every kind, also when the owner holds the lock there again
+// by a later attempt. Without the check, a late write-back of an attempt given back
+// (granted too late) lowered the token of the owner's later hold there, and a reentry
+// reading it got an older token than the lease's.
+func TestRaiseOfUndoneAttempt(t *testing.T) {
+	perKind(t, "raise", func(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client, name string) {
+		h := k.hold("owner-" + name)
+		acquire := func(nonce string) script.Granted {
+			t.Helper()
+			g, err := script.ParseAcquire(k.cn.RunScript(ctx, k.t.Spec.Acquire, k.args.acquire(h, nonce, MannerWait), true).Val())
+			if err != nil || !g.Acquired {
+				t.Fatalf("acquire %s: %+v, %v", nonce, g, err)
+			}
+			return g
+		}
+		raise := func(top int64, nonce string) int64 {
+			t.Helper()
+			n, err := k.cn.RunScript(ctx, raiseScript, raiseArgs(h, h.Owner(), top, nonce), true).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		tokenField, confirmed := tokenFields(h, h.Owner())
+
+		acquire("first.1")
+		if _, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, k.args.release(h, k.nonce(), "first.1"), true)); err != nil {
+			t.Fatalf("undo: %v", err)
+		}
+		second := acquire("second.1")
+		if n := raise(1, "first.1"); n != 0 {
+			t.Fatalf("write-back for the undone attempt: %d, want 0 (left alone)", n)
+		}
+		if got, _ := c.HGet(ctx, k.keys.Lock, tokenField).Int64(); got != second.Token {
+			t.Fatalf("the later hold's token after the undone attempt's write-back: %d, want %d", got, second.Token)
+		}
+		if n := raise(second.Token, "second.1"); n != 1 {
+			t.Fatalf("write-back for the hold's own attempt: %d, want 1", n)
+		}
+		if got, _ := c.HGet(ctx, k.keys.Lock, confirmed).Int64(); got != second.Token {
+			t.Fatalf("confirmed token %d, want %d", got, second.Token)
+		}
+	})
+}
+
+// TestUndoBeforeAttempt: an undo that reaches Redis before its attempt (sent on another
+// connection, or queued on a server that was paused, whose backlog runs in any order)
+// finds nothing to undo; the attempt must then be refused when it arrives, for every
+// kind, whether the lock is free (it would take it for a caller who left) or held by
+// the same owner (it would count a hold nobody releases). Without the mark the undo
+// leaves in the fence, the late attempt takes the lock or adds a hold. So too for a
+// quorum's release that reaches a server before the attempt that won the hold there.
+func TestUndoBeforeAttempt(t *testing.T) {
+	perKind(t, "undone", func(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client, name string) {
+		h := k.hold("owner-" + name)
+		run := func(sc *script.Script, args []any) any {
+			t.Helper()
+			v, err := k.cn.RunScript(ctx, sc, args, true).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		holds := func() string {
+			field := h.Owner()
+			if name == "write" {
+				field = "#Wn"
+			}
+			return c.HGet(ctx, k.keys.Lock, field).Val()
+		}
+
+		// Free lock: the undo comes first, then its attempt.
+		if code, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, k.args.release(h, k.nonce(), "late.1"), true)); err != nil || code != script.NoUndo {
+			t.Fatalf("undo of an attempt not yet run: %v, %v; want nothing to undo", code, err)
+		}
+		g, err := script.ParseAcquire(run(k.t.Spec.Acquire, k.args.acquire(h, "late.1", MannerWait)))
+		if err != nil || g.Acquired || holds() != "" {
+			t.Fatalf("late attempt after its undo on a free lock: %+v, %v, holds %q; want it refused", g, err, holds())
+		}
+
+		// A quorum's release reaching a server before the winning attempt's copy: the
+		// release names the attempt, which is then refused there.
+		if _, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, append(k.args.release(h, k.nonce(), ""), "won.1"), true)); err != nil {
+			t.Fatal(err)
+		}
+		g, err = script.ParseAcquire(run(k.t.Spec.Acquire, k.args.acquire(h, "won.1", MannerWait)))
+		if err != nil || g.Acquired || holds() != "" {
+			t.Fatalf("the won attempt after the hold's release: %+v, %v, holds %q; want it refused", g, err, holds())
+		}
+
+		// An attempt undone after it took the free lock, whose copy reaches the server
+		// after the undo (resent after a timeout, or slowed on another connection): the
+		// copy must be refused, not take the lock for a caller who left.
+		if g, err := script.ParseAcquire(run(k.t.Spec.Acquire, k.args.acquire(h, "again.1", MannerWait))); err != nil || !g.Acquired {
+			t.Fatalf("acquire: %+v, %v", g, err)
+		}
+		if code, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, k.args.release(h, k.nonce(), "again.1"), true)); err != nil || code == script.NoUndo || code == script.StillHeld {
+			t.Fatalf("undo of an applied attempt: %v, %v; want the hold dropped", code, err)
+		}
+		g, err = script.ParseAcquire(run(k.t.Spec.Acquire, k.args.acquire(h, "again.1", MannerWait)))
+		if err != nil || g.Acquired || holds() != "" {
+			t.Fatalf("a copy of the attempt after its undo: %+v, %v, holds %q; want it refused", g, err, holds())
+		}
+
+		// Held by the same owner: the late attempt must not count a second hold.
+		g, err = script.ParseAcquire(run(k.t.Spec.Acquire, k.args.acquire(h, "live.1", MannerWait)))
+		if err != nil || !g.Acquired {
+			t.Fatalf("acquire: %+v, %v", g, err)
+		}
+		if _, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, k.args.release(h, k.nonce(), "late.2"), true)); err != nil {
+			t.Fatal(err)
+		}
+		g, err = script.ParseAcquire(run(k.t.Spec.Acquire, k.args.acquire(h, "late.2", MannerWait)))
+		if err != nil || g.Acquired || holds() != "1" {
+			t.Fatalf("late attempt after its undo, the owner holding: %+v, %v, holds %q; want it refused, 1 hold", g, err, holds())
+		}
+		// A fresh attempt of the owner still reenters.
+		g, err = script.ParseAcquire(run(k.t.Spec.Acquire, k.args.acquire(h, "live.2", MannerWait)))
+		if err != nil || !g.Acquired || holds() != "2" {
+			t.Fatalf("reentry: %+v, %v, holds %q; want 2 holds", g, err, holds())
+		}
+	})
+}
+
+// TestUndoOfSectionReentry: an attempt made in a section within the holder's reenters
+// the holder's hold through Redis, counted in the holder's fields. When its reply is
+// lost, the caller undoes it as its own section, not knowing the holder: the undo must
+// find the holder along the section's chain and drop that count, once however often it
+// is sent. Without it the holder's count stays one too high, and its last release leaves
+// the lock held until the TTL runs out.
+func TestUndoOfSectionReentry(t *testing.T) {
+	perKind(t, "section-undo", func(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client, name string) {
+		as := func(owner string) *Hold {
+			h := k.hold(owner)
+			return h
+		}
+		outer, inner := as("req-"+name+"/s1"), as("req-"+name+"/s1/s2")
+		holds := func() string {
+			field := outer.Owner()
+			if name == "write" {
+				field = "#Wn"
+			}
+			return c.HGet(ctx, k.keys.Lock, field).Val()
+		}
+		acquire := func(h *Hold, nonce string) script.Granted {
+			t.Helper()
+			v, err := k.cn.RunScript(ctx, k.t.Spec.Acquire, k.args.acquire(h, nonce, MannerWait), true).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := script.ParseAcquire(v)
+			if err != nil || !g.Acquired {
+				t.Fatalf("acquire as %s: %+v, %v", h.Owner(), g, err)
+			}
+			return g
+		}
+		undo := func(h *Hold, nonce string) script.Released {
+			t.Helper()
+			code, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, k.args.release(h, k.nonce(), nonce), true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return code
+		}
+
+		acquire(outer, "outer.1")
+		if g := acquire(inner, "inner.1"); g.Holder != outer.Owner() || holds() != "2" {
+			t.Fatalf("reentry from within: holder %q, holds %q; want %q's hold counted twice", g.Holder, holds(), outer.Owner())
+		}
+		if code := undo(inner, "inner.1"); code != script.StillHeld || holds() != "1" {
+			t.Fatalf("undo of the reentry sent as the inner section: %v, holds %q; want one hold dropped, 1 left", code, holds())
+		}
+		// A copy of the undone attempt that reaches the server after the undo (resent
+		// after a timeout, or slowed on another connection) must be refused: counted
+		// anew, it would leave the holder's count one too high for good.
+		v, err := k.cn.RunScript(ctx, k.t.Spec.Acquire, k.args.acquire(inner, "inner.1", MannerWait), true).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err := script.ParseAcquire(v); err != nil || g.Acquired || holds() != "1" {
+			t.Fatalf("a copy of the reentry after its undo: %+v, %v, holds %q; want it refused, 1 hold", g, err, holds())
+		}
+		if code := undo(inner, "inner.1"); code != script.NoUndo || holds() != "1" {
+			t.Fatalf("the undo again: %v, holds %q; want nothing to undo, 1 hold", code, holds())
+		}
+		if code, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, k.args.release(outer, k.nonce(), ""), true)); err != nil || code == script.StillHeld {
+			t.Fatalf("the holder's release: %v, %v; want the hold ended", code, err)
+		}
+		if n := c.Exists(ctx, k.keys.Lock).Val(); n != 0 && name != "fair" {
+			t.Fatalf("lock hash still present after the holder's only release (holds %q)", holds())
+		}
+	})
+}
+
+// kindRig is one kind's terms, keys and script arguments on a server (see perKind).
+type kindRig struct {
+	t    *Terms
+	keys Keys
+	cn   *Conn
+	args callArgs
+	seq  int
+}
+
+// hold returns a hold of the rig's lock for owner, its arguments boxed.
+func (k *kindRig) hold(owner string) *Hold {
+	h := &Hold{Keys: k.keys, Terms: k.t, Section: owner}
+	h.Box(owner, nil)
+	return h
+}
+
+// nonce returns a fresh nonce.
+func (k *kindRig) nonce() string {
+	k.seq++
+	return "rig." + strconv.Itoa(k.seq)
+}
+
+// kinds are the kinds' specs and Redis name suffixes, as the engine has them.
+var kinds = map[string]struct {
+	spec              Spec
+	suffix, aux, aux2 string
+	permits           int
+}{
+	"exclusive": {spec: Spec{Acquire: script.Acquire, Release: script.Release, Renew: script.Renew}},
+	"read":      {spec: Spec{Acquire: script.ReadAcquire, Release: script.ReadRelease, Renew: script.ReadRenew, PerHolder: true}, suffix: ":rw", aux: ":holders"},
+	"write":     {spec: Spec{Acquire: script.WriteAcquire, Release: script.WriteRelease, Renew: script.WriteRenew, Write: true}, suffix: ":rw", aux: ":holders"},
+	"semaphore": {spec: Spec{Acquire: script.SemAcquire, Release: script.SemRelease, Renew: script.ReadRenew, PerHolder: true}, suffix: ":sem", aux: ":holders", permits: 2},
+	"fair":      {spec: Spec{Acquire: script.FairAcquire, Release: script.FairRelease, Renew: script.Renew, Fair: true}, suffix: ":fair", aux: ":owners", aux2: ":places"},
+}
+
+// perKind runs test for every kind on a fresh server, with the kind's terms and the
+// Redis keys of key-<kind name>.
+func perKind(t *testing.T, key string, test func(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client, name string)) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cn := NewConn(c)
+	for name, kind := range kinds {
+		t.Run(name, func(t *testing.T) {
+			spec := kind.spec
+			terms := &Terms{Spec: &spec, TTL: 30 * time.Second, Validity: 29 * time.Second, Retention: time.Hour, Permits: kind.permits}
+			terms.Fill()
+			lock := "guard:{" + key + "-" + name + "}" + kind.suffix
+			keys := Keys{Lock: lock, Fence: lock + ":fence", Queue: lock + ":queue"}
+			if kind.aux != "" {
+				keys.Aux = lock + kind.aux
+			}
+			if kind.aux2 != "" {
+				keys.Aux2 = lock + kind.aux2
+			}
+			test(t, ctx, &kindRig{t: terms, keys: keys, cn: cn, args: callArgs{id: "locker", conn: cn}}, c, name)
+		})
+	}
+}
+
+// releaseProbe is release.lua's command line for a hold that does not exist.
+func releaseProbe() []any {
+	return []any{nil, nil, 3, "guard:{probe}", "guard:{probe}:fence", "guard:{probe}:q",
+		"owner", "nonce.1", "", int64(60000), "locker", "0"}
+}
+
+// TestScriptsRefusedOnReplica: on a replica (a demoted primary that a pooled connection
+// still reaches after a failover), Redis 7 refuses the scripts with READONLY before they
+// run, where their plain form would run and answer from the replica's copy — a release
+// that finds nothing there would report the lock expired while it lives on the new
+// primary.
+func TestScriptsRefusedOnReplica(t *testing.T) {
+	primary := redistest.Start(t)
+	host, port, _ := net.SplitHostPort(primary.Addr())
+	replica := redistest.Start(t, redistest.Args("--replicaof", host, port))
+	c := replica.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for !strings.Contains(c.Info(ctx, "replication").Val(), "master_link_status:up") {
+		if ctx.Err() != nil {
+			t.Fatal("the replica did not connect to its primary")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cn := NewConn(c)
+	for name, s := range map[string]*script.Script{"acquire": script.Acquire, "release": script.Release} {
+		args := releaseProbe()
+		if name == "acquire" {
+			args = []any{nil, nil, 3, "guard:{probe}", "guard:{probe}:fence", "guard:{probe}:q",
+				"owner", int64(30000), "nonce.2", int64(60000), MannerTry, "locker"}
+		}
+		if err := cn.RunScript(ctx, s, args, true).Err(); !redis.HasErrorPrefix(err, "READONLY") {
+			t.Fatalf("%s on a replica: %v, want a READONLY refusal", name, err)
+		}
+	}
+	if cn.legacy.Load() {
+		t.Fatal("a Redis 7 replica made the conn fall back to the plain scripts")
+	}
+	// What the refusal prevents: the plain release runs and reports the lock expired.
+	cn.legacy.Store(true)
+	code, err := decodeRelease(cn.RunScript(ctx, script.Release, releaseProbe(), true))
+	if err != nil || code != script.Expired {
+		t.Fatalf("plain release on a replica: %v, %v; want it to run and report expired", code, err)
+	}
+}
+
+// decodeRelease reads the reply of a release script call.
+func decodeRelease(cmd *redis.Cmd) (script.Released, error) { return script.ParseRelease(cmd.Int64()) }
