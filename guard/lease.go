@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,59 +251,6 @@ func (h *held) lostCause() error {
 	return nil
 }
 
-// releaseHold drops the hold of handle le; the last one releases the lock in Redis.
-func (l *Locker) releaseHold(ctx context.Context, h *held, le *Lease) error {
-	h.mu.Lock()
-	for i, x := range h.handles {
-		if x == le {
-			h.handles = append(h.handles[:i], h.handles[i+1:]...)
-			break
-		}
-	}
-	if len(h.handles) > 0 {
-		cause := h.cause
-		h.mu.Unlock()
-		le.end(errReleased)
-		return cause
-	}
-	prev := h.state
-	lost := h.cause
-	h.state = stateReleased
-	h.due.Store(0)
-	if lost == nil {
-		h.cause = errReleased
-	}
-	h.timer.Stop()
-	h.mu.Unlock()
-	l.forget(h)
-
-	// The work is over: end its context before the Redis call, which may stall, so that
-	// nothing started under it runs past the validity deadline.
-	le.end(errReleased)
-	rctx, cancel := l.releaseCtx(ctx)
-	defer cancel()
-	l.dog.Remove(rctx, &h.renewal, true)
-	code, err := l.releaseRemote(rctx, h)
-	if prev != stateLost {
-		l.hints.observe(h, time.Since(h.acquired))
-		l.tel.ended(h, nil)
-		if code == releaseExpired {
-			l.tel.releasedLate(h)
-		}
-	}
-	switch {
-	case prev == stateLost:
-		return lost
-	case err != nil:
-		return err
-	case code == releaseExpired:
-		return fmt.Errorf("guard: release %s: %w", quoteKey(h.hk.key), ErrExpired)
-	case code == releaseNotHeld:
-		return fmt.Errorf("guard: release %s: %w", quoteKey(h.hk.key), ErrNotHeld)
-	}
-	return nil
-}
-
 // newLease makes a Lease handle on h. h.mu is held and h is held.
 func (h *held) newLease(parent context.Context, reentrant bool) *Lease {
 	le := &Lease{h: h, parent: parent, reentrant: reentrant}
@@ -313,14 +259,6 @@ func (h *held) newLease(parent context.Context, reentrant bool) *Lease {
 	}
 	h.handles = append(h.handles, le)
 	return le
-}
-
-// finalNonce is the nonce of the release that gives h back to Redis.
-func (h *held) finalNonce() string {
-	if h.releaseNonce == "" {
-		return h.env.nonce()
-	}
-	return h.releaseNonce
 }
 
 // end ends the lease with cause, once: its Context, if made, is cancelled with it.

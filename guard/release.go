@@ -1,0 +1,141 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Giving a hold back to Redis.
+
+// releaseCtx bounds a release: ctx's values, not its cancellation, for ReleaseTimeout.
+func (l *Locker) releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return context.WithTimeout(ctx, l.cfg.releaseTimeout)
+}
+
+// releaseRemote drops one Redis-side hold of h. ctx comes from releaseCtx; the call
+// returns by its deadline even when the client does not honour deadlines (the Redis
+// call then finishes aside).
+func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, error) {
+	type reply struct {
+		code releaseReply
+		err  error
+	}
+	var r reply
+	urgent := false
+	if l.st.AutoPipelined() {
+		_, urgent, _ = l.waits.State(h.sh.Keys.Channel()) // this process's waiters are next
+	}
+	if l.st.Inline(urgent) {
+		r.code, r.err = l.st.Release(ctx, &h.sh, h.finalNonce(), urgent)
+	} else {
+		call := func() reply {
+			code, err := l.st.Release(ctx, &h.sh, h.finalNonce(), urgent)
+			return reply{code, err}
+		}
+		replies := make(chan reply, 1)
+		if !l.background(func() { replies <- call() }) {
+			replies <- call()
+		}
+		select {
+		case r = <-replies:
+		case <-ctx.Done():
+			r.err = ctx.Err()
+		}
+	}
+	if r.err != nil {
+		l.st.Refresh(r.err)
+		if !isServerError(r.err) {
+			// The script may have run and freed the lock, and its reply, which says whom
+			// to wake, is lost: this process's waiters would then sleep until their
+			// backoff. Wake them anyway (one wasted attempt if the lock is still held),
+			// and with none here pass the turn on, as for a release that reports this
+			// Locker first in the wait queue.
+			if !l.waits.Wake(h.sh.Keys.Channel()) {
+				l.waits.KeepTurn(h.sh.Keys.Channel())
+			}
+		}
+		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: r.err}
+	}
+	switch r.code {
+	case releaseFreed:
+		l.waits.Wake(h.sh.Keys.Channel())
+	case releaseOwnTurn:
+		// This Locker was first in the wait queue: its waiters have the turn, or, with
+		// none left, the next Locker.
+		if !l.waits.Wake(h.sh.Keys.Channel()) {
+			l.waits.KeepTurn(h.sh.Keys.Channel())
+		}
+		r.code = releaseFreed
+	case releaseHandedOn:
+		// Handed to another process: for a moment, this process's newcomers leave the
+		// free lock to it instead of taking it back at once.
+		l.waits.Yield(h.sh.Keys.Channel(), min(h.s.ttl/2, courtesyWindow))
+		r.code = releaseFreed
+	}
+	return r.code, nil
+}
+
+// releaseHold drops the hold of handle le; the last one releases the lock in Redis.
+func (l *Locker) releaseHold(ctx context.Context, h *held, le *Lease) error {
+	h.mu.Lock()
+	for i, x := range h.handles {
+		if x == le {
+			h.handles = append(h.handles[:i], h.handles[i+1:]...)
+			break
+		}
+	}
+	if len(h.handles) > 0 {
+		cause := h.cause
+		h.mu.Unlock()
+		le.end(errReleased)
+		return cause
+	}
+	prev := h.state
+	lost := h.cause
+	h.state = stateReleased
+	h.due.Store(0)
+	if lost == nil {
+		h.cause = errReleased
+	}
+	h.timer.Stop()
+	h.mu.Unlock()
+	l.forget(h)
+
+	// The work is over: end its context before the Redis call, which may stall, so that
+	// nothing started under it runs past the validity deadline.
+	le.end(errReleased)
+	rctx, cancel := l.releaseCtx(ctx)
+	defer cancel()
+	l.dog.Remove(rctx, &h.renewal, true)
+	code, err := l.releaseRemote(rctx, h)
+	if prev != stateLost {
+		l.hints.observe(h, time.Since(h.acquired))
+		l.tel.ended(h, nil)
+		if code == releaseExpired {
+			l.tel.releasedLate(h)
+		}
+	}
+	switch {
+	case prev == stateLost:
+		return lost
+	case err != nil:
+		return err
+	case code == releaseExpired:
+		return fmt.Errorf("guard: release %s: %w", quoteKey(h.hk.key), ErrExpired)
+	case code == releaseNotHeld:
+		return fmt.Errorf("guard: release %s: %w", quoteKey(h.hk.key), ErrNotHeld)
+	}
+	return nil
+}
+
+// finalNonce is the nonce of the release that gives h back to Redis.
+func (h *held) finalNonce() string {
+	if h.releaseNonce == "" {
+		return h.env.nonce()
+	}
+	return h.releaseNonce
+}
