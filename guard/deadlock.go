@@ -229,7 +229,7 @@ func (d *detector) run() {
 		if sent {
 			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.releaseTimeout)
 			defer cancel()
-			_ = g.c.RunScript(ctx, waitsScript, d.waitsArgs("del", string(d.self.waiter), d.self.id), true).Err()
+			_, _ = g.c.Run(ctx, waitsScript, d.waitsArgs("del", string(d.self.waiter), d.self.id))
 		}
 	}()
 	t := time.NewTimer(0)
@@ -244,8 +244,8 @@ func (d *detector) run() {
 			return
 		}
 		sent = true
-		err := g.c.RunScript(d.ctx, waitsScript, d.waitsArgs("put", string(d.self.waiter), d.self.id,
-			strconv.FormatInt(life.Milliseconds(), 10), strconv.Itoa(int(d.self.kind)), d.self.key), true).Err()
+		_, err := g.c.Run(d.ctx, waitsScript, d.waitsArgs("put", string(d.self.waiter), d.self.id,
+			strconv.FormatInt(life.Milliseconds(), 10), strconv.Itoa(int(d.self.kind)), d.self.key))
 		if err == nil {
 			if e := d.detect(); e != nil {
 				d.err = e
@@ -419,7 +419,7 @@ func (d *detector) blockers(e waitEdge) ([]holdEdge, error) {
 	if rk.Aux != "" && e.kind != KindFair {
 		args = []any{nil, nil, 2, rk.Lock, rk.Aux, want}
 	}
-	v, err := d.g.c.RunScript(d.ctx, blockersScript, args, true).StringSlice()
+	v, err := d.g.c.Strings(d.ctx, blockersScript, args)
 	if err != nil {
 		return nil, err
 	}
@@ -433,7 +433,7 @@ func (d *detector) blockers(e waitEdge) ([]holdEdge, error) {
 
 // waitsWithin reads the live wait records of section and of the sections within it.
 func (d *detector) waitsWithin(section ctxid.ID) ([]waitEdge, error) {
-	v, err := d.g.c.RunScript(d.ctx, waitsScript, d.waitsArgsFor(section.Root(), "get", string(section)), true).StringSlice()
+	v, err := d.g.c.Strings(d.ctx, waitsScript, d.waitsArgsFor(section.Root(), "get", string(section)))
 	if err != nil {
 		return nil, err
 	}

@@ -81,8 +81,8 @@ func (l *Locker) forceOn(ctx context.Context, c *store.Conn, r inspectReq, s *se
 	}
 	args = append(args, maxWaitersRead, "", "", s.fenceRetention.Milliseconds(), "", "", data, c.ShardedFlag())
 	st := &LockState{Key: r.key, Kind: r.spec.kind}
-	v, err := c.RunScript(ctx, forceScript, args, true).Slice()
-	c.Refresh(err)
+	reply, err := c.Run(ctx, forceScript, args)
+	v, _ := reply.([]any)
 	switch {
 	case err != nil:
 		st.Err = err

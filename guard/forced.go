@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/guardkit/guardkit/guard/internal/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // Force releases are announced. ForceRelease publishes the name of the lock it ended
@@ -50,26 +49,7 @@ func (l *Locker) listenForce(on bool) {
 		var ctx context.Context
 		ctx, f.stop = context.WithCancel(context.Background())
 		for _, c := range l.st.Conns() {
-			l.background(func() { l.forceFeed(ctx, c.Client()) })
-		}
-	}
-}
-
-// forceFeed hands each force-release message that c's Pub/Sub delivers to forced, until
-// ctx ends (a subscription still being made gives up then too).
-func (l *Locker) forceFeed(ctx context.Context, c redis.UniversalClient) {
-	ps := c.Subscribe(ctx, forceChannel)
-	defer ps.Close()
-	msgs := ps.Channel()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m, ok := <-msgs:
-			if !ok {
-				return
-			}
-			l.forced(m.Payload)
+			l.background(func() { c.Listen(ctx, forceChannel, l.forced) })
 		}
 	}
 }
@@ -94,5 +74,5 @@ func (l *Locker) forced(lock string) {
 // announceForce publishes on c that ForceRelease ended the lock named lock (see
 // forceChannel). Best effort: a holder that misses it learns at its next renewal.
 func announceForce(ctx context.Context, c *store.Conn, lock string) {
-	_ = c.Client().Publish(ctx, forceChannel, lock).Err()
+	_ = c.Publish(ctx, forceChannel, lock)
 }

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/guardkit/guardkit/guard/internal/store"
@@ -196,40 +194,20 @@ type inspectReq struct {
 	rk   redisKeys
 }
 
-func (r inspectReq) keys() []string {
-	keys := []string{r.rk.Lock, r.rk.Fence, r.rk.Queue}
-	if r.rk.Aux != "" {
-		keys = append(keys, r.rk.Aux)
-	}
-	if r.rk.Aux2 != "" {
-		keys = append(keys, r.rk.Aux2)
-	}
-	return keys
-}
+func (r inspectReq) keys() []string { return r.rk.List() }
 
 // readStates reads reqs from c in one pipeline; a state whose read failed has its Err set.
 func (l *Locker) readStates(ctx context.Context, c *store.Conn, reqs []inspectReq) []*LockState {
-	out := make([]*LockState, len(reqs))
-	cmds := make([]*redis.Cmd, len(reqs))
-	args := []any{maxWaitersRead}
-	_, _ = c.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range reqs {
-			cmds[i] = p.Do(ctx, c.ReadArgs(inspectScript, r.keys(), args)...)
-		}
-		return nil
-	})
+	keys := make([][]string, len(reqs))
 	for i, r := range reqs {
-		cmd := cmds[i]
-		if err := cmd.Err(); err != nil && isServerError(err) {
-			// NOSCRIPT (loads it on that node), or no EVALSHA_RO there.
-			cmd = c.RunReadOnly(ctx, inspectScript, r.keys(), args, cmd)
-		}
+		keys[i] = r.keys()
+	}
+	replies := c.ReadOnly(ctx, inspectScript, keys, []any{maxWaitersRead})
+	out := make([]*LockState, len(reqs))
+	for i, r := range reqs {
 		st := &LockState{Key: r.key, Kind: r.spec.kind}
-		if err := cmd.Err(); err != nil {
-			c.Refresh(err)
-			st.Err = err
-		} else if err := l.parseState(st, r, cmd.Val()); err != nil {
-			st.Err = err
+		if st.Err = replies[i].Err; st.Err == nil {
+			st.Err = l.parseState(st, r, replies[i].V)
 		}
 		out[i] = st
 	}

@@ -63,7 +63,7 @@ func (l *Locker) List(ctx context.Context, pattern, cursor string) (locks []*Loc
 		sctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
 		defer cancel()
 	}
-	names, after, err := nodes[i].Client.ScanType(sctx, from, b.String(), listScanCount, "hash").Result()
+	names, after, err := nodes[i].Scan(sctx, from, b.String(), listScanCount)
 	switch {
 	case err != nil && nodes[i].Spare && ctx.Err() == nil:
 		// A quorum's server that cannot be scanned is passed over: every lock that a

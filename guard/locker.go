@@ -24,7 +24,6 @@ var (
 	acquireScript = script.Acquire
 	releaseScript = script.Release
 	renewScript   = script.Renew
-	wakeScript    = redis.NewScript(script.Wake)
 )
 
 // Locker hands out leases on Redis locks. It is safe for concurrent use; create one per

@@ -9,7 +9,6 @@ import (
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard/internal/feed"
 	"github.com/guardkit/guardkit/guard/internal/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // wait acquires h in Redis under retry policy p. Between attempts it sleeps until the
@@ -204,7 +203,7 @@ func (w *waitRun) outage(err error) bool {
 // not change (an error reply such as OOM, a closed client) is not. Whether the caller's
 // context has ended is the caller's check.
 func transient(err error) bool {
-	if !errors.Is(err, ErrUnavailable) || errors.Is(err, redis.ErrClosed) {
+	if !errors.Is(err, ErrUnavailable) || store.Closed(err) {
 		return false
 	}
 	var qe *store.QuorumError

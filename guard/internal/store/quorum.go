@@ -223,7 +223,7 @@ func (q *Quorum) Servers() ([]Server, int) {
 func (q *Quorum) ScanNodes(context.Context) ([]ScanNode, error) {
 	nodes := make([]ScanNode, len(q.nodes))
 	for j, n := range q.nodes {
-		nodes[j] = ScanNode{Addr: strconv.Itoa(j), Client: n.client, Spare: true}
+		nodes[j] = ScanNode{Addr: strconv.Itoa(j), client: n.client, Spare: true}
 	}
 	return nodes, nil
 }

@@ -193,7 +193,7 @@ func (s *Single) ScanNodes(ctx context.Context) ([]ScanNode, error) {
 	var mu sync.Mutex
 	add := func(_ context.Context, c *redis.Client) error {
 		mu.Lock()
-		nodes = append(nodes, ScanNode{Addr: c.Options().Addr, Client: c})
+		nodes = append(nodes, ScanNode{Addr: c.Options().Addr, client: c})
 		mu.Unlock()
 		return nil
 	}
@@ -207,9 +207,9 @@ func (s *Single) ScanNodes(ctx context.Context) ([]ScanNode, error) {
 			return nil, err
 		}
 	case *redis.Client:
-		nodes = append(nodes, ScanNode{Addr: c.Options().Addr, Client: c})
+		nodes = append(nodes, ScanNode{Addr: c.Options().Addr, client: c})
 	default:
-		nodes = append(nodes, ScanNode{Addr: "redis", Client: c})
+		nodes = append(nodes, ScanNode{Addr: "redis", client: c})
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Addr < nodes[j].Addr })
 	return nodes, nil

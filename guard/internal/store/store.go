@@ -96,11 +96,11 @@ type Server struct {
 
 // ScanNode is one server List scans.
 type ScanNode struct {
-	Addr   string
-	Client redis.Cmdable
+	Addr string
 	// Spare: a quorum's server, which may be passed over (every lock a majority holds is
 	// on another server too).
-	Spare bool
+	Spare  bool
+	client redis.Cmdable
 }
 
 // Config is what a store takes of its Locker: settings, functions and values, never the
