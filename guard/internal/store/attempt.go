@@ -21,7 +21,7 @@ type quorumGrant struct {
 	holds     int64
 	confirmed int64  // a reentered hold's token as a quorum confirmed it there (raise.lua), 0: none
 	proposed  int64  // a reentered hold's token when it was the proposal it took there (acquire.lua), 0: none
-	holder    string // a reentry's holder, when a section the owner is in (see granted)
+	holder    string // a reentry's holder, when a section the owner is in (see script.Granted)
 }
 
 // attemptReply is one server's reply to an attempt: the acquire script's, and, for a
@@ -114,7 +114,7 @@ func (q *Quorum) acquireRound(ctx context.Context, h *Hold, nonce, manner string
 }
 
 // newAttempt returns attempt nonce of h, proposing a token, with each server's command
-// line (one allocation for all: a call fills its first two slots, see runScript).
+// line (one allocation for all: a call fills its first two slots, see Conn.RunScript).
 func (q *Quorum) newAttempt(h *Hold, nonce, manner string) *quorumAttempt {
 	n := len(q.nodes)
 	a := &quorumAttempt{q: q, h: h, owner: h.Owner(), nonce: nonce, pttl: -1, proposal: q.propose()}

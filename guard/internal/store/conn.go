@@ -99,7 +99,10 @@ type inFlight struct {
 	wait func(context.Context) error
 }
 
+// Error is the context's error, marked as still in a batch.
 func (e *inFlight) Error() string { return e.err.Error() + " (the call is still in a batch)" }
+
+// Unwrap returns the context's error.
 func (e *inFlight) Unwrap() error { return e.err }
 
 // Settled waits until the call that returned err has run, when it was left in a batch,

@@ -128,6 +128,7 @@ type Refusal struct {
 	Field, Reason string
 }
 
+// Error names the field and the reason.
 func (r *Refusal) Error() string { return r.Field + ": " + r.Reason }
 
 // Grant is the typed outcome of one acquire attempt.
@@ -157,11 +158,13 @@ type Shortfall struct {
 	Err         error // the WAIT's error
 }
 
+// Error says what fell short.
 func (e *Shortfall) Error() string { return "too few replicas acknowledged the renewal" }
 
 // errGone is the renewal of a hold that is not its owner's any more.
 type errGone struct{}
 
+// Error says the hold is not the owner's.
 func (errGone) Error() string { return "not the owner" }
 
 // ErrGone is a renewal's outcome when the hold is gone.
