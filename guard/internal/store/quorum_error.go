@@ -7,7 +7,8 @@ import (
 )
 
 // QuorumError reports a call of a quorum Locker (NewQuorum) that too few servers
-// confirmed: what each server answered. The engine reports it as the Err of a *guard.RedisError (ErrUnavailable).
+// confirmed: what each server answered. The engine reports it as the Err of a
+// *guard.RedisError (ErrUnavailable).
 type QuorumError struct {
 	op    string   // the operation: "acquire", "release", "renew", "inspect", "ping"...
 	need  int      // the number of servers that must agree: a majority
