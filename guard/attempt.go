@@ -55,7 +55,7 @@ func (l *Locker) attemptAside(ctx context.Context, h *held, nonce string, sent t
 			replies <- r
 			return
 		}
-		if r.Err != nil && !isServerError(r.Err) {
+		if r.Err != nil && !store.IsServerError(r.Err) {
 			l.undo(h, nonce) // may have taken the lock for a caller who left
 		} else if r.Err == nil && r.Bad == nil && r.Acquired {
 			l.undo(h, nonce) // took the lock for a caller who left
@@ -82,7 +82,7 @@ func (l *Locker) attemptAside(ctx context.Context, h *held, nonce string, sent t
 func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Time, r store.Grant) (granted, error) {
 	if r.Err != nil {
 		l.st.Refresh(r.Err)
-		if !isServerError(r.Err) {
+		if !store.IsServerError(r.Err) {
 			// The script may have run: the next attempt sends it again, or it is undone.
 			if l.st.Resends() {
 				h.unsure, h.unsureErr = nonce, r.Err

@@ -11,12 +11,6 @@ import (
 // tag {<encoded key>}, so a script can touch them together on Redis Cluster.
 type redisKeys = store.Keys
 
-// keysOfChannel returns the names of the lock whose release channel is ch.
-func keysOfChannel(ch string) redisKeys {
-	lock := strings.TrimSuffix(ch, ":release")
-	return redisKeys{Lock: lock, Fence: lock + ":fence", Queue: lock + ":queue"}
-}
-
 // redisKeys validates key and builds the Redis names of its lock of kind k.
 func (l *Locker) redisKeys(key string, k *kindSpec) (redisKeys, error) {
 	return l.cfg.redisKeys(key, k)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
 // Giving a hold back to Redis.
@@ -48,7 +50,7 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 	}
 	if r.err != nil {
 		l.st.Refresh(r.err)
-		if !isServerError(r.err) {
+		if !store.IsServerError(r.err) {
 			// The script may have run and freed the lock, and its reply, which says whom
 			// to wake, is lost: this process's waiters would then sleep until their
 			// backoff. Wake them anyway (one wasted attempt if the lock is still held),

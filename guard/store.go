@@ -55,10 +55,6 @@ func grantOf(r store.Grant) granted {
 		upgrade: r.Upgrade, holder: ctxid.ID(r.Holder), since: r.Since, q: r.Q}
 }
 
-// isServerError reports whether err is an error reply from Redis, after which the
-// command is known not to have taken effect.
-func isServerError(err error) bool { return store.IsServerError(err) }
-
 // configure checks the Locker's settings for its store, and hands the store what it
 // takes of them.
 func (l *Locker) configure() error {

@@ -45,7 +45,7 @@ func NewConn(client redis.UniversalClient) *Conn {
 }
 
 func (c *Conn) init(client redis.UniversalClient) {
-	c.client, c.honoursDeadlines = client, HonoursDeadlines(client)
+	c.client, c.honoursDeadlines = client, honoursDeadlines(client)
 	if ap, ok := client.(*redis.AutoPipeliner); ok {
 		c.batching = true
 		if !ap.IsBlocking() {
@@ -56,22 +56,16 @@ func (c *Conn) init(client redis.UniversalClient) {
 	}
 }
 
-// Client returns the conn's client.
-func (c *Conn) Client() redis.UniversalClient { return c.client }
-
 // Legacy reports whether the server wants the scripts' plain form (Redis 6.2).
 func (c *Conn) Legacy() bool { return c.legacy.Load() }
-
-// Subscriber returns a function that opens a Pub/Sub connection of the conn's client.
-func (c *Conn) Subscriber() func() feed.PubSub { return subscriber(c.client) }
 
 func subscriber(c redis.UniversalClient) func() feed.PubSub {
 	return func() feed.PubSub { return c.Subscribe(context.Background()) }
 }
 
-// HonoursDeadlines reports whether c gives up on a call when its context's deadline
+// honoursDeadlines reports whether c gives up on a call when its context's deadline
 // passes (go-redis does with ContextTimeoutEnabled).
-func HonoursDeadlines(c redis.UniversalClient) bool {
+func honoursDeadlines(c redis.UniversalClient) bool {
 	switch c := c.(type) {
 	case *redis.Client:
 		return c.Options().ContextTimeoutEnabled

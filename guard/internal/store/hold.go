@@ -95,11 +95,9 @@ type holdArgs struct {
 }
 
 // Box boxes h's script arguments for owner, with label (nil: none). h.Keys and h.Terms
-// are set.
+// are set, and the terms filled (Terms.Fill): terms are shared by every hold of a call's
+// settings, and read only once filled.
 func (h *Hold) Box(owner string, label any) {
-	if h.Terms.ttlArg == nil { // terms the engine did not fill
-		h.Terms.Fill()
-	}
 	k := &h.Keys
 	h.args = holdArgs{lock: k.Lock, fence: k.Fence, queue: k.Queue, owner: owner, retention: h.Terms.retentionArg, label: label}
 	if k.Aux != "" {

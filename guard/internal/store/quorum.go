@@ -62,9 +62,9 @@ func (n node) Legacy() bool { return n.c.Legacy() }
 // Pipeline returns a pipeline on the server's client.
 func (n node) Pipeline() redis.Pipeliner { return n.c.client.Pipeline() }
 
-// MaxQuorum is the most servers a quorum takes: a hold records the servers that carry it
+// maxQuorum is the most servers a quorum takes: a hold records the servers that carry it
 // in a 64-bit set (QuorumHold.carry).
-const MaxQuorum = 63
+const maxQuorum = 63
 
 // patience returns how long a round waits for silent servers when the replies in hand
 // do not contest it (see ReplyBudget and fanout.Patience), within the lease's validity
@@ -84,11 +84,11 @@ func (q *Quorum) jitter(ctx context.Context, ttl time.Duration) {
 }
 
 // NewQuorum returns the store of clients, one client per server, an odd number of them,
-// 3 to MaxQuorum; a client it refuses is a *Refusal naming it.
+// 3 to maxQuorum; a client it refuses is a *Refusal naming it.
 func NewQuorum(clients []redis.UniversalClient) (*Quorum, error) {
 	n := len(clients)
-	if n < 3 || n%2 == 0 || n > MaxQuorum {
-		return nil, &Refusal{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 to %d, got %d", MaxQuorum, n)}
+	if n < 3 || n%2 == 0 || n > maxQuorum {
+		return nil, &Refusal{Field: "clients", Reason: fmt.Sprintf("a quorum needs an odd number of servers, 3 to %d, got %d", maxQuorum, n)}
 	}
 	q := &Quorum{need: n/2 + 1, scripts: make(map[*script.Script]*script.Script)}
 	seen := make(map[string]int)
