@@ -173,8 +173,22 @@
 // goroutine, so that guard can return at the deadline while the call finishes aside (an
 // attempt that turns out to have taken the lock undoes itself).
 //
-// go-redis's auto-pipelining client (client.AutoPipeline()) may be passed to New: the
-// calls nobody waits for — a first attempt, a release that no goroutine of this process is
+// Calls are batched on the client New is given. On a *redis.Client or a
+// *redis.ClusterClient built with ContextTimeoutEnabled, the calls nobody in the process
+// waits for (a first attempt, a release no goroutine of this process is queued behind)
+// that meet in time share one pipeline per node (on a Cluster, the primary of the key's
+// slot): a lone call goes out at once, on its caller's goroutine; calls made while a
+// call or a batch of their node is in flight go out together in the node's next batch,
+// one batch in flight per node. Under concurrency that saves the server and the client a
+// system call per command and lets many locks share one round trip; a lone caller pays
+// nothing for it. Each batched call is waited for with its own context and returns at
+// its deadline; one whose caller gave up before its batch went out is not sent, and an
+// attempt whose caller gave up while its batch was in flight is undone once the batch
+// has come back, never before. The steps of a handoff are never batched (below). A quorum
+// batches the calls to each of its servers the same way.
+//
+// go-redis's auto-pipelining client (client.AutoPipeline()) may be passed to New instead:
+// the calls nobody waits for — a first attempt, a release that no goroutine of this process is
 // queued behind — join its batches, which saves the server and the client a system call
 // per command under concurrency; the steps of a handoff (an attempt after a wait, the
 // release a local waiter is queued behind, compensating releases) are sent at once, on a

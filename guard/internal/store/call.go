@@ -20,11 +20,12 @@ func flagsRefused(err error) bool {
 // script (EVALSHA and the SHA1, then EVAL and the source after a NOSCRIPT reply). The
 // caller builds args in one slice: the client sends it as it is.
 //
-// On a go-redis auto-pipelining client (*redis.AutoPipeliner) a call that is not urgent
-// joins the client's batches, and an urgent one (an attempt after a wait, a release that
+// A call that is not urgent joins the batches of the client: the built-in ones of a
+// single deployment's plain client (batch.go) or those of a go-redis auto-pipelining
+// client (*redis.AutoPipeliner); an urgent one (an attempt after a wait, a release that
 // hands the lock to a waiter of this process) goes on a connection of its own at once:
 // a handoff that waited for a batch at each step would take several batches' time.
-// Other clients send every call at once.
+// A quorum's servers get every call at once (its fanout batches them).
 func (c *Conn) RunScript(ctx context.Context, s *script.Script, args []any, urgent bool) *redis.Cmd {
 	legacy := c.legacy.Load()
 	sha, src := s.Form(legacy)
@@ -46,6 +47,9 @@ func (c *Conn) RunScript(ctx context.Context, s *script.Script, args []any, urge
 func (c *Conn) send(ctx context.Context, args []any, urgent bool) *redis.Cmd {
 	if !c.batching || urgent {
 		return c.client.Do(ctx, args...) // an AutoPipeliner runs Do outside its batches
+	}
+	if c.batch != nil {
+		return c.batch.do(ctx, args)
 	}
 	cmd := redis.NewCmd(ctx, args...)
 	if c.deferred != nil {

@@ -20,7 +20,11 @@ import (
 type Conn struct {
 	client           redis.UniversalClient
 	honoursDeadlines bool // client gives up on calls at their context's deadline
-	batching         bool // client is an auto-pipeliner: calls may wait for a batch
+	batching         bool // calls may wait for a batch: the client is an auto-pipeliner, or batch is set
+	// batch is the built-in batching of a single deployment's plain client (batch.go);
+	// nil for an auto-pipelining client (which batches itself) and for a quorum's servers
+	// (the fanout batches their calls).
+	batch *batcher
 	// deferred is the deferred (async) face of an auto-pipelining client: batched calls
 	// are submitted there and waited for with their context, so that they return at its
 	// deadline without a goroutine each (the blocking face waits for the batch whatever

@@ -25,6 +25,9 @@ type Single struct {
 func NewSingle(client redis.UniversalClient) *Single {
 	s := &Single{}
 	s.Conn.init(client)
+	if s.batch = newBatcher(client); s.batch != nil {
+		s.batching = true
+	}
 	return s
 }
 
@@ -124,7 +127,8 @@ func (s *Single) Renew(timeout time.Duration, batch []*Hold, ttls []time.Duratio
 // Inline reports whether a call returns by its context's deadline by itself.
 func (s *Single) Inline(alone bool) bool { return s.waitsWithContext(alone) }
 
-// AutoPipelined reports whether the client batches calls.
+// AutoPipelined reports whether calls are batched: by the built-in batching of a plain
+// client that honours deadlines, or by an auto-pipelining client.
 func (s *Single) AutoPipelined() bool { return s.batching }
 
 // Ping pings every primary.

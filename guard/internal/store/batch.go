@@ -1,0 +1,232 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher is the built-in batching of one deployment's plain client (*redis.Client,
+// *redis.ClusterClient): the script calls that are not urgent (a first attempt, a release
+// nobody in this process is queued behind) and that meet in time share one pipeline per
+// node, as the quorum's fanout does per server.
+//
+//   - A lone call goes out at once, on its caller's goroutine, bounded by its context as
+//     any call of a client that honours deadlines (batching is built in only for those).
+//   - A call made while its node has a call or a batch in flight waits in the node's
+//     queue; one batch per node is in flight at a time, and the calls queued meanwhile go
+//     out together in the next, one pipeline, on a goroutine of the batcher's that ends
+//     once the queue is empty. The pipeline is bounded by the latest deadline of its calls.
+//   - Each call is waited for with its own context: one whose context ends while it
+//     waits returns the context's error at once — as an inFlight error, whose Settled
+//     waits until the call has run or was dropped, so that an undo never overtakes it. A
+//     call whose context ended before its batch went out is not sent.
+//
+// On a Cluster the node is the primary that owns the call's first key (MasterForKey),
+// and the batch goes through the cluster client's pipeline, which follows redirections:
+// a batch sent to a node that lost the slot in a failover reaches the new owner.
+type batcher struct {
+	client redis.UniversalClient
+	// nodeOf returns the node of key's slot (nil: one node, or it cannot tell now).
+	nodeOf func(ctx context.Context, key string) any
+	mu     sync.Mutex
+	nodes  map[any]*lane
+}
+
+// lane is one node's queue.
+type lane struct {
+	mu      sync.Mutex
+	busy    bool      // a call or a batch of the node's is in flight
+	queue   []*waiter // the calls waiting for the next batch
+	spare   []*waiter // an empty queue's storage, kept for the next
+	batches int       // batches sent (tests)
+}
+
+// waiter is one call in a lane's queue; done is closed once it has run or was dropped.
+type waiter struct {
+	ctx  context.Context
+	cmd  *redis.Cmd
+	done chan struct{}
+}
+
+// newBatcher returns the batcher of client, or nil when its calls are not batched: a
+// client that does not give up on calls at their context's deadline (a lone call runs on
+// its caller's goroutine, and must return by its deadline), a Ring, or a wrapper.
+func newBatcher(client redis.UniversalClient) *batcher {
+	b := &batcher{client: client, nodes: map[any]*lane{}}
+	switch c := client.(type) {
+	case *redis.Client:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil
+		}
+	case *redis.ClusterClient:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil
+		}
+		b.nodeOf = func(ctx context.Context, key string) any {
+			n, err := c.MasterForKey(ctx, key)
+			if err != nil {
+				return nil
+			}
+			return n
+		}
+	default:
+		return nil
+	}
+	return b
+}
+
+// lane returns the lane of key's node.
+func (b *batcher) lane(ctx context.Context, key string) *lane {
+	var node any
+	if b.nodeOf != nil {
+		node = b.nodeOf(ctx, key)
+	}
+	b.mu.Lock()
+	l := b.nodes[node]
+	if l == nil {
+		l = &lane{}
+		b.nodes[node] = l
+	}
+	b.mu.Unlock()
+	return l
+}
+
+// do runs the command line args (a script call: args[3] is its first key) alone at once
+// or in its node's next batch, and returns its reply.
+func (b *batcher) do(ctx context.Context, args []any) *redis.Cmd {
+	key, _ := args[3].(string)
+	l := b.lane(ctx, key)
+	cmd := redis.NewCmd(ctx, args...)
+	l.mu.Lock()
+	if !l.busy {
+		l.busy = true
+		l.mu.Unlock()
+		_ = b.client.Process(ctx, cmd)
+		b.next(l)
+		return cmd
+	}
+	w := &waiter{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	if l.queue == nil {
+		l.queue, l.spare = l.spare, nil
+	}
+	l.queue = append(l.queue, w)
+	l.mu.Unlock()
+	select {
+	case <-w.done:
+		return cmd
+	case <-ctx.Done():
+		left := redis.NewCmd(ctx)
+		left.SetErr(&inFlight{err: ctx.Err(), wait: w.wait})
+		return left
+	}
+}
+
+// wait waits until w has run or was dropped, or until ctx ends.
+func (w *waiter) wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// next hands l on after its call or batch came back: to a goroutine that sends the
+// calls queued meanwhile, or to nobody.
+func (b *batcher) next(l *lane) {
+	l.mu.Lock()
+	if len(l.queue) == 0 {
+		l.busy = false
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	go b.drain(l)
+}
+
+// drain sends l's queue in batches until it is empty.
+func (b *batcher) drain(l *lane) {
+	var buf []*waiter
+	for {
+		l.mu.Lock()
+		calls := l.queue
+		if len(calls) == 0 {
+			l.busy = false
+			if l.spare == nil {
+				l.spare = buf
+			}
+			l.mu.Unlock()
+			return
+		}
+		l.queue = buf
+		l.batches++
+		l.mu.Unlock()
+		b.send(calls)
+		clear(calls)
+		buf = calls[:0]
+	}
+}
+
+// send makes calls in one pipeline bounded by the latest of their deadlines (unbounded
+// when one has none), or alone when one is left. A call whose context ended before it
+// went out is dropped with its context's error.
+func (b *batcher) send(calls []*waiter) {
+	live := calls[:0]
+	var last time.Time
+	bounded := true
+	for _, w := range calls {
+		if err := w.ctx.Err(); err != nil {
+			w.cmd.SetErr(err)
+			close(w.done)
+			continue
+		}
+		d, ok := w.ctx.Deadline()
+		bounded = bounded && ok
+		if d.After(last) {
+			last = d
+		}
+		live = append(live, w)
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		_ = b.client.Process(live[0].ctx, live[0].cmd)
+		close(live[0].done)
+		return
+	}
+	ctx := context.Background()
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, last)
+		defer cancel()
+	}
+	pipe := b.client.Pipeline()
+	for _, w := range live {
+		_ = pipe.Process(ctx, w.cmd)
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, w := range live {
+		close(w.done)
+	}
+}
+
+// Batches returns how many batches (pipelines of queued calls) the conn's built-in
+// batching has sent, over every node (tests).
+func (c *Conn) Batches() int {
+	if c.batch == nil {
+		return 0
+	}
+	c.batch.mu.Lock()
+	defer c.batch.mu.Unlock()
+	n := 0
+	for _, l := range c.batch.nodes {
+		l.mu.Lock()
+		n += l.batches
+		l.mu.Unlock()
+	}
+	return n
+}
