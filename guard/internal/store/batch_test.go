@@ -100,10 +100,10 @@ func TestBatchJoinsConcurrentCalls(t *testing.T) {
 	t.Logf("%d calls from %d goroutines: %d pipelines carried %d of them (%.1f each)", workers*each, workers, pipes, cmds, float64(cmds)/float64(pipes))
 }
 
-// TestBatchCallerLeavesAtItsDeadline: a call queued behind a call in flight to a frozen
+// TestBatchCallerLeavesAtItsDeadline: a call queued behind the calls in flight to a frozen
 // server returns at its own deadline, while the server is still frozen, with the
 // context's error in its chain; it is not sent once its context ended (Settled then
-// returns), and the call in flight still runs once the server thaws.
+// returns), and the calls in flight still run once the server thaws.
 func TestBatchCallerLeavesAtItsDeadline(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
@@ -114,17 +114,19 @@ func TestBatchCallerLeavesAtItsDeadline(t *testing.T) {
 	}
 
 	srv.Pause(t)
-	first := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		first <- call(ctx, &s.Conn, "n", "first")
-	}()
-	waitFor(t, "the first call in flight", func() bool {
+	first := make(chan error, lanes)
+	for i := range lanes {
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			first <- call(ctx, &s.Conn, "n", "first"+strconv.Itoa(i))
+		}()
+	}
+	waitFor(t, "the first calls in flight", func() bool {
 		l := s.batch.lane(ctx, "n")
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		return l.busy
+		return l.flying == lanes
 	})
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
@@ -138,8 +140,10 @@ func TestBatchCallerLeavesAtItsDeadline(t *testing.T) {
 	default:
 	}
 	srv.Resume(t)
-	if err := <-first; err != nil {
-		t.Fatalf("the call in flight: %v", err)
+	for range lanes {
+		if err := <-first; err != nil {
+			t.Fatalf("a call in flight: %v", err)
+		}
 	}
 	settle, cancelSettle := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelSettle()
@@ -147,8 +151,8 @@ func TestBatchCallerLeavesAtItsDeadline(t *testing.T) {
 	if settle.Err() != nil {
 		t.Fatal("Settled did not return once the queued call was dropped")
 	}
-	if n, _ := c.Get(ctx, "n").Int(); n != 1 {
-		t.Fatalf("the script ran %d times; want once: the call whose context ended in the queue is not sent", n)
+	if n, _ := c.Get(ctx, "n").Int(); n != lanes {
+		t.Fatalf("the script ran %d times; want %d, the calls in flight: the call whose context ended in the queue is not sent", n, lanes)
 	}
 }
 
