@@ -91,12 +91,12 @@ func (l *Locker) settle(ctx context.Context, h *held, nonce string, sent time.Ti
 			}
 		}
 		if err := cutByBudget(ctx, r.Err); err != r.Err {
-			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: err}
+			return granted{}, redisError("acquire", h.hk.key, err)
 		}
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(r.Err, cerr) {
 			return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: errors.Join(cerr, r.Err)}
 		}
-		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: r.Err}
+		return granted{}, redisError("acquire", h.hk.key, r.Err)
 	}
 	if r.Bad != nil {
 		return granted{}, &RedisError{Op: "acquire", Key: h.hk.key, Err: r.Bad}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/guardkit/guardkit/guard/internal/store"
+
 	"github.com/guardkit/guardkit/ctxid"
 )
 
@@ -70,6 +72,12 @@ var (
 
 	// ErrClosed reports a call on a closed Locker.
 	ErrClosed = errors.New("guard: locker closed")
+
+	// ErrLayout is wrapped by the error of a call that met a lock written by another
+	// version of guardkit, which keeps its data in Redis in another layout (a
+	// *LayoutError): a fleet that mixes versions. Stop every process of the old version
+	// before starting the new one.
+	ErrLayout = errors.New("guard: lock written by another version of guardkit")
 )
 
 // LockedError reports that a lock was busy when the acquisition gave up.
@@ -236,6 +244,36 @@ func (e *ConfigError) Error() string {
 // errors.As.
 func (e *ConfigError) Unwrap() []error { return chain(ErrInvalidConfig, e.Err) }
 
+// LayoutError reports a lock whose data in Redis another version of guardkit wrote, in a
+// layout this version does not read (see the CHANGELOG): a fleet that mixes versions.
+// Nothing was written to the lock; the other version's hold, if any, is left as it is.
+// Stop every process of the old version before starting the new one. It is the Err of a
+// *RedisError, and unwraps to ErrLayout.
+type LayoutError struct {
+	Key   string // the lock key
+	Found string // the layout found: "1" for the data of the versions before the lean layout
+	Want  string // the layout this version reads and writes
+	Err   error  // the server's reply
+}
+
+// Error names the key and both layouts.
+func (e *LayoutError) Error() string {
+	return "guard: lock " + quoteKey(e.Key) + " was written by guardkit data layout " + e.Found +
+		"; this version uses layout " + e.Want + ": stop every process of the old version before starting the new one"
+}
+
+// Unwrap returns ErrLayout and the server's reply, for errors.Is and errors.As.
+func (e *LayoutError) Unwrap() []error { return chain(ErrLayout, e.Err) }
+
+// redisError returns the *RedisError of op on key that failed with err; a reply that the
+// lock's data is another layout's becomes a *LayoutError.
+func redisError(op, key string, err error) *RedisError {
+	if found, want, ok := store.LayoutOf(err); ok {
+		err = &LayoutError{Key: key, Found: found, Want: want, Err: err}
+	}
+	return &RedisError{Op: op, Key: key, Err: err}
+}
+
 // RedisError reports a failed Redis call, or a write that too few replicas acknowledged
 // in time (SyncReplicas).
 type RedisError struct {
@@ -260,7 +298,8 @@ type RedisError struct {
 // acknowledgements it is Err's message, which names them: guard: acquire "k": 0 of 1
 // replicas acknowledged the grant in time; it was undone.
 func (e *RedisError) Error() string {
-	if _, ok := e.Err.(*replicaError); ok {
+	switch e.Err.(type) {
+	case *replicaError, *LayoutError:
 		return e.Err.Error()
 	}
 	if e.Key == "" && e.Op == "ping" {

@@ -236,7 +236,6 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 			fields[fmt.Sprint(kv[i])] = fmt.Sprint(kv[i+1])
 		}
 	}
-	pttl, _ := v[2].(int64)
 	st.Fence = leadingNumber(v[3])
 	_, st.Contended = fields["#w"]
 	var aux, aux2 []any
@@ -246,7 +245,7 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 	if len(v) > 6 {
 		aux2, _ = v[6].([]any)
 	}
-	fillHolders(st, r.spec, fields, pttl, aux, aux2, nowUs/1000)
+	fillHolders(st, r.spec, fields, aux, aux2, nowUs/1000)
 	for i := range st.Holders {
 		if h := &st.Holders[i]; h.Token > 0 && h.Token <= nowUs {
 			h.AcquiredAt = time.UnixMicro(h.Token)
@@ -263,12 +262,12 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 }
 
 // fillHolders fills st's holders, waiters of a fair lock and mode of a read-write lock
-// from the lock's hash fields, its PTTL and the kind's extra replies (aux, aux2), at the
-// server's time nowMs.
-func fillHolders(st *LockState, spec *kindSpec, fields map[string]string, pttl int64, aux, aux2 []any, nowMs int64) {
+// from the lock's hash fields and the kind's extra replies (aux, aux2), at the server's
+// time nowMs.
+func fillHolders(st *LockState, spec *kindSpec, fields map[string]string, aux, aux2 []any, nowMs int64) {
 	switch spec.kind {
 	case KindExclusive, KindFair:
-		st.Holders = holdersOfHash(fields, spec.kind, time.Duration(max(pttl, 0))*time.Millisecond)
+		st.Holders = holdersOfHash(fields, spec.kind, nowMs)
 		if spec.kind == KindFair {
 			st.Waiters = fairWaiters(aux, aux2, nowMs)
 		}
@@ -321,24 +320,24 @@ func leadingNumber(reply any) int64 {
 	return n
 }
 
-// holdersOfHash returns the holder of an exclusive or fair lock's hash, whose lease is ttl.
-func holdersOfHash(fields map[string]string, k Kind, ttl time.Duration) []Holder {
+// holdersOfHash returns the holder of an exclusive or fair lock's hash (its fields #o,
+// #e, #n, #t, #tq, #l and #g, see acquire.lua) at the server's time nowMs: none once the
+// hold's lease (#e) has run out.
+func holdersOfHash(fields map[string]string, k Kind, nowMs int64) []Holder {
+	o := fields["#o"]
+	until, _ := strconv.ParseInt(fields["#e"], 10, 64)
+	if o == "" || until <= nowMs {
+		return nil
+	}
 	token := fields["#t"]
-	if c, ok := fields["#tq"]; ok {
+	if c := fields["#tq"]; c != "" {
 		token = c
 	}
-	var hs []Holder
-	for f, n := range fields {
-		if strings.IndexByte(f, '#') >= 0 {
-			continue
-		}
-		h := Holder{Owner: ctxid.ID(f), Kind: k, TTL: ttl, Granted: fields["#g"] == f}
-		h.Holds, _ = strconv.Atoi(n)
-		h.Token, _ = strconv.ParseInt(token, 10, 64)
-		h.Locker, h.Label, h.TraceID = parseLabel(fields[f+"#l"])
-		hs = append(hs, h)
-	}
-	return hs
+	h := Holder{Owner: ctxid.ID(o), Kind: k, TTL: time.Duration(until-nowMs) * time.Millisecond, Granted: fields["#g"] == o}
+	h.Holds, _ = strconv.Atoi(fields["#n"])
+	h.Token, _ = strconv.ParseInt(token, 10, 64)
+	h.Locker, h.Label, h.TraceID = parseLabel(fields["#l"])
+	return []Holder{h}
 }
 
 // leases returns the holders zset's live members with the time left on each.

@@ -25,20 +25,19 @@ func (s *settings) redisKeys(key string, k *kindSpec) (redisKeys, error) {
 	if len(key) > s.maxKeyLen {
 		return redisKeys{}, invalidKey(key, "longer than MaxKeyLen ("+strconv.Itoa(s.maxKeyLen)+" bytes)")
 	}
-	// One allocation for the three names: "<lock>:fence<lock>:queue".
+	// One allocation for the two names: "<lock><lock>:queue".
 	var b strings.Builder
-	b.Grow(2*(len(s.prefix)+len(key)+len(k.suffix)+len("{}:fence")) + 8)
+	b.Grow(2*(len(s.prefix)+len(key)+len(k.suffix)+len("{}")) + len(":queue"))
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
 	writeEscaped(&b, key)
 	b.WriteByte('}')
 	b.WriteString(k.suffix)
 	n := b.Len()
-	b.WriteString(":fence")
 	b.WriteString(b.String()[:n])
 	b.WriteString(":queue")
 	names := b.String()
-	rk := redisKeys{Lock: names[:n], Fence: names[:n+len(":fence")], Queue: names[n+len(":fence"):]}
+	rk := redisKeys{Lock: names[:n], Queue: names[n:]}
 	if k.aux != "" {
 		rk.Aux = rk.Lock + k.aux
 	}

@@ -104,6 +104,15 @@ func (h *held) Gone() bool { return h.env.gone(h) }
 // Repaired records that a quorum took h back on server (store.Ref).
 func (h *held) Repaired(server string) { h.env.repaired(h, server) }
 
+// Live reports whether h's validity deadline, the TTL less the drift margin from its last
+// grant or renewal, has not passed (store.Ref): its hold has not expired in Redis.
+func (h *held) Live() bool {
+	h.mu.Lock()
+	v := h.validUntil
+	h.mu.Unlock()
+	return time.Now().Before(v)
+}
+
 // hold records a successful acquisition, starts the lease's clocks and hands it to the
 // watchdog. h.mu is held.
 func (h *held) hold(g granted, dog *watchdog.Dog[*held]) {

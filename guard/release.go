@@ -60,7 +60,7 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 				l.waits.KeepTurn(h.sh.Keys.Channel())
 			}
 		}
-		return 0, &RedisError{Op: "release", Key: h.hk.key, Err: r.err}
+		return 0, redisError("release", h.hk.key, r.err)
 	}
 	switch r.code {
 	case releaseFreed:

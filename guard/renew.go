@@ -71,7 +71,7 @@ func renewError(h *held, err error) error {
 	case errors.As(err, &short):
 		return replicaShortfall(h.hk.key, h.s.syncReplicas, short.Acked, short.Err, true)
 	}
-	return &RedisError{Op: "renew", Key: h.hk.key, Err: err}
+	return redisError("renew", h.hk.key, err)
 }
 
 // renewResults pairs each lease's error, as the engine reports it (renewError), and TTL

@@ -24,7 +24,7 @@ func (l *Locker) read(ctx context.Context, op string, reqs []inspectReq, read re
 		states := read(ctx, servers[0].Conn, reqs)
 		for _, st := range states {
 			if st.Err != nil {
-				return nil, nil, &RedisError{Op: op, Key: st.Key, Err: st.Err}
+				return nil, nil, redisError(op, st.Key, st.Err)
 			}
 		}
 		return states, nil, nil

@@ -9,11 +9,10 @@ import (
 
 // Keys are the Redis names of one lock.
 type Keys struct {
-	Lock  string // hash: owner → hold count, fencing token, waiter flags
-	Fence string // fencing counter and the nonces of the last final releases
+	Lock  string // hash: the holds, their tokens and nonces, the fence record, waiter flags
 	Queue string // list of the Lockers waiting for the lock, in the order they found it busy
-	Aux   string // a kind's fourth key, "" for kinds with three
-	Aux2  string // a kind's fifth key, "" for kinds with fewer
+	Aux   string // a kind's third key, "" for kinds with two
+	Aux2  string // a kind's fourth key, "" for kinds with fewer
 }
 
 // Channel is the Pub/Sub channel on which the lock's release is announced; release.lua
@@ -24,11 +23,11 @@ func (k Keys) Channel() string { return k.Lock + ":release" }
 func (k Keys) List() []string {
 	switch {
 	case k.Aux2 != "":
-		return []string{k.Lock, k.Fence, k.Queue, k.Aux, k.Aux2}
+		return []string{k.Lock, k.Queue, k.Aux, k.Aux2}
 	case k.Aux != "":
-		return []string{k.Lock, k.Fence, k.Queue, k.Aux}
+		return []string{k.Lock, k.Queue, k.Aux}
 	}
-	return []string{k.Lock, k.Fence, k.Queue}
+	return []string{k.Lock, k.Queue}
 }
 
 // Spec is what the store needs of a lock kind: its scripts and how its tokens are kept.
@@ -69,6 +68,10 @@ type Ref interface {
 	Gone() bool
 	// Repaired records that the hold was taken back on server (telemetry).
 	Repaired(server string)
+	// Live reports whether the hold's lease is still valid by the engine's clock (its
+	// validity, the TTL less the drift margin from the last grant or renewal, has not run
+	// out): the hold has then not expired in Redis, whose clock need not be read.
+	Live() bool
 }
 
 // Hold is one hold as the store sees it: plain values, written by the engine only. The
@@ -90,7 +93,7 @@ type Hold struct {
 // holdArgs are the arguments that stay the same for every call about one hold, boxed
 // once when the hold is made.
 type holdArgs struct {
-	lock, fence, queue, aux, aux2, owner, retention, limit any
+	lock, queue, aux, aux2, owner, retention, limit any
 	label                                                  any // nil without a label
 }
 
@@ -99,7 +102,7 @@ type holdArgs struct {
 // settings, and read only once filled.
 func (h *Hold) Box(owner string, label any) {
 	k := &h.Keys
-	h.args = holdArgs{lock: k.Lock, fence: k.Fence, queue: k.Queue, owner: owner, retention: h.Terms.retentionArg, label: label}
+	h.args = holdArgs{lock: k.Lock, queue: k.Queue, owner: owner, retention: h.Terms.retentionArg, label: label}
 	if k.Aux != "" {
 		h.args.aux, h.args.limit = k.Aux, h.Terms.limitArg
 	}
@@ -124,13 +127,15 @@ const (
 
 // Arguments of acquire.lua and release.lua, boxed once.
 var (
-	argNumKeys  any = 3
+	argNumKeys  any = 2
+	argNumKeys3 any = 3
 	argNumKeys4 any = 4
-	argNumKeys5 any = 5
 	argFlag         = [2]any{"0", "1"}
 	argManner       = map[string]any{MannerWait: MannerWait, MannerPolite: MannerPolite, MannerTry: MannerTry, MannerLeave: MannerLeave}
 	// argNoLabel is the label slot of an unlabelled hold.
 	argNoLabel any = ""
+	// argNoWon is release.lua's ARGV[7] of one deployment's release: no quorum attempt.
+	argNoWon any = ""
 )
 
 func flagArg(on bool) any {
@@ -153,11 +158,11 @@ func (h *Hold) keyArgs(args []any) []any {
 	a := &h.args
 	switch {
 	case a.aux2 != nil:
-		return append(args, argNumKeys5, a.lock, a.fence, a.queue, a.aux, a.aux2)
+		return append(args, argNumKeys4, a.lock, a.queue, a.aux, a.aux2)
 	case a.aux != nil:
-		return append(args, argNumKeys4, a.lock, a.fence, a.queue, a.aux)
+		return append(args, argNumKeys3, a.lock, a.queue, a.aux)
 	}
-	return append(args, argNumKeys, a.lock, a.fence, a.queue)
+	return append(args, argNumKeys, a.lock, a.queue)
 }
 
 // callArgs are what a store adds to a hold's arguments: its Locker's ID and the conn
@@ -172,11 +177,11 @@ type callArgs struct {
 func (c callArgs) acquire(h *Hold, nonce, manner string) []any {
 	a := &h.args
 	if a.aux != nil {
-		args := h.keyArgs(make([]any, 2, 17))
+		args := h.keyArgs(make([]any, 2, 16))
 		args = append(args, a.owner, h.Terms.ttlArg, nonce, a.retention, argManner[manner], c.id, a.limit, c.conn.shardedArg())
 		return withLabel(h, args)
 	}
-	return withLabel(h, []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
+	return withLabel(h, []any{nil, nil, argNumKeys, a.lock, a.queue,
 		a.owner, h.Terms.ttlArg, nonce, a.retention, argManner[manner], c.id})
 }
 
@@ -193,6 +198,16 @@ func (c callArgs) release(h *Hold, nonce, undo string) []any {
 	return c.releaseAs(h, h.args.owner, nonce, undo)
 }
 
+// releaseLive is release, telling the script when the hold's lease is still valid by
+// the engine's clock (release.lua's ARGV[8]: the server's clock is then not read).
+func (c callArgs) releaseLive(h *Hold, nonce string) []any {
+	args := c.release(h, nonce, "")
+	if h.Ref != nil && h.Ref.Live() {
+		return append(args, argNoWon, argFlag[1])
+	}
+	return args
+}
+
 // releaseAs is release for owner.
 func (c callArgs) releaseAs(h *Hold, owner any, nonce, undo string) []any {
 	a := &h.args
@@ -200,8 +215,8 @@ func (c callArgs) releaseAs(h *Hold, owner any, nonce, undo string) []any {
 		args := h.keyArgs(make([]any, 2, 16))
 		return append(args, owner, nonce, undo, a.retention, c.id, c.conn.shardedArg())
 	}
-	return []any{nil, nil, argNumKeys, a.lock, a.fence, a.queue,
-		owner, nonce, undo, a.retention, c.id, c.conn.shardedArg()}
+	return append(make([]any, 0, 13), nil, nil, argNumKeys, a.lock, a.queue,
+		owner, nonce, undo, a.retention, c.id, c.conn.shardedArg())
 }
 
 // undo returns the command lines that undo h's attempt with nonce: one as owner, the

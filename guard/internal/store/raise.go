@@ -192,9 +192,12 @@ func (q *Quorum) raiseOn(ctx context.Context, c *Conn, h *Hold, owner string, to
 // attempt with nonce (the first two slots left for the script's SHA1 and source).
 func raiseArgs(h *Hold, owner string, top int64, nonce string) []any {
 	tokenField, _ := tokenFields(h, owner)
-	holderField, holderValue, nonces := owner, "", owner+"#a"
-	if h.Terms.Spec.Write {
-		holderField, holderValue, nonces = "#W", owner, "#Wa"
+	holderField, holderValue, nonces := "#o", owner, "#a"
+	switch {
+	case h.Terms.Spec.Write:
+		holderField, nonces = "#W", "#Wa"
+	case h.Terms.Spec.PerHolder:
+		holderField, holderValue, nonces = owner, "", owner+"#a"
 	}
-	return []any{nil, nil, 2, h.Keys.Lock, h.Keys.Fence, strconv.FormatInt(top, 10), tokenField, holderField, holderValue, h.args.retention, nonces, nonce}
+	return []any{nil, nil, 1, h.Keys.Lock, strconv.FormatInt(top, 10), tokenField, holderField, holderValue, h.args.retention, nonces, nonce}
 }

@@ -89,12 +89,12 @@ func (g *renewGroup) run(ctx context.Context, batch []*Hold, ttls []time.Duratio
 			h := batch[g.idx[k]]
 			cmd, src := form(h.Terms.Spec.Renew)
 			keys := h.renewKeys()
-			args := make([]any, 0, 5+len(keys))
+			args := make([]any, 0, 6+len(keys))
 			args = append(args, cmd, src, len(keys))
 			for _, key := range keys {
 				args = append(args, key)
 			}
-			g.cmds[k] = pipe.Do(ctx, append(args, h.args.owner, ttls[g.idx[k]].Milliseconds())...)
+			g.cmds[k] = pipe.Do(ctx, append(args, h.args.owner, ttls[g.idx[k]].Milliseconds(), h.args.retention)...)
 		}
 		var w *redis.Cmd
 		if g.want > 0 {

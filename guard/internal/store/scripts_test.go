@@ -49,6 +49,7 @@ type stayRef struct{}
 
 func (stayRef) Gone() bool      { return false }
 func (stayRef) Repaired(string) {}
+func (stayRef) Live() bool      { return false }
 
 // TestRaiseOfUndoneAttempt: a quorum's write-back of a hold's token (raise.lua) names
 // the attempt that made or counted the hold, and does nothing once that attempt was
@@ -295,7 +296,7 @@ func perKind(t *testing.T, key string, test func(t *testing.T, ctx context.Conte
 			terms := &Terms{Spec: &spec, TTL: 30 * time.Second, Validity: 29 * time.Second, Retention: time.Hour, Permits: kind.permits}
 			terms.Fill()
 			lock := "guard:{" + key + "-" + name + "}" + kind.suffix
-			keys := Keys{Lock: lock, Fence: lock + ":fence", Queue: lock + ":queue"}
+			keys := Keys{Lock: lock, Queue: lock + ":queue"}
 			if kind.aux != "" {
 				keys.Aux = lock + kind.aux
 			}

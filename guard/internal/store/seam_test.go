@@ -18,7 +18,7 @@ func TestRaiseLeavesTheHold(t *testing.T) {
 	terms := &Terms{Spec: &Spec{Acquire: script.Acquire, Release: script.Release, Renew: script.Renew},
 		TTL: 10 * time.Second, Validity: 9 * time.Second, Retention: time.Hour}
 	terms.Fill()
-	h := &Hold{Keys: Keys{Lock: "guard:{k}", Fence: "guard:{k}:fence", Queue: "guard:{k}:queue"}, Terms: terms,
+	h := &Hold{Keys: Keys{Lock: "guard:{k}", Queue: "guard:{k}:queue"}, Terms: terms,
 		Section: "req/s1/s2", Ref: stayRef{}}
 	h.Box("req/s1/s2", nil)
 	// Both grants carry the hold's confirmed token: no write-back, no server called.

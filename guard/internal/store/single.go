@@ -88,7 +88,7 @@ func (s *Single) Undo(ctx context.Context, h *Hold, nonce string) {
 
 // Release runs the release script with the hold's release nonce.
 func (s *Single) Release(ctx context.Context, h *Hold, nonce string, urgent bool) (script.Released, error) {
-	return script.ParseRelease(s.RunScript(ctx, h.Terms.Spec.Release, s.args(&s.Conn).release(h, nonce, ""), urgent).Int64())
+	return script.ParseRelease(s.RunScript(ctx, h.Terms.Spec.Release, s.args(&s.Conn).releaseLive(h, nonce), urgent).Int64())
 }
 
 // Leave runs the acquire script in manner leave, aside.

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -184,3 +186,27 @@ func (b *base) take(cfg Config) {
 
 // args returns the call arguments of c.
 func (b *base) args(c *Conn) callArgs { return callArgs{id: b.cfg.ID, conn: c} }
+
+// Layout is the version of the data layout the scripts read and write (see
+// script/lua/acquire.lua): a key another layout wrote makes them fail with an error
+// "GUARDKIT_LAYOUT <found> <want>", writing nothing.
+const Layout = "2"
+
+// LayoutOf reports whether err is a script's refusal of a key another layout wrote, and
+// the layout found and the one wanted.
+func LayoutOf(err error) (found, want string, ok bool) {
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) {
+		return "", "", false
+	}
+	msg := re.Error()
+	i := strings.Index(msg, "GUARDKIT_LAYOUT ")
+	if i < 0 {
+		return "", "", false
+	}
+	f := strings.Fields(msg[i+len("GUARDKIT_LAYOUT "):])
+	if len(f) < 2 {
+		return "", "", false
+	}
+	return f[0], f[1], true
+}

@@ -1,14 +1,21 @@
 -- acquire.lua: take a lock, reenter it for the same owner, or report the holder's TTL.
 --
--- KEYS[1] lock hash:  <owner> = hold count; <owner>#a = nonces of the owner's last applied
---                     acquires, newest first, space-separated (within 100 bytes); #t =
---                     fencing token (#tq: the same, once a quorum Locker confirmed it, see
---                     raise.lua; #tp: the same, when it is the quorum Locker's proposal,
---                     ARGV[8]); #w = present once someone had to wait
--- KEYS[2] fence:      "<last token>" followed by ":<nonce>" for each of the last final
---                     releases and ":!<nonce>" for each attempt undone before it was
---                     applied, oldest first (see release.lua): such an attempt is refused
--- KEYS[3] queue:      list of the IDs of the Lockers (processes) waiting for the lock, in
+-- KEYS[1] lock hash (layout 2): #v = "2", the layout version; #o = the holder, the owner
+--                     that holds the lock ("" for none); #e = until when (server time,
+--                     ms) its hold lasts: the lock is free once it passed; #n = its hold
+--                     count; #a = nonces of its last applied acquires, newest first,
+--                     space-separated (within 100 bytes); #r = of its last releases that
+--                     left it holding; #l = its label ("<Locker ID> <text>", option
+--                     Label; "" for none); #t = its fencing token ("" once released; #tq:
+--                     the same, once a quorum Locker confirmed it, see raise.lua; #tp: the
+--                     same, when it is the quorum Locker's proposal, ARGV[8]); #f = the
+--                     fence record (fence.lua): the last token issued, the last final
+--                     releases and the attempts undone; #w = present while Lockers may be
+--                     queued (someone had to wait).
+--                     The hash outlives the holds: it lives FenceRetention past the last
+--                     hold's lease (a new hold sets its TTL to the lease's plus the
+--                     retention), so the fence record needs no key of its own.
+-- KEYS[2] queue:      list of the IDs of the Lockers (processes) waiting for the lock, in
 --                     the order they found it busy; a release wakes the first
 -- ARGV[1] owner ID
 -- ARGV[2] TTL in milliseconds
@@ -18,8 +25,8 @@
 --         the owner's hold, but leave a free lock to the waiters queued ahead, and queue),
 --         "2" for a caller that will not wait (the others are queued when busy)
 -- ARGV[6] the ID of the calling Locker, queued when the lock is busy
--- ARGV[7] optional: the hold's label, "<Locker ID> <text>" (option Label), kept in the
---         field <owner>#l of a new hold; absent or "" for none
+-- ARGV[7] optional: the hold's label, "<Locker ID> <text>" (option Label); absent or ""
+--         for none
 -- ARGV[8] optional: a quorum Locker's proposed token (see NewQuorum), in decimal; absent
 --         or "" for none. A new hold takes it instead of the server clock when the two
 --         differ by at most a tenth of the TTL (or of the fence retention, if shorter)
@@ -30,36 +37,45 @@
 -- Returns token             (an integer) when the owner took the free lock: one hold,
 --         {1, token, holds} when the owner held it already (token as a string),
 --         {1, token, holds, holder} when a section the owner is in held it (chain.lua):
---                           the owner reenters that hold, counted in holder's field,
+--                           the owner reenters that hold, counted as holder's,
 --         {0, pttl[, token]} when another owner holds it (pttl -1: free, left to others),
---                           with the holder's token (a string), when it holds one.
+--                           with the holder's token (a string),
+--         an error "GUARDKIT_LAYOUT <found> 2" when the key was written by another layout.
 --
--- The common case, a free lock, is kept short: Lua's own work (every string that enters
--- the interpreter is hashed, byte by byte; every function the script defines is made
--- anew on each call) costs the server about as much as the commands do.
+-- The common case, a free lock, is four commands: HMGET, TIME, HSET and PEXPIRE.
 local lock, owner = KEYS[1], ARGV[1]
-local holder, count, v, n = read_chain(owner, '#t', '#w')
-local token = v[n + 1]
-
-if holder then
-  return rehold(holder, owner, count, token)
+local v = redis.call('HMGET', lock, '#o', '#e', '#t', '#n', '#a', '#f', '#w', '#v')
+if v[8] ~= '2' and (v[8] or v[3]) then
+  return layout_error(v[8])
 end
-
-if token then
-  return busy(redis.call('PTTL', lock), v[n + 2], token)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local holder, f = v[1], v[6]
+if holder and holder ~= '' and tonumber(v[2]) > now then
+  if not within(owner, holder) then
+    return busy(tonumber(v[2]) - now, v[7], v[3])
+  end
+  return rehold(v, holder, owner, now)
 end
 
 if ARGV[5] == '1' then
-  -- Polite: the lock is free but others are ahead; queue behind them to be woken.
+  -- Polite: the lock is free but others are ahead; queue behind them to be woken (#w
+  -- makes the next release pop the queue), and keep the hash that says so.
+  redis.call('HSET', lock, '#w', '1', '#v', '2')
+  extend_to(lock, ARGV[4])
   enqueue()
   return {0, -1}
 end
-
-local f = redis.call('GET', KEYS[2])
 if undone(f) then
   return {0, -1} -- undone already: the caller left
 end
-local t = new_token(f, redis.call('TIME'), ARGV[8])
-put_new_hold(ARGV[7], owner .. '#l', '#t', t, ARGV[8], owner, '1', owner .. '#a', ARGV[3])
-redis.call('PEXPIRE', lock, ARGV[2])
-return tonumber(t)
+local token, record = new_token(f, t, ARGV[8])
+local proposed = ''
+if token == ARGV[8] then
+  proposed = token
+end
+local ttl = tonumber(ARGV[2])
+redis.call('HSET', lock, '#v', '2', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
+  '#r', '', '#l', ARGV[7] or '', '#t', token, '#tq', '', '#tp', proposed, '#f', record)
+redis.call('PEXPIRE', lock, digits(ttl + tonumber(ARGV[4])))
+return tonumber(token)

@@ -26,17 +26,16 @@ local function add(owner, token, label)
   out[#out + 1] = label or ''
 end
 
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if want == 'x' then
-  for k, _ in pairs(f) do
-    if not string.find(k, '#', 1, true) and f['#g'] ~= k then
-      add(k, f['#t'], f[k .. '#l'])
-    end
+  local o = f['#o']
+  if o and o ~= '' and tonumber(f['#e'] or 0) > now and f['#g'] ~= o then
+    add(o, f['#t'], f['#l'])
   end
   return out
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function alive(member)
   local s = redis.call('ZSCORE', KEYS[2], member)
   return s and tonumber(s) > now

@@ -25,14 +25,14 @@ local function within(owner, section)
     (owner == section or string.sub(owner, 1, #section + 1) == section .. '/')
 end
 
--- read_chain reads the lock hash's fields of owner's chain, followed by up to three more
+-- read_chain reads the lock hash's fields of owner's chain, followed by up to four more
 -- fields. Returns the first owner of the chain that holds the lock (nil when none) with
 -- its hold count, then the HMGET reply (the more fields' values from n + 1 on) and n,
 -- the chain's length.
 local function read_chain(owner, ...)
   local c = chain(owner)
   local n = #c
-  c[n + 1], c[n + 2], c[n + 3] = ...
+  c[n + 1], c[n + 2], c[n + 3], c[n + 4] = ...
   local v = redis.call('HMGET', KEYS[1], unpack(c))
   for i = 1, n do
     if v[i] then

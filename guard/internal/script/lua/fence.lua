@@ -1,72 +1,84 @@
--- fence.lua: the fence record of a key (KEYS[2], see acquire.lua), a fragment of every
--- script (see doc.go): its fencing tokens, the final releases and the undone attempts it
--- lists. The arguments are those of acquire.lua and release.lua: ARGV[3] the attempt's
--- (or undo's) nonce, ARGV[4] the fence retention, ARGV[7] of a release the attempt that
--- won the hold on a quorum.
+-- fence.lua: the fence record of a lock, a fragment of every script (see doc.go): the
+-- field #f of the lock hash (KEYS[1]), "<last token>" followed by ":<nonce>" for each of
+-- the last final releases and ":!<nonce>" for each attempt undone before it was applied,
+-- oldest first. The record outlives the holds: the hash lives FenceRetention past the
+-- last hold's lease, so a retried release still finds its nonce, an undone attempt
+-- still finds its mark, and the next token still exceeds every one issued. The
+-- functions here work on the record's text; the caller writes it back in the HSET that
+-- writes the hold (one command). The arguments are those of acquire.lua and release.lua:
+-- ARGV[3] the attempt's (or undo's) nonce, ARGV[4] the fence retention, ARGV[7] of a
+-- release the attempt that won the hold on a quorum.
 
--- note appends entry to the fence, whose token is token when the fence ran out:
--- ":<nonce>" for a final release, ":!<nonce>" for an attempt undone before it was
--- applied. APPEND leaves the list to Redis: Lua reads it back only to trim it, once in
--- about 20 entries, to the newest within about 400 bytes.
-local function note(entry, token)
-  local fence = KEYS[2]
-  local n = redis.call('APPEND', fence, entry)
-  if n == #entry then
-    redis.call('SET', fence, (token or '') .. entry, 'PX', ARGV[4])
-  elseif n > 800 then
-    local f = redis.call('GET', fence)
-    local kept = string.match(string.sub(f, -400), ':.*$') or entry
-    redis.call('SET', fence, string.match(f, '^%d*') .. kept, 'PX', ARGV[4])
-  else
-    redis.call('PEXPIRE', fence, ARGV[4])
+-- layout_error is the reply of a script to a key that another layout of guardkit's data
+-- wrote (found: its #v; nil for the first layout, which had none): stop every process of
+-- the old version before starting the new one. The key is left as it is.
+local function layout_error(found)
+  return redis.error_reply('GUARDKIT_LAYOUT ' .. (found or '1') .. ' 2')
+end
+
+-- noted returns the record f with entry appended: ":<nonce>" for a final release,
+-- ":!<nonce>" for an attempt undone before it was applied. Past 800 bytes it keeps the
+-- token and the newest entries within about 400.
+local function noted(f, entry)
+  f = (f or '') .. entry
+  if #f > 800 then
+    f = string.match(f, '^%d*') .. (string.match(string.sub(f, -400), ':.*$') or entry)
+  end
+  return f
+end
+
+-- extend_to makes key live at least ms milliseconds from now, never shortening its TTL:
+-- a hold reentered through a Locker with a longer TTL keeps its key for as long as that
+-- Locker's lease counts on it. Redis 7 does it in one call (PEXPIRE GT, which leaves a
+-- key without a TTL alone: that one gets it); before, PTTL tells.
+local function extend_to(key, ms)
+  if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+    if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) == -1 then
+      redis.call('PEXPIRE', key, ms)
+    end
+  elseif redis.call('PTTL', key) < tonumber(ms) then
+    redis.call('PEXPIRE', key, ms)
   end
 end
 
--- record_release appends a final release's nonce to the fence.
-local function record_release(token, nonce)
-  note(':' .. nonce, token)
+-- note writes entry into the record f at once (see noted), with the layout version, and
+-- keeps the hash for the fence retention at least: for the rarer paths that write
+-- nothing else.
+local function note(f, entry)
+  redis.call('HSET', KEYS[1], '#f', noted(f, entry), '#v', '2')
+  extend_to(KEYS[1], ARGV[4])
 end
 
 -- refuse_late marks undone, when the caller does not hold the lock here, the attempt
 -- that won its hold on a quorum (ARGV[7]), which may not have reached this server yet.
--- token is the fence's token should the fence have run out.
-local function refuse_late(token)
+-- f is the record. Returns whether it wrote.
+local function refuse_late(f)
   if ARGV[7] and ARGV[7] ~= '' then
-    note(':!' .. ARGV[7], token)
+    note(f, ':!' .. ARGV[7])
+    return true
   end
+  return false
 end
 
--- released reports whether a final release with this nonce was recorded in the fence.
-local function released(nonce)
-  local f = redis.call('GET', KEYS[2])
+-- released reports whether a final release with this nonce is in the record f.
+local function released(f, nonce)
   return f and string.find(f .. ':', ':' .. nonce .. ':', 1, true)
 end
 
 -- undone reports whether this attempt (ARGV[3]) was undone before it reached the server
--- (see note): it is then refused, as its caller left. f is the fence (GET).
+-- (see noted): it is then refused, as its caller left. f is the record.
 local function undone(f)
   return f and string.find(f .. ':', ':!' .. ARGV[3] .. ':', 1, true)
 end
 
--- put_token makes s the fence's last token, keeping the entries after the last one: f is
--- the fence (GET), last its token (f's leading digits, nil for none), keep the retention
--- of a fence written anew. The token is overwritten in place when the widths match.
-local function put_token(f, last, s, keep)
-  if last and #last == #s then
-    redis.call('SETRANGE', KEYS[2], '0', s)
-  else
-    -- No fence (first acquisition, or it expired) or a token of another width: rewrite it.
-    redis.call('SET', KEYS[2], s .. string.match(f or '', '^%d*(.*)$'), 'PX', keep)
-  end
-end
-
 -- new_token draws the key's next fencing token, as a string: one more than the last one
 -- issued and never below the server clock in microseconds, so tokens keep rising after
--- the fence expired or Redis restarted empty. (Integers up to 2^53 are exact in Lua's
--- numbers; a token in microseconds has 16 digits.) f is the fence (GET), t TIME's reply;
--- p, optional, a quorum Locker's proposed token (acquire.lua's ARGV[8]), which replaces
--- the clock when the two differ by at most a tenth of the TTL (ARGV[2]), or of the fence
+-- the record expired or Redis restarted empty. (Integers up to 2^53 are exact in Lua's
+-- numbers; a token in microseconds has 16 digits.) f is the record, t TIME's reply; p,
+-- optional, a quorum Locker's proposed token (acquire.lua's ARGV[8]), which replaces the
+-- clock when the two differ by at most a tenth of the TTL (ARGV[2]), or of the fence
 -- retention (ARGV[4]) if shorter (in microseconds: 100 per ms), and is above the last.
+-- Returns the token and the record with it as the last token, for the caller to write.
 local function new_token(f, t, p)
   -- The clock's digits from TIME's two replies (seconds, then microseconds padded to
   -- six), without number formatting, which costs Redis a printf: digit strings of one
@@ -76,10 +88,9 @@ local function new_token(f, t, p)
   if p and p ~= '' and #p == #s and math.abs(tonumber(p) - tonumber(s)) <= 100 * math.min(tonumber(ARGV[2]), tonumber(ARGV[4])) then
     s = p
   end
-  local last = f and string.match(f, '^%d+')
-  if last and (#last > #s or (#last == #s and last >= s)) then
+  local last, rest = string.match(f or '', '^(%d*)(.*)$')
+  if last ~= '' and (#last > #s or (#last == #s and last >= s)) then
     s = string.format('%.0f', tonumber(last) + 1)
   end
-  put_token(f, last, s, ARGV[4])
-  return s
+  return s, s .. rest
 end

@@ -68,80 +68,68 @@ local function recount(count, nonces, holds, applied)
   if listed(applied, ARGV[3]) then
     return tonumber(holds)
   end
-  holds = redis.call('HINCRBY', KEYS[1], count, '1')
+  holds = tonumber(holds) + 1
   -- Keep the newest nonces within 100 bytes, cut at a separator.
-  redis.call('HSET', KEYS[1], nonces, remember(applied, ARGV[3]))
+  redis.call('HSET', KEYS[1], count, digits(holds), nonces, remember(applied, ARGV[3]))
   return holds
 end
 
 -- drop_hold makes one release (nonce ARGV[2]) or undo (ARGV[3]: drop the hold only if the
 -- attempt with this nonce took effect) of the hold counted in field count, with nonces
--- and dropped its fields of applied attempts and of releases that left it held. v holds
--- their values, then the token the fence takes should it have run out: v[1] false when
--- the caller holds nothing here. absent is the reply for that case (-1, or -2 when
--- another owner holds the lock). Returns release.lua's reply, or nil when the hold ended:
--- its final release is recorded in the fence, and the caller frees what it held.
-local function drop_hold(count, nonces, dropped, v, absent)
+-- and dropped its fields of applied attempts and of releases that left it held. holds,
+-- applied and drops are their values (holds false when the caller holds nothing here),
+-- f the fence record (fence.lua). absent is the reply for a caller that holds nothing
+-- (-1, or -2 when another owner holds the lock). Returns release.lua's reply, or nil and
+-- the record with the final release in it when the hold ended: the caller writes that
+-- record and frees what it held.
+local function drop_hold(count, nonces, dropped, holds, applied, drops, f, absent)
   local nonce, undo = ARGV[2], ARGV[3]
   if undo ~= '' then
-    if not v[1] or not listed(v[2], undo) then
-      note(':!' .. undo, v[4])
+    if not holds or not listed(applied, undo) then
+      note(f, ':!' .. undo)
       return 0 -- nothing to undo: the attempt is refused should it arrive later
     end
     -- Forget the undone attempt, so that a second undo (a client retry) does nothing,
     -- and mark it undone in the fence, so that a copy of it that reaches the server
     -- later (resent by a client whose call timed out, or slowed on another connection)
     -- is refused instead of counted anew.
-    redis.call('HSET', KEYS[1], nonces, forget(v[2], undo))
-    note(':!' .. undo, v[4])
+    f = noted(f, ':!' .. undo)
+    redis.call('HSET', KEYS[1], nonces, forget(applied, undo), '#f', f)
   end
-  if not v[1] then
-    refuse_late(v[4])
-    if released(nonce) then
+  if not holds then
+    refuse_late(f)
+    if released(f, nonce) then
       return 1 -- a retry of a release that ended the hold
     end
     return absent
   end
-  if listed(v[3], nonce) then
+  if listed(drops, nonce) then
     return 2 -- a retry of a release that dropped one hold
   end
-  if v[1] ~= '1' then
-    redis.call('HINCRBY', KEYS[1], count, '-1')
+  if holds ~= '1' then
     -- Remember this nonce among the last few (about 4), newest first, within 100 bytes.
-    redis.call('HSET', KEYS[1], dropped, remember(v[3], nonce))
+    redis.call('HSET', KEYS[1], count, digits(tonumber(holds) - 1), dropped, remember(drops, nonce))
     return 2
   end
-  record_release(v[4], nonce)
-  return nil
-end
-
--- extend_to makes key live at least ms milliseconds from now, never shortening its TTL:
--- a hold reentered through a Locker with a longer TTL keeps its key for as long as that
--- Locker's lease counts on it. Redis 7 does it in one call (PEXPIRE GT, which leaves a
--- key without a TTL alone: that one gets it); before, PTTL tells.
-local function extend_to(key, ms)
-  if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
-    if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) == -1 then
-      redis.call('PEXPIRE', key, ms)
-    end
-  elseif redis.call('PTTL', key) < tonumber(ms) then
-    redis.call('PEXPIRE', key, ms)
-  end
+  return nil, noted(f, ':' .. nonce)
 end
 
 -- rehold is a reentry through Redis of the exclusive or the fair lock: the owner, or a
--- section it is in (holder), holds the lock through another Locker. It counts the attempt
--- (ARGV[3]) as one more hold of holder's, whose count is count, once however often the
--- client sends it, unless the attempt was undone before it got here (checked: the caller
--- looked already), and keeps the lock for ARGV[2] at least. Returns acquire.lua's reentry
--- reply, token the hold's, or {0, -1} for an attempt undone.
-local function rehold(holder, owner, count, token, checked)
-  local nonces = holder .. '#a'
-  local applied = redis.call('HGET', KEYS[1], nonces)
-  if not checked and not listed(applied, ARGV[3]) and undone(redis.call('GET', KEYS[2])) then
-    return {0, -1} -- undone already: the caller left
+-- section it is in (holder, the lock's #o), holds the lock through another Locker. It
+-- counts the attempt (ARGV[3]) as one more hold of holder's, once however often the
+-- client sends it, unless the attempt was undone before it got here, and keeps the hold
+-- for ARGV[2] at least. v is the reply of HMGET #o, #e, #t, #n, #a, #f (then any), now the
+-- server time in ms. Returns acquire.lua's reentry reply, or {0, -1} for an attempt undone.
+local function rehold(v, holder, owner, now)
+  local holds = tonumber(v[4])
+  if not listed(v[5], ARGV[3]) then
+    if undone(v[6]) then
+      return {0, -1} -- undone already: the caller left
+    end
+    holds = holds + 1
+    local until_ = math.max(tonumber(v[2]), now + tonumber(ARGV[2]))
+    redis.call('HSET', KEYS[1], '#n', digits(holds), '#a', remember(v[5], ARGV[3]), '#e', digits(until_))
+    extend_to(KEYS[1], digits(until_ - now + tonumber(ARGV[4])))
   end
-  local holds = recount(holder, nonces, count, applied)
-  extend_to(KEYS[1], ARGV[2])
-  return as_holder({1, token, holds}, holder, owner)
+  return as_holder({1, v[3], holds}, holder, owner)
 end

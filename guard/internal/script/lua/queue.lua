@@ -1,4 +1,4 @@
--- queue.lua: the wait queue of a lock (KEYS[3], see acquire.lua) and the release
+-- queue.lua: the wait queue of a lock (KEYS[2], see acquire.lua) and the release
 -- announcement, a fragment of every script (see doc.go). The arguments are those of
 -- acquire.lua and release.lua: of an acquisition ARGV[2] the TTL, ARGV[5] the manner and
 -- ARGV[6] the calling Locker; of a release ARGV[5] the calling Locker and ARGV[6] the
@@ -6,7 +6,7 @@
 
 -- enqueue puts the calling Locker (ARGV[6]) in the wait queue, once.
 local function enqueue()
-  local queue = KEYS[3]
+  local queue = KEYS[2]
   if not redis.call('LPOS', queue, ARGV[6]) then
     redis.call('RPUSH', queue, ARGV[6])
   end
@@ -38,31 +38,30 @@ local function publish(msg, sharded)
 end
 
 -- wake_all wakes every Locker waiting for the lock (a writer left: all readers may
--- enter) when someone waited (waited: the lock hash's #w) or queued; gone says the lock
--- hash was deleted, #w with it. queued says whether the queue held anyone, nil to delete
--- the queue and see. Returns release.lua's reply for a hold that ended.
-local function wake_all(waited, gone, queued)
+-- enter) when someone waited (waited: the lock hash's #w) or queued. queued says whether
+-- the queue held anyone, nil to delete the queue and see. Returns release.lua's reply
+-- for a hold that ended.
+local function wake_all(waited, queued)
   if queued == nil then
-    queued = redis.call('DEL', KEYS[3]) > 0
+    queued = redis.call('DEL', KEYS[2]) > 0
   end
   if queued or waited then
-    if not gone then
-      redis.call('HDEL', KEYS[1], '#w')
-    end
+    redis.call('HDEL', KEYS[1], '#w')
     publish('*', ARGV[6])
   end
   return 1
 end
 
 -- wake_next wakes the first queued Locker, or every Locker when nobody is queued but
--- someone waited for the hold that ended; waited and gone as for wake_all.
-local function wake_next(waited, gone)
-  local next = redis.call('LPOP', KEYS[3])
+-- someone waited for the hold that ended; waited as for wake_all. The lock hash's #w
+-- stays while a Locker was popped: others may be queued behind it.
+local function wake_next(waited)
+  local next = redis.call('LPOP', KEYS[2])
   if next == ARGV[5] then
     return 4 -- the caller's own Locker is next: it wakes its waiters itself
   elseif next then
     publish(next, ARGV[6])
     return 3
   end
-  return wake_all(waited, gone, false)
+  return wake_all(waited, false)
 end

@@ -1,14 +1,14 @@
 -- release.lua: drop one hold of a lock, only for its owner; free it at zero and wake waiters.
 --
--- KEYS[1] lock hash (see acquire.lua); also <owner>#r = nonces of the owner's last
---         releases that left it holding, newest first, space-separated (within 100 bytes)
--- KEYS[2] fence (see acquire.lua): a final release appends ":<nonce>", so that a retry of
---         the call, even after other owners took and freed the lock, reports it released;
---         an undo appends ":!<undo nonce>", whether it found its attempt applied or not,
---         so that the attempt, should a copy of it reach the server later (resent after a
---         timeout, or from a connection or a server that was slow), is refused
--- KEYS[3] queue (see acquire.lua)
--- ARGV[1] owner ID (for an undo, the attempt's: see undo_holder in chain.lua)
+-- KEYS[1] lock hash (see acquire.lua): a final release frees the hold and appends
+--         ":<nonce>" to the fence record (#f), so that a retry of the call, even after
+--         other owners took and freed the lock, reports it released; an undo appends
+--         ":!<undo nonce>", whether it found its attempt applied or not, so that the
+--         attempt, should a copy of it reach the server later (resent after a timeout, or
+--         from a connection or a server that was slow), is refused
+-- KEYS[2] queue (see acquire.lua)
+-- ARGV[1] owner ID (for an undo, the attempt's: an undo of an attempt that reentered the
+--         hold of a section the owner is in is made as that section)
 -- ARGV[2] release nonce (unique per release; makes a client-side retry of this call a no-op)
 -- ARGV[3] undo nonce: when not empty, drop the hold only if the acquire attempt with this
 --         nonce took effect (compensation after an acquire whose outcome is unknown)
@@ -16,6 +16,11 @@
 -- ARGV[5] the ID of the calling Locker
 -- ARGV[6] "1" to announce with sharded Pub/Sub (SPUBLISH) where the server has it (Redis 7
 --         and newer; the caller is on a Cluster), "0" for classic Pub/Sub (PUBLISH)
+-- ARGV[7] optional: of a quorum's release, the attempt that won the hold (fence.lua's
+--         refuse_late)
+-- ARGV[8] optional: "1" when the caller's lease is valid by its own clock (sent before
+--         its validity, the TTL less the drift margin, ran out): its hold has not
+--         expired here, and the server's clock is not read
 --
 -- Returns  4 the lock was freed, and the caller's Locker was first in the wait queue
 --          3 the lock was freed and handed to another Locker waiting for it
@@ -24,17 +29,35 @@
 --          0 nothing to undo (undo nonce given and that attempt did not take effect)
 --         -1 no lock: it expired
 --         -2 another owner holds the lock
--- An undo is made as the hold the attempt was counted in: a section of the caller's chain,
--- when the attempt reentered that section's hold (chain.lua: undo_holder).
-local lock, owner = KEYS[1], undo_holder(ARGV[1], '#a')
-local nonces, dropped = owner .. '#a', owner .. '#r'
-local v = redis.call('HMGET', lock, owner, nonces, dropped, '#t', '#w')
-local r = drop_hold(owner, nonces, dropped, v, v[4] and -2 or -1)
+--
+-- The common case, the owner's last hold, is two commands: HMGET and HSET (the hash's TTL
+-- already runs FenceRetention past the lease).
+local lock, owner = KEYS[1], ARGV[1]
+local v = redis.call('HMGET', lock, '#o', '#n', '#a', '#r', '#f', '#e', '#w', '#v', '#t')
+if v[8] ~= '2' and (v[8] or v[9]) then
+  return layout_error(v[8])
+end
+local holder = v[1]
+local live = holder and holder ~= ''
+if live and ARGV[8] ~= '1' then
+  local t = redis.call('TIME')
+  live = tonumber(v[6]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- An undo sent as owner finds its attempt in the hold of a section owner is in when the
+-- attempt reentered that hold.
+local mine = live and (holder == owner or ARGV[3] ~= '' and within(owner, holder) and listed(v[3], ARGV[3]))
+local absent = -1
+if live and not mine then
+  absent = -2
+end
+local r, record = drop_hold('#n', '#a', '#r', mine and v[2], v[3], v[4], v[5], absent)
 if r then
   return r
 end
--- The hold ended (its release is in the fence, after the token): free the lock, and wake
--- the first Locker in the wait queue; with none queued but someone having waited for
--- this very hold, every Locker ('*').
-redis.call('DEL', lock)
-return wake_next(v[5], true)
+-- The hold ended (its release is in the record): free the lock, and when someone waited,
+-- wake the first Locker in the wait queue, or every Locker ('*') when none is queued.
+redis.call('HSET', lock, '#o', '', '#t', '', '#e', '0', '#f', record)
+if v[7] then
+  return wake_next(v[7])
+end
+return 1

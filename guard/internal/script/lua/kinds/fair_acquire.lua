@@ -9,54 +9,59 @@
 -- it. ARGV[5] "3" is an owner that gave up: it leaves the queue, and a grant it had not
 -- claimed passes to the next owner. A try (ARGV[5] "2") never jumps the queue.
 local lock, owner, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local v = redis.call('HMGET', lock, '#o', '#e', '#t', '#n', '#a', '#f', '#w', '#v', '#g')
+if v[8] ~= '2' and (v[8] or v[3]) then
+  return layout_error(v[8])
+end
 local now, t = clock()
-local holder, count, v, n = read_chain(owner, '#g', '#t')
-local granted, token = v[n + 1], v[n + 2]
+local holder, f, granted = v[1], v[6], v[9]
+local held = holder and holder ~= '' and tonumber(v[2]) > now
 if ARGV[5] == '3' then
-  redis.call('LREM', KEYS[4], '0', owner)
-  redis.call('HDEL', KEYS[5], owner)
-  if granted == owner then
-    redis.call('DEL', lock)
-    grant_next(ARGV[8], now, t)
+  redis.call('LREM', KEYS[3], '0', owner)
+  redis.call('HDEL', KEYS[4], owner)
+  if held and granted == owner and holder == owner then
+    -- The caller leaves a grant it did not claim: it passes to the next owner.
+    redis.call('HSET', lock, '#o', '', '#t', '', '#e', '0', '#g', '')
+    grant_next(ARGV[8], now, t, f)
   end
   return {0, -1}
 end
-local f = redis.call('GET', KEYS[2])
 if undone(f) then
   return {0, -1} -- undone before it got here: its caller left
 end
-if count then
+if held and within(owner, holder) then
   if granted == owner and holder == owner then
     -- The caller claims the lock a release granted it.
-    redis.call('HDEL', lock, '#g')
-    put_hold(ARGV[9], owner .. '#l', owner .. '#a', ARGV[3])
-    redis.call('PEXPIRE', lock, ARGV[2])
-    return tonumber(token)
+    redis.call('HSET', lock, '#g', '', '#a', ARGV[3], '#l', ARGV[9] or '', '#e', digits(now + ttl))
+    extend_to(lock, digits(ttl + tonumber(ARGV[4])))
+    return tonumber(v[3])
   end
-  return rehold(holder, owner, count, token, true)
+  return rehold(v, holder, owner, now)
 end
-if not token then
+if not held then
   -- Free: it is the first live owner's of the queue.
   local head = first_live(now, t)
   if not head or head == owner then
     if head then
-      redis.call('LPOP', KEYS[4])
-      redis.call('HDEL', KEYS[5], owner)
+      redis.call('LPOP', KEYS[3])
+      redis.call('HDEL', KEYS[4], owner)
     end
-    token = new_token(f, t)
-    put_hold(ARGV[9], owner .. '#l', owner, '1', owner .. '#a', ARGV[3], '#t', token)
-    redis.call('PEXPIRE', lock, ARGV[2])
+    local token, record = new_token(f, t)
+    redis.call('HSET', lock, '#v', '2', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
+      '#r', '', '#l', ARGV[9] or '', '#t', token, '#tq', '', '#tp', '', '#g', '', '#f', record)
+    extend_to(lock, digits(ttl + tonumber(ARGV[4])))
     return tonumber(token)
   end
-  grant_next(ARGV[8], now, t)
+  grant_next(ARGV[8], now, t, f)
 end
 if ARGV[5] ~= '2' then
-  if redis.call('HEXISTS', KEYS[5], owner) == 0 then
-    redis.call('RPUSH', KEYS[4], owner)
+  if redis.call('HEXISTS', KEYS[4], owner) == 0 then
+    redis.call('RPUSH', KEYS[3], owner)
   end
-  redis.call('HSET', KEYS[5], owner, string.format('%.0f %d %s', now + ttl, ttl, ARGV[6]))
+  redis.call('HSET', KEYS[4], owner, string.format('%.0f %d %s', now + ttl, ttl, ARGV[6]))
   local keep = digits(2 * ttl)
+  extend_to(KEYS[3], keep)
   extend_to(KEYS[4], keep)
-  extend_to(KEYS[5], keep)
 end
-return {0, math.min(redis.call('PTTL', lock), math.floor(ttl / 3))}
+local until_ = tonumber(redis.call('HGET', lock, '#e') or 0)
+return {0, math.min(math.max(until_ - now, 0), math.floor(ttl / 3))}

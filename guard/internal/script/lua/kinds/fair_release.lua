@@ -1,17 +1,29 @@
 -- fair_release.lua (after lib.lua): drop one hold of a fair lock, only for its owner; at
--- zero, grant the lock to the first live owner of the queue (see fair_acquire.lua).
-local lock, owner = KEYS[1], undo_holder(ARGV[1], '#a')
-local nonces, dropped = owner .. '#a', owner .. '#r'
-local v = redis.call('HMGET', lock, owner, nonces, dropped, '#t', '#g')
-if v[5] == owner then
-  v[1] = false -- a grant not yet claimed is not a hold of the caller's
+-- zero, grant the lock to the first live owner of the queue (see fair_acquire.lua). The
+-- arguments and replies are release.lua's.
+local lock, owner = KEYS[1], ARGV[1]
+local v = redis.call('HMGET', lock, '#o', '#n', '#a', '#r', '#f', '#e', '#g', '#v', '#t')
+if v[8] ~= '2' and (v[8] or v[9]) then
+  return layout_error(v[8])
 end
-local r = drop_hold(owner, nonces, dropped, v, v[4] and -2 or -1)
+local holder = v[1]
+local live = holder and holder ~= ''
+if live and ARGV[8] ~= '1' then
+  local t = redis.call('TIME')
+  live = tonumber(v[6]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local mine = live and v[7] ~= holder and
+  (holder == owner or ARGV[3] ~= '' and within(owner, holder) and listed(v[3], ARGV[3]))
+local absent = -1
+if live and not mine then
+  absent = -2
+end
+local r, record = drop_hold('#n', '#a', '#r', mine and v[2], v[3], v[4], v[5], absent)
 if r then
   return r
 end
-redis.call('DEL', lock)
-local id = grant_next(ARGV[6])
+redis.call('HSET', lock, '#o', '', '#t', '', '#e', '0', '#f', record)
+local id = grant_next(ARGV[6], nil, nil, record)
 if id == ARGV[5] then
   return 4
 elseif id then

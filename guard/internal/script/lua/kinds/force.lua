@@ -8,24 +8,40 @@
 --         (read-write lock, semaphore), "f" with an owner queue (fair lock)
 -- ARGV[8] release.lua's sharded flag
 --
--- The lock hash goes, with the holders of a shared lock. The fence's last token is raised
--- as a new grant's would be, above every token issued for the key: the next holder's
--- token exceeds it. A fair lock is then granted to the first live owner of its queue, as
--- a release grants it; for the other kinds the wait queue is emptied and every waiting
--- Locker woken ('*'), so that waiters try at once.
+-- The holds go (the lock hash keeps only its fence record), with the holders of a shared
+-- lock. The fence's last token is raised as a new grant's would be, above every token
+-- issued for the key: the next holder's token exceeds it. A fair lock is then granted to
+-- the first live owner of its queue, as a release grants it; for the other kinds the
+-- wait queue is emptied and every waiting Locker woken ('*'), so that waiters try at
+-- once.
 --
--- Returns {the lock's state before (lock_state), the raised token as a string}.
+-- Returns {the lock's state before (lock_state), the raised token as a string}, or an
+-- error "GUARDKIT_LAYOUT <found> 2" when another layout wrote the lock (acquire.lua).
 local state = lock_state(ARGV[1])
+local fields = state[2]
+if #fields > 0 then
+  local version
+  for i = 1, #fields, 2 do
+    if fields[i] == '#v' then
+      version = fields[i + 1]
+    end
+  end
+  if version ~= '2' then
+    return layout_error(version) -- another version's holds are its own to end
+  end
+end
 local now, t = clock()
 if ARGV[7] == 'z' then
-  redis.call('DEL', KEYS[4])
-end
-redis.call('DEL', KEYS[1])
-local fence = new_token(redis.call('GET', KEYS[2]), t)
-if ARGV[7] == 'f' then
-  grant_next(ARGV[8], now, t)
-else
   redis.call('DEL', KEYS[3])
+end
+local fence, record = new_token(redis.call('HGET', KEYS[1], '#f'), t)
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], '#v', '2', '#f', record)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if ARGV[7] == 'f' then
+  grant_next(ARGV[8], now, t, record)
+else
+  redis.call('DEL', KEYS[2])
   publish('*', ARGV[8])
 end
 return {state, fence}

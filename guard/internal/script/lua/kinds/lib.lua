@@ -3,31 +3,40 @@
 -- layout and the replies are those of acquire.lua, release.lua and renew.lua (see
 -- kind.go), with every kind's keys:
 --
--- KEYS[1] lock hash:   <owner> = the owner's hold count; <owner>#a = nonces of its last
---                      applied acquires, <owner>#r = of its last releases that left it
---                      holding (newest first, within 100 bytes); <owner>#t = the fencing
---                      token of its hold (<owner>#tq: the same, once a quorum Locker
---                      confirmed it: see raise.lua; <owner>#tp: the same, when it is the
---                      quorum Locker's proposal); <owner>#l = the hold's label, when it
---                      has one (ARGV[9], see hold.lua's put_hold); #w = present once
---                      someone had to wait.
+-- KEYS[1] lock hash:   #v = "2", the layout version; #f = the fence record (fence.lua);
+--                      #w = present while Lockers may be queued (someone had to wait).
+--                      The read-write lock and the semaphore: <owner> = the owner's hold
+--                      count; <owner>#a = nonces of its last applied acquires,
+--                      <owner>#r = of its last releases that left it holding (newest
+--                      first, within 100 bytes); <owner>#t = the fencing token of its hold
+--                      (<owner>#tq: the same, once a quorum Locker confirmed it: see
+--                      raise.lua; <owner>#tp: the same, when it is the quorum Locker's
+--                      proposal); <owner>#l = the hold's label, when it has one (ARGV[9],
+--                      see hold.lua's put_hold).
 --                      The read-write lock keeps its writer apart: #W = the writer's owner,
 --                      #Wn its hold count, #Wa and #Wr its nonces, #t its token (#tq
 --                      once confirmed), #Wl its label, and #ww =
 --                      until when (server time, ms) a waiting writer keeps new readers out.
 --                      The fair lock is the exclusive lock's hash (acquire.lua) plus #g =
 --                      the owner the lock was granted to and that has not yet claimed it.
--- KEYS[2] fence:       "<last token>" and the nonces of the last final releases (acquire.lua)
--- KEYS[3] queue:       the Lockers waiting, in the order they found the lock busy
--- KEYS[4] holders zset (read-write lock, semaphore): member = an owner holding a share (a
+--                      The hash lives FenceRetention past the last lease, as the
+--                      exclusive lock's does.
+-- KEYS[2] queue:       the Lockers waiting, in the order they found the lock busy
+-- KEYS[3] holders zset (read-write lock, semaphore): member = an owner holding a share (a
 --                      reader, a permit) or '#W' for the writer; score = when (server time,
 --                      ms) its lease runs out. Each hold has its own lease: a holder that
 --                      stopped renewing is dropped at its own expiry, whoever else renews.
 --         owner queue list (fair lock): the owners waiting, in arrival order
--- KEYS[5] owner queue entries hash (fair lock): owner = "<deadline ms> <TTL ms> <Locker ID>";
+-- KEYS[4] owner queue entries hash (fair lock): owner = "<deadline ms> <TTL ms> <Locker ID>";
 --                      a waiter that stops asking past its deadline loses its place
 --
 -- Time comes from the server (TIME), so the leases of all clients share one clock.
+
+-- retention is the fence retention in milliseconds: ARGV[4] of an acquire or a release,
+-- ARGV[3] of a renewal.
+local function retention()
+  return ARGV[4] or ARGV[3]
+end
 
 -- clock returns the server time in milliseconds, then TIME's reply.
 local function clock()
@@ -38,7 +47,7 @@ end
 -- prune drops the holders whose leases ran out. Returns whether the writer was one, then
 -- the latest lease of those left (server time in ms; 0 for none).
 local function prune(now)
-  local lock, holders = KEYS[1], KEYS[4]
+  local lock, holders = KEYS[1], KEYS[3]
   local last = redis.call('ZRANGE', holders, '-1', '-1', 'WITHSCORES')
   local top = tonumber(last[2] or 0)
   if top == 0 then
@@ -65,37 +74,41 @@ local function prune(now)
 end
 
 -- begin starts an acquisition of a kind with a holders zset (read-write lock, semaphore):
--- it reads the server clock and the fence, and, after dropping the holders whose leases
--- ran out, the caller's chain in the lock hash followed by up to three more fields
--- (read_chain). Returns nothing when the attempt was undone before it got here (its
--- caller left); else the time in ms and TIME's reply, the fence, the latest lease left
+-- it reads the server clock and, after dropping the holders whose leases ran out, the
+-- caller's chain in the lock hash followed by the fence record, the layout version and
+-- up to two more fields (read_chain). Returns false and the reply when the attempt was
+-- undone before it got here (its caller left: {0, -1}) or the key was written by another
+-- layout; else the time in ms and TIME's reply, the fence record, the latest lease left
 -- (prune), then read_chain's replies: the holder in the chain (nil for none), the HMGET
--- reply and the chain's length.
-local function begin(...)
+-- reply and the chain's length, after which the two more fields come (from n + 3 on).
+local function begin(a, b)
   local now, t = clock()
-  local f = redis.call('GET', KEYS[2])
-  if undone(f) then
-    return
-  end
   local _, top = prune(now)
-  local holder, _, v, n = read_chain(ARGV[1], ...)
+  local holder, _, v, n = read_chain(ARGV[1], '#f', '#v', a, b)
+  local f, version = v[n + 1], v[n + 2]
+  if version ~= '2' and (version or top > 0) then
+    return false, layout_error(version)
+  end
+  if undone(f) then
+    return false, {0, -1}
+  end
   return now, t, f, top, holder, v, n
 end
 
--- extend makes both keys live as long as the longest lease, top (server time in ms; nil:
--- read it), or a waiting writer's mark, mark (#ww, server time in ms; 0 for none). d is
--- a lease just set for TTL ARGV[2], nil for none: when it runs longest, the keys take
--- ARGV[2] as it is.
+-- extend makes the holders zset live as long as the longest lease, top (server time in
+-- ms; nil: read it), or a waiting writer's mark, mark (#ww, server time in ms; 0 for
+-- none), and the lock hash the fence retention longer. d is a lease just set for TTL
+-- ARGV[2], nil for none: when it runs longest, the zset takes ARGV[2] as it is.
 local function extend(now, mark, top, d)
   if not top then
-    local last = redis.call('ZRANGE', KEYS[4], '-1', '-1', 'WITHSCORES')
+    local last = redis.call('ZRANGE', KEYS[3], '-1', '-1', 'WITHSCORES')
     top = tonumber(last[2] or 0)
   end
   local deadline = math.max(top, mark)
   if deadline > now then
     local ms = deadline == d and ARGV[2] or digits(deadline - now)
-    redis.call('PEXPIRE', KEYS[1], ms)
-    redis.call('PEXPIRE', KEYS[4], ms)
+    redis.call('PEXPIRE', KEYS[1], digits(deadline - now + tonumber(retention())))
+    redis.call('PEXPIRE', KEYS[3], ms)
   end
 end
 
@@ -104,14 +117,14 @@ end
 -- keys' TTL with it; mark and top (the latest lease of the others) as for extend.
 local function lease(member, now, mark, top)
   local d = now + tonumber(ARGV[2])
-  redis.call('ZADD', KEYS[4], 'GT', digits(d), member)
+  redis.call('ZADD', KEYS[3], 'GT', digits(d), member)
   extend(now, mark, top and math.max(top, d), d)
 end
 
 -- renew_lease renews a holder's lease when it has not run out (renew.lua's reply); mark
 -- as for extend.
 local function renew_lease(member, now, mark)
-  if tonumber(redis.call('ZSCORE', KEYS[4], member) or 0) <= now then
+  if tonumber(redis.call('ZSCORE', KEYS[3], member) or 0) <= now then
     return 0
   end
   lease(member, now, mark)
@@ -132,131 +145,148 @@ end
 -- is in the holders zset, dead or alive: whether deleting the zset drops no other
 -- holder. It reads the zset's first two members; the second reply is how many it got.
 local function alone(member, present)
-  local first = redis.call('ZRANGE', KEYS[4], '0', '1')
+  local first = redis.call('ZRANGE', KEYS[3], '0', '1')
   return #first == 0 or present and #first == 1 and first[1] == member, #first
 end
 
--- finish tidies the keys after a hold ended and prune: they go when nobody holds any more
--- (top, the latest lease left, is 0), except that a waiting writer's mark (mark, as for
--- extend) keeps the hash until it runs out. Returns whether someone still holds, then
--- whether the hash is gone.
+-- finish tidies the keys after a hold ended and prune: when nobody holds any more (top,
+-- the latest lease left, is 0) the hash keeps its fence record for the retention, or
+-- until a waiting writer's mark (mark, as for extend) runs out and the retention after.
+-- Returns whether someone still holds.
 local function finish(now, mark, top)
   if top > 0 then
     extend(now, mark, top)
-    return true, false
-  elseif mark > now then
-    redis.call('PEXPIRE', KEYS[1], digits(mark - now))
-    return false, false
+    return true
   end
-  redis.call('DEL', KEYS[1])
-  return false, true
+  extend_to(KEYS[1], digits(math.max(mark - now, 0) + tonumber(retention())))
+  return false
 end
 
 -- share_left ends a release of a share (release_share) that others may still hold, or
--- a writer keep: it drops the share's fields (ended: the share ended in this call), the
--- holders whose leases ran out, and tidies the keys (finish). A permit freed wakes the
--- first queued Locker; the last reader leaving a read-write lock nobody writes wakes it
--- too, or every Locker when a writer waits (#ww), since the queue does not say which of
--- them the writer is in. rw and v as for release_share.
-local function share_left(rw, owner, nonces, dropped, token, v, ended)
+-- a writer keep: it drops the share's fields (ended: the share ended in this call, and
+-- record is the fence record to write), the holders whose leases ran out, and tidies the
+-- keys (finish). A permit freed wakes the first queued Locker; the last reader leaving a
+-- read-write lock nobody writes wakes it too, or every Locker when a writer waits (#ww),
+-- since the queue does not say which of them the writer is in. rw and v as for
+-- release_share.
+local function share_left(rw, owner, nonces, dropped, token, v, ended, record)
   if ended then
-    redis.call('ZREM', KEYS[4], owner)
+    redis.call('ZREM', KEYS[3], owner)
     redis.call('HDEL', KEYS[1], owner, nonces, dropped, token, token .. 'q', token .. 'p', owner .. '#l')
+    redis.call('HSET', KEYS[1], '#f', record)
   end
   local now = clock()
   local writer_gone, top = prune(now)
   local waited, mark = v[5], tonumber(v[7] or 0)
   if not rw then
-    local _, gone = finish(now, 0, top)
-    return wake_next(waited, gone)
+    finish(now, 0, top)
+    return wake_next(waited)
   elseif v[6] and not writer_gone then
     extend(now, mark, top)
     return 1
   end
-  local held, gone = finish(now, mark, top)
-  if held then
+  if finish(now, mark, top) then
     return 1
   elseif mark > now then
-    return wake_all(waited, gone)
+    return wake_all(waited)
   end
-  return wake_next(waited, gone)
+  return wake_next(waited)
 end
 
 -- release_share makes one release or undo of the caller's share: a reader's hold (rw:
 -- the lock is a read-write lock) or a permit. It reads with the share's fields #w (v[5])
--- and, for a reader, the writer's #W (v[6]) and #ww (v[7]). When the share ends and
--- leaves nobody holding (the holders' first two tell), and no writer holds or waits,
--- the lock goes at once and the first queued Locker is woken. Returns release.lua's
--- reply (-1 for a share not held).
+-- and, for a reader, the writer's #W (v[6]) and #ww (v[7]), then the fence record and
+-- the layout version. When the share ends and leaves nobody holding (the holders' first
+-- two tell), and no writer holds or waits, the holders go at once, the hash keeps the
+-- fence record, and the first queued Locker is woken. Returns release.lua's reply (-1
+-- for a share not held).
 local function release_share(rw)
   local lock, owner = KEYS[1], undo_holder(ARGV[1], '#a')
   local nonces, dropped, token = owner .. '#a', owner .. '#r', owner .. '#t'
   local v
   if rw then
-    v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', '#W', '#ww')
+    v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', '#W', '#ww', '#f', '#v')
   else
-    v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w')
+    local x = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', '#f', '#v')
+    v = {x[1], x[2], x[3], x[4], x[5], false, false, x[6], x[7]}
   end
-  local r = drop_hold(owner, nonces, dropped, v, -1)
+  if v[9] ~= '2' and (v[9] or v[1]) then
+    return layout_error(v[9])
+  end
+  local r, record = drop_hold(owner, nonces, dropped, v[1], v[2], v[3], v[8], -1)
   if r ~= nil and r ~= 1 then
     return r
   end
   -- The share ended, now (r nil: its lease is still listed) or in the call this one
   -- retries.
   if not v[6] and not v[7] and alone(owner, r == nil) then
-    redis.call('DEL', lock, KEYS[4])
-    return wake_next(v[5], true)
+    redis.call('DEL', KEYS[3])
+    if r == nil then
+      redis.call('HDEL', lock, owner, nonces, dropped, token, token .. 'q', token .. 'p', owner .. '#l')
+      redis.call('HSET', lock, '#f', record)
+    end
+    extend_to(lock, retention())
+    return wake_next(v[5])
   end
-  return share_left(rw, owner, nonces, dropped, token, v, r == nil)
+  return share_left(rw, owner, nonces, dropped, token, v, r == nil, record)
 end
 
 -- writer_left ends a release of the write hold (release_write) that readers may still
 -- hold, or a writer's mark keep: it drops the writer's fields (ended: the hold ended in
--- this call), the holders whose leases ran out, tidies the keys (finish) and wakes every
--- waiting Locker. v as for release_write.
-local function writer_left(v, ended)
+-- this call, record the fence record to write), the holders whose leases ran out, tidies
+-- the keys (finish) and wakes every waiting Locker. v as for release_write.
+local function writer_left(v, ended, record)
   if ended then
-    redis.call('ZREM', KEYS[4], '#W')
+    redis.call('ZREM', KEYS[3], '#W')
     redis.call('HDEL', KEYS[1], '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#tp', '#Wl')
+    redis.call('HSET', KEYS[1], '#f', record)
   else
     redis.call('HDEL', KEYS[1], '#W')
   end
   local now = clock()
   local _, top = prune(now)
-  local _, gone = finish(now, tonumber(v[6] or 0), top)
-  return wake_all(v[7], gone)
+  finish(now, tonumber(v[6] or 0), top)
+  return wake_all(v[7])
 end
 
 -- release_write makes one release or undo of the write hold of ARGV[1]. When the writer
 -- leaves, every waiting Locker is woken: all waiting readers may enter together. It reads
--- the writer's fields, then #W (v[5]), #ww (v[6]) and #w (v[7]). Returns release.lua's
--- reply (-1 for a write hold not held).
+-- the writer's fields, then #W (v[5]), #ww (v[6]), #w (v[7]), the fence record (v[8]) and
+-- the layout version (v[9]). Returns release.lua's reply (-1 for a write hold not held).
 local function release_write()
   local lock, owner = KEYS[1], ARGV[1]
-  local v = redis.call('HMGET', lock, '#Wn', '#Wa', '#Wr', '#t', '#W', '#ww', '#w')
+  local v = redis.call('HMGET', lock, '#Wn', '#Wa', '#Wr', '#t', '#W', '#ww', '#w', '#f', '#v')
+  if v[9] ~= '2' and (v[9] or v[5]) then
+    return layout_error(v[9])
+  end
   local writer = v[5]
   if ARGV[3] ~= '' and writer ~= owner and within(owner, writer) then
     owner = writer -- an undo of an attempt that reentered the writer's section (chain.lua)
   end
+  local holds = v[1]
   if writer ~= owner then
-    v[1] = false -- no write hold of the caller's
-    return drop_hold('#Wn', '#Wa', '#Wr', v, -1)
+    holds = false -- no write hold of the caller's
   end
-  local r = drop_hold('#Wn', '#Wa', '#Wr', v, -1)
-  if r ~= nil and r ~= 1 then
+  local r, record = drop_hold('#Wn', '#Wa', '#Wr', holds, v[2], v[3], v[8], -1)
+  if r ~= nil and r ~= 1 or writer ~= owner then
     return r
   end
   -- The write hold ended, now (r nil: its lease is still listed) or in the call this one
-  -- retries. With no reader left and no writer waiting, the lock goes at once, with its
-  -- holders and its queue: one DEL, which counts the lock and the holders (when the
+  -- retries. With no reader left and no writer waiting, the holders and the queue go at
+  -- once (the hash keeps the fence record): one DEL, which counts the holders (when the
   -- writer is listed: alone's second reply), so the queue was there when it counts more.
   if not v[6] then
     local last, members = alone('#W', r == nil)
     if last then
-      return wake_all(v[7], true, redis.call('DEL', lock, KEYS[4], KEYS[3]) > 1 + members)
+      if r == nil then
+        redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#tp', '#Wl')
+        redis.call('HSET', lock, '#f', record)
+      end
+      extend_to(lock, retention())
+      return wake_all(v[7], redis.call('DEL', KEYS[3], KEYS[2]) > members)
     end
   end
-  return writer_left(v, r == nil)
+  return writer_left(v, r == nil, record)
 end
 
 -- first_live returns the first owner of the fair queue whose place has not lapsed, and its
@@ -264,37 +294,39 @@ end
 -- when first needed unless now and t are given.
 local function first_live(now, t)
   while true do
-    local o = redis.call('LINDEX', KEYS[4], '0')
+    local o = redis.call('LINDEX', KEYS[3], '0')
     if not o then
       return nil
     end
     if not now then
       now, t = clock()
     end
-    local e = redis.call('HGET', KEYS[5], o)
+    local e = redis.call('HGET', KEYS[4], o)
     if e and tonumber(string.match(e, '^%d+')) > now then
       return o, e, now, t
     end
-    redis.call('LPOP', KEYS[4])
-    redis.call('HDEL', KEYS[5], o)
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], o)
   end
 end
 
 -- grant_next grants the free fair lock to the first live owner of the queue: it holds the
 -- lock from now, with its own TTL as the time to claim it (#g), and its Locker is told.
--- sharded is the flag of release.lua's ARGV[6]; now and t as for first_live. Returns that
--- Locker's ID, or nil.
-local function grant_next(sharded, now, t)
+-- sharded is the flag of release.lua's ARGV[6]; now and t as for first_live; f the fence
+-- record. Returns that Locker's ID, or nil.
+local function grant_next(sharded, now, t, f)
   local o, e
   o, e, now, t = first_live(now, t)
   if not o then
     return nil
   end
-  redis.call('LPOP', KEYS[4])
-  redis.call('HDEL', KEYS[5], o)
+  redis.call('LPOP', KEYS[3])
+  redis.call('HDEL', KEYS[4], o)
   local ttl, id = string.match(e, '^%d+ (%d+) (.*)$')
-  redis.call('HSET', KEYS[1], o, '1', '#t', new_token(redis.call('GET', KEYS[2]), t), '#g', o)
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  local token, record = new_token(f, t)
+  redis.call('HSET', KEYS[1], '#v', '2', '#o', o, '#e', digits(now + tonumber(ttl)), '#n', '1', '#a', '',
+    '#r', '', '#l', '', '#t', token, '#tq', '', '#tp', '', '#g', o, '#f', record)
+  extend_to(KEYS[1], digits(tonumber(ttl) + tonumber(retention())))
   publish(id, sharded)
   return id
 end

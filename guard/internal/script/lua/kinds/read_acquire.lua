@@ -6,9 +6,9 @@
 local lock, owner = KEYS[1], ARGV[1]
 local now, t, f, top, holder, v, n = begin('#W', '#ww')
 if not now then
-  return {0, -1} -- undone before it got here: its caller left
+  return t -- undone before it got here (its caller left), or another layout's key
 end
-local writer, mark = v[n + 1], tonumber(v[n + 2] or 0)
+local writer, mark = v[n + 3], tonumber(v[n + 4] or 0)
 if holder then
   return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder, now, mark, top)
 end
@@ -18,9 +18,9 @@ if writer then
   refused = not within(owner, writer)
 end
 if refused then
-  return busy(redis.call('PTTL', lock))
+  return busy(math.max(top, mark) - now) -- until the last lease or the writer's mark ends
 end
-local token = new_token(f, t, ARGV[10])
-put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3])
+local token, record = new_token(f, t, ARGV[10])
+put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3], '#f', record, '#v', '2')
 lease(owner, now, mark, top)
 return tonumber(token)

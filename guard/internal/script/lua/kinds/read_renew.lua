@@ -1,5 +1,6 @@
 -- read_renew.lua (after lib.lua): renew ARGV[1]'s share of a read-write lock or of a
--- semaphore for ARGV[2] ms, unless its lease already ran out. KEYS as for acquiring.
+-- semaphore for ARGV[2] ms, unless its lease already ran out. KEYS as for acquiring;
+-- ARGV[3] the fence retention in ms.
 local v = redis.call('HMGET', KEYS[1], ARGV[1], '#ww')
 if not v[1] then
   return 0

@@ -6,21 +6,21 @@
 local owner = ARGV[1]
 local now, t, f, top, holder = begin()
 if not now then
-  return {0, -1} -- undone before it got here: its caller left
+  return t -- undone before it got here (its caller left), or another layout's key
 end
 if holder then
   return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder, now, 0, top)
 end
 -- Nobody holds a permit when no lease is left (top 0).
-if top > 0 and redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
-  local first = redis.call('ZRANGE', KEYS[4], '0', '0', 'WITHSCORES')
+if top > 0 and redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[7]) then
+  local first = redis.call('ZRANGE', KEYS[3], '0', '0', 'WITHSCORES')
   return busy(tonumber(first[2]) - now) -- the first lease to run out frees a permit
 end
 if ARGV[5] == '1' then
   enqueue() -- polite: a permit is free, but others of this process wait for one
   return {0, -1}
 end
-local token = new_token(f, t, ARGV[10])
-put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3])
+local token, record = new_token(f, t, ARGV[10])
+put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3], '#f', record, '#v', '2')
 lease(owner, now, 0, top)
 return tonumber(token)

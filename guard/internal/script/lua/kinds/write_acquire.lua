@@ -10,9 +10,9 @@ if ARGV[5] == '3' then
 end
 local now, t, f, top, holder, v, n = begin('#W', '#ww')
 if not now then
-  return {0, -1} -- undone before it got here: its caller left
+  return t -- undone before it got here (its caller left), or another layout's key
 end
-local writer, mark = v[n + 1], tonumber(v[n + 2] or 0)
+local writer, mark = v[n + 3], tonumber(v[n + 4] or 0)
 if within(owner, writer) then
   return reenter(writer, owner, '#Wn', '#Wa', '#t', '#W', now, mark, top)
 end
@@ -26,15 +26,15 @@ if writer or top > 0 then
     redis.call('HSET', lock, '#ww', digits(now + ttl))
     extend(now, now + ttl, top)
   end
-  return busy(math.min(redis.call('PTTL', lock), math.floor(ttl / 3)))
+  return busy(math.min(top - now, math.floor(ttl / 3)))
 end
 if ARGV[5] == '1' then
   enqueue() -- polite: the lock is free, but others of this process are ahead
   return {0, -1}
 end
-local token = new_token(f, t, ARGV[10])
-put_new_hold(ARGV[9], '#Wl', '#t', token, ARGV[10], '#W', owner, '#Wn', '1', '#Wa', ARGV[3])
-if v[n + 2] then
+local token, record = new_token(f, t, ARGV[10])
+put_new_hold(ARGV[9], '#Wl', '#t', token, ARGV[10], '#W', owner, '#Wn', '1', '#Wa', ARGV[3], '#f', record, '#v', '2')
+if v[n + 4] then
   redis.call('HDEL', lock, '#ww')
 end
 lease('#W', now, 0, top)
