@@ -59,8 +59,8 @@ func TestFragmentsOnce(t *testing.T) {
 		"kinds/lib", "kinds/force", "kinds/read_acquire", "kinds/read_release", "kinds/write_acquire", "kinds/write_release",
 		"kinds/sem_acquire", "kinds/sem_release", "kinds/fair_acquire", "kinds/fair_release", "kinds/read_renew", "kinds/write_renew",
 		"waits", "blockers"}
-	for _, fn := range []string{"note", "publish", "listed", "remember", "forget", "released", "undone", "refuse_late", "record_release",
-		"chain", "within", "undo_holder", "read_chain", "put_token", "new_token", "put_hold", "recount", "drop_hold", "extend_to",
+	for _, fn := range []string{"note", "publish", "listed", "remember", "forget", "released", "undone", "refuse_late", "noted", "layout_error",
+		"chain", "within", "undo_holder", "read_chain", "new_token", "put_hold", "recount", "drop_hold", "extend_to",
 		"enqueue", "busy", "wake_next", "wake_all", "begin", "lease", "release_share", "share_left", "release_write", "writer_left", "alone", "digits", "rehold"} {
 		def := "local function " + fn + "("
 		var in []string
@@ -74,7 +74,7 @@ func TestFragmentsOnce(t *testing.T) {
 		}
 	}
 	for name, s := range all {
-		for _, fn := range []string{"note", "publish", "undo_holder", "refuse_late", "extend_to", "new_token", "drop_hold"} {
+		for _, fn := range []string{"note", "noted", "publish", "undo_holder", "refuse_late", "extend_to", "new_token", "drop_hold", "layout_error", "rehold"} {
 			if strings.Contains(s.Body(), fn+"(") && !strings.Contains(s.Body(), "local function "+fn+"(") {
 				t.Errorf("%s calls %s without its definition", name, fn)
 			}

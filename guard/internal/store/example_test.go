@@ -38,7 +38,7 @@ func Example() {
 	terms := &store.Terms{Spec: &store.Spec{Acquire: script.Acquire, Release: script.Release, Renew: script.Renew},
 		TTL: 30 * time.Second, Validity: 29 * time.Second, Retention: time.Hour}
 	terms.Fill()
-	keys := store.Keys{Lock: "guard:{order:42}", Fence: "guard:{order:42}:fence", Queue: "guard:{order:42}:queue"}
+	keys := store.Keys{Lock: "guard:{order:42}", Queue: "guard:{order:42}:queue"}
 	hold := func(owner string) *store.Hold {
 		h := &store.Hold{Keys: keys, Terms: terms, Section: owner}
 		h.Box(owner, nil)

@@ -116,13 +116,7 @@ func TestUndoBeforeAttempt(t *testing.T) {
 			}
 			return v
 		}
-		holds := func() string {
-			field := h.Owner()
-			if name == "write" {
-				field = "#Wn"
-			}
-			return c.HGet(ctx, k.keys.Lock, field).Val()
-		}
+		holds := func() string { return k.holds(ctx, c, h.Owner()) }
 
 		// Free lock: the undo comes first, then its attempt.
 		if code, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, k.args.release(h, k.nonce(), "late.1"), true)); err != nil || code != script.NoUndo {
@@ -190,13 +184,7 @@ func TestUndoOfSectionReentry(t *testing.T) {
 			return h
 		}
 		outer, inner := as("req-"+name+"/s1"), as("req-"+name+"/s1/s2")
-		holds := func() string {
-			field := outer.Owner()
-			if name == "write" {
-				field = "#Wn"
-			}
-			return c.HGet(ctx, k.keys.Lock, field).Val()
-		}
+		holds := func() string { return k.holds(ctx, c, outer.Owner()) }
 		acquire := func(h *Hold, nonce string) script.Granted {
 			t.Helper()
 			v, err := k.cn.RunScript(ctx, k.t.Spec.Acquire, k.args.acquire(h, nonce, MannerWait), true).Result()
@@ -241,8 +229,12 @@ func TestUndoOfSectionReentry(t *testing.T) {
 		if code, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, k.args.release(outer, k.nonce(), ""), true)); err != nil || code == script.StillHeld {
 			t.Fatalf("the holder's release: %v, %v; want the hold ended", code, err)
 		}
-		if n := c.Exists(ctx, k.keys.Lock).Val(); n != 0 && name != "fair" {
-			t.Fatalf("lock hash still present after the holder's only release (holds %q)", holds())
+		// The hash stays, with its fence record, for the retention: no hold is left in it.
+		if h := holds(); h != "" {
+			t.Fatalf("the holder still holds %q after its only release", h)
+		}
+		if ttl := c.PTTL(ctx, k.keys.Lock).Val(); ttl <= 0 || ttl > k.t.TTL+k.t.Retention {
+			t.Fatalf("lock hash TTL %s after the last release, want the record kept within TTL + retention", ttl)
 		}
 	})
 }
@@ -254,6 +246,27 @@ type kindRig struct {
 	cn   *Conn
 	args callArgs
 	seq  int
+}
+
+// holds returns owner's hold count in the rig's lock, "" when it holds nothing: the
+// exclusive and the fair lock keep their holder in #o and its count in #n, the write
+// mode in #W and #Wn, the other kinds a field per holder.
+func (k *kindRig) holds(ctx context.Context, c *redis.Client, owner string) string {
+	switch {
+	case k.t.Spec.Write:
+		v := c.HMGet(ctx, k.keys.Lock, "#W", "#Wn").Val()
+		if v[0] == owner && v[1] != nil {
+			return v[1].(string)
+		}
+		return ""
+	case k.t.Spec.PerHolder:
+		return c.HGet(ctx, k.keys.Lock, owner).Val()
+	}
+	v := c.HMGet(ctx, k.keys.Lock, "#o", "#n").Val()
+	if v[0] == owner && v[1] != nil {
+		return v[1].(string)
+	}
+	return ""
 }
 
 // hold returns a hold of the rig's lock for owner, its arguments boxed.

@@ -41,8 +41,8 @@ func TestRaiseLeavesTheHold(t *testing.T) {
 	}
 	// The attempt's undo goes as the holder, and as the section it was sent for.
 	lines := q.args(NewConn(nil)).undo(h, a.owner, "n.1", func() string { return "u" })
-	if len(lines) != 2 || lines[0][6] != "req/s1" || lines[1][6] != "req/s1/s2" {
-		t.Fatalf("undo lines as %v and %v, want req/s1 then req/s1/s2", lines[0][6], lines[len(lines)-1][6])
+	if len(lines) != 2 || lines[0][5] != "req/s1" || lines[1][5] != "req/s1/s2" {
+		t.Fatalf("undo lines as %v and %v, want req/s1 then req/s1/s2", lines[0][5], lines[len(lines)-1][5])
 	}
 	// An undo of one's own hold goes once.
 	if lines := q.args(NewConn(nil)).undo(h, h.Owner(), "n.2", func() string { return "u" }); len(lines) != 1 {
