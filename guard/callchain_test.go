@@ -128,7 +128,7 @@ func TestTokenOpensOnlyItsSection(t *testing.T) {
 	if err != nil || !rx.Reentrant() || rx.Token() != x.Token() || rx.Owner() != x.Owner() {
 		t.Fatalf("remote TryAcquire x = %v (lease %+v), want a reentry of %q with token %d", err, rx, x.Owner(), x.Token())
 	}
-	if n, _ := c.HGet(req, lockName("x"), string(x.Owner())).Int(); n != 2 {
+	if n := holdCount(t, c, "x", string(x.Owner())); n != 2 {
 		t.Fatalf("Redis hold count of the section = %d, want 2", n)
 	}
 	for _, l := range []*guard.Locker{b, a} {

@@ -309,7 +309,7 @@ func TestReleaseReplyLostWakes(t *testing.T) {
 	if err := holder.Release(context.Background()); !errors.Is(err, guard.ErrUnavailable) {
 		t.Fatalf("release with its reply dropped = %v, want ErrUnavailable", err)
 	}
-	if n, _ := direct.Exists(context.Background(), lockName("lost-reply")).Result(); n != 0 {
+	if lockHolder(t, direct, lockName("lost-reply")) != "" {
 		t.Fatal("the release did not run: the dropped reply was not the script's")
 	}
 	if err := <-got; err != nil {

@@ -172,3 +172,58 @@ func tokenIn(ctx context.Context) (int64, bool) {
 	}
 	return 0, false
 }
+
+// lockHolder returns the owner that holds the exclusive or fair lock in its Redis hash
+// name (its #o, while its lease #e runs, by the server's clock), "" for none.
+func lockHolder(t testing.TB, c redis.Cmdable, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	v, err := c.HMGet(ctx, name, "#o", "#e").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := v[0].(string)
+	e, _ := v[1].(string)
+	until, _ := strconv.ParseInt(e, 10, 64)
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o == "" || until <= now.UnixMilli() {
+		return ""
+	}
+	return o
+}
+
+// holdCount returns owner's hold count in the exclusive or fair lock of key, 0 when it
+// does not hold it.
+func holdCount(t testing.TB, c redis.Cmdable, key, owner string) int {
+	t.Helper()
+	if lockHolder(t, c, lockName(key)) != owner {
+		return 0
+	}
+	n, _ := c.HGet(context.Background(), lockName(key), "#n").Int()
+	return n
+}
+
+// leaseLeft returns how long the hold of the exclusive or fair lock of key has left in
+// Redis (its #e, by the server's clock), 0 when nobody holds it.
+func leaseLeft(t testing.TB, c redis.Cmdable, key string) time.Duration {
+	t.Helper()
+	if lockHolder(t, c, lockName(key)) == "" {
+		return 0
+	}
+	ctx := context.Background()
+	until, _ := c.HGet(ctx, lockName(key), "#e").Int64()
+	now, _ := c.Time(ctx).Result()
+	return time.Duration(until-now.UnixMilli()) * time.Millisecond
+}
+
+// setFence writes the fence record of key's exclusive lock on c as a record whose last
+// token is token (as a counter ahead of the others would be), kept for an hour.
+func setFence(ctx context.Context, c redis.Cmdable, key string, token int64) error {
+	if err := c.HSet(ctx, lockName(key), "#v", "2", "#f", strconv.FormatInt(token, 10)).Err(); err != nil {
+		return err
+	}
+	return c.Expire(ctx, lockName(key), time.Hour).Err()
+}

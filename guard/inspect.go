@@ -237,7 +237,7 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 		}
 	}
 	st.Fence = leadingNumber(v[3])
-	_, st.Contended = fields["#w"]
+	st.Contended = fields["#w"] == "1"
 	var aux, aux2 []any
 	if len(v) > 5 {
 		aux, _ = v[5].([]any)

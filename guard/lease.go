@@ -104,13 +104,13 @@ func (h *held) Gone() bool { return h.env.gone(h) }
 // Repaired records that a quorum took h back on server (store.Ref).
 func (h *held) Repaired(server string) { h.env.repaired(h, server) }
 
-// Live reports whether h's validity deadline, the TTL less the drift margin from its last
-// grant or renewal, has not passed (store.Ref): its hold has not expired in Redis.
-func (h *held) Live() bool {
+// Left is how long h's validity deadline, the TTL less the drift margin from its last
+// grant or renewal, is ahead (store.Ref): while it is, its hold has not expired in Redis.
+func (h *held) Left() time.Duration {
 	h.mu.Lock()
 	v := h.validUntil
 	h.mu.Unlock()
-	return time.Now().Before(v)
+	return time.Until(v)
 }
 
 // hold records a successful acquisition, starts the lease's clocks and hands it to the

@@ -33,11 +33,7 @@ func TestReleaseAfterTakeoverKeepsNewHolder(t *testing.T) {
 	if !errors.Is(err, guard.ErrNotHeld) && !errors.Is(err, guard.ErrLeaseLost) {
 		t.Errorf("the former holder's Release = %v, want ErrNotHeld (or ErrLeaseLost had it heard of the loss)", err)
 	}
-	held, err := c.HExists(ctx, lockName("taken"), string(next.Owner())).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !held {
+	if lockHolder(t, c, lockName("taken")) != string(next.Owner()) {
 		t.Fatal("the former holder's Release freed the new holder's lock in Redis")
 	}
 	if le, err := l.TryAcquire(ctx, "taken"); !errors.Is(err, guard.ErrLocked) {
@@ -70,8 +66,8 @@ func TestRenewalAfterTakeoverLeavesNewHolder(t *testing.T) {
 	case <-old.Context().Done():
 	case <-time.After(20 * time.Second):
 	}
-	if pttl := c.PTTL(ctx, lockName("renewed")).Val(); pttl < 59*time.Minute {
-		t.Fatalf("the new holder's lock has PTTL %s, want about 1h: a renewal of the former holder reset it", pttl)
+	if left := leaseLeft(t, c, "renewed"); left < 59*time.Minute {
+		t.Fatalf("the new holder's lease has %s left in Redis, want about 1h: a renewal of the former holder reset it", left)
 	}
 	if !errors.Is(context.Cause(old.Context()), guard.ErrLeaseLost) {
 		t.Fatalf("the former holder's lease was not lost within 20s of renewals every 100ms after another owner took its lock (cause %v)", context.Cause(old.Context()))
@@ -80,7 +76,7 @@ func TestRenewalAfterTakeoverLeavesNewHolder(t *testing.T) {
 
 // TestValidityWithinRedisExpiry: a lease never claims validity past the moment Redis
 // expires its lock, after the acquisition or after any renewal: ValidUntil is at most
-// the lock's remaining PTTL from now.
+// the time its hold has left in Redis (#e), from now.
 func TestValidityWithinRedisExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	ttl := 3 * time.Second
@@ -92,15 +88,12 @@ func TestValidityWithinRedisExpiry(t *testing.T) {
 	check := func(when string) time.Time {
 		t.Helper()
 		vu := le.ValidUntil()
-		pttl, err := c.PTTL(ctx, lockName("valid")).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		pttl := leaseLeft(t, c, "valid")
 		now := time.Now()
-		// PTTL rounds down to the millisecond and Redis's expiry is kept in whole
-		// milliseconds: 2ms cover both.
+		// The lease left is counted in whole milliseconds of the server clock: 2ms cover
+		// the rounding.
 		if expiry := now.Add(pttl + 2*time.Millisecond); vu.After(expiry) {
-			t.Fatalf("%s: ValidUntil is %s after Redis expires the lock (PTTL %s, TTL %s)", when, vu.Sub(expiry), pttl, ttl)
+			t.Fatalf("%s: ValidUntil is %s after Redis expires the lock (lease left %s, TTL %s)", when, vu.Sub(expiry), pttl, ttl)
 		}
 		if limit := now.Add(ttl); vu.After(limit) {
 			t.Fatalf("%s: ValidUntil is %s beyond now + TTL", when, vu.Sub(limit))

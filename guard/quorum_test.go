@@ -69,7 +69,7 @@ func (r *quorumRig) holders(t *testing.T, key string) int {
 	n := 0
 	for _, s := range r.servers {
 		c := s.Client(t)
-		if c.Exists(context.Background(), lockName(key)).Val() == 1 {
+		if lockHolder(t, c, lockName(key)) != "" {
 			n++
 		}
 		_ = c.Close()
@@ -83,7 +83,7 @@ func (r *quorumRig) holdersOn(t *testing.T, key string, idx ...int) int {
 	n := 0
 	for _, i := range idx {
 		c := r.servers[i].Client(t)
-		if c.Exists(context.Background(), lockName(key)).Val() == 1 {
+		if lockHolder(t, c, lockName(key)) != "" {
 			n++
 		}
 		_ = c.Close()
@@ -432,7 +432,7 @@ func lostOrBack(t *testing.T, le *guard.Lease, cs []*redis.Client) bool {
 		default:
 		}
 		for _, c := range cs {
-			if n, _ := c.Exists(context.Background(), lockName("loss")).Result(); n == 1 {
+			if lockHolder(t, c, lockName("loss")) != "" {
 				return false
 			}
 		}
@@ -558,7 +558,7 @@ func TestQuorumPartialUndone(t *testing.T) {
 			for _, s := range r.servers[n/2+1:] {
 				c := s.Client(t)
 				waitUntil(t, 2*time.Second, "the minority's grant undone on "+s.String(), func() bool {
-					return c.Exists(context.Background(), lockName("partial")).Val() == 0
+					return lockHolder(t, c, lockName("partial")) == ""
 				})
 				_ = c.Close()
 			}
@@ -578,7 +578,7 @@ func TestQuorumTokensRise(t *testing.T) {
 		// Server 4's counter is an hour ahead.
 		c := r.servers[4].Client(t)
 		ahead := time.Now().Add(time.Hour).UnixMicro()
-		if err := c.Set(ctx, lockName("rise")+":fence", strconv.FormatInt(ahead, 10), time.Hour).Err(); err != nil {
+		if err := setFence(ctx, c, "rise", ahead); err != nil {
 			t.Fatal(err)
 		}
 		_ = c.Close()
@@ -651,7 +651,7 @@ func TestQuorumWriteBack(t *testing.T) {
 		// server 0's counter is an hour ahead: its token is its own, above the proposal.
 		c0 := r.servers[0].Client(t)
 		ahead := time.Now().Add(time.Hour).UnixMicro()
-		if err := c0.Set(ctx, lockName("differ")+":fence", strconv.FormatInt(ahead, 10), time.Hour).Err(); err != nil {
+		if err := setFence(ctx, c0, "differ", ahead); err != nil {
 			t.Fatal(err)
 		}
 		_ = c0.Close()
@@ -1111,7 +1111,7 @@ func TestQuorumRepair(t *testing.T) {
 	token := strconv.FormatInt(le.Token(), 10)
 	waitUntil(t, 3*time.Second, "the hold taken back on the server that lost it", func() bool {
 		return c0.HGet(ctx, lockName("repair"), "#t").Val() == token &&
-			c0.HGet(ctx, lockName("repair"), string(le.Owner())).Val() == "1"
+			holdCount(t, c0, "repair", string(le.Owner())) == 1
 	})
 	r.servers[1].Pause(t)
 	time.Sleep(2500 * time.Millisecond) // 2.5 TTLs on servers 0 and 2 alone

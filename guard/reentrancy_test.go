@@ -80,7 +80,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 	if !lb.Reentrant() || lb.Token() != la.Token() || lb.Owner() != section {
 		t.Fatalf("downstream lease: reentrant %v, token %d, owner %q, want true, %d, %q", lb.Reentrant(), lb.Token(), lb.Owner(), la.Token(), section)
 	}
-	if n, _ := c.HGet(ctx, lockName("account:2"), string(section)).Int(); n != 2 {
+	if n := holdCount(t, c, "account:2", string(section)); n != 2 {
 		t.Fatalf("Redis hold count = %d, want 2", n)
 	}
 	mustRelease(t, lb)
@@ -126,8 +126,7 @@ func TestSectionConcurrentAcquire(t *testing.T) {
 		t.Fatalf("%d distinct tokens, want 8", len(seen))
 	}
 	waitUntil(t, 5*time.Second, "the last release", func() bool {
-		n, _ := c.Exists(ctx, lockName("shared")).Result()
-		return n == 0
+		return lockHolder(t, c, lockName("shared")) == ""
 	})
 }
 

@@ -16,10 +16,10 @@ import (
 	"github.com/guardkit/guardkit/internal/redistest"
 )
 
-// TestFenceExpiredDuringHold: the fence key expires while the lock is held (a hold longer
-// than FenceRetention). The release starts the fence again from the lock's own token, so
-// the next token still rises above it, and a retry of that release still finds its nonce.
-func TestFenceExpiredDuringHold(t *testing.T) {
+// TestFenceAheadOfClock: the fence record's last token is far ahead of the server clock
+// (a clock that stepped back). The release keeps that token in the record, so the next
+// token still rises above it, and a retry of that release still finds its nonce.
+func TestFenceAheadOfClock(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	pc := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
@@ -30,30 +30,27 @@ func TestFenceExpiredDuringHold(t *testing.T) {
 	warmUp(t, l, c, ctx)
 
 	le := mustAcquire(t, l, ctx, "long")
-	// Push the fence far ahead of the server clock, as a fence written before the clock
-	// stepped back would be, then let it vanish as an expired one would.
+	// Push the hold's token and the record far ahead of the server clock, as tokens drawn
+	// before the clock stepped back would be.
 	const ahead = int64(8_000_000_000_000_000)
-	if err := c.HSet(ctx, lockName("long"), "#t", ahead).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Del(ctx, lockName("long")+":fence").Err(); err != nil {
+	if err := c.HSet(ctx, lockName("long"), "#t", ahead, "#f", ahead).Err(); err != nil {
 		t.Fatal(err)
 	}
 	proxy.DropNextReply() // the client retries the release: the retry must report it done
 	if err := le.Release(ctx); err != nil {
 		t.Fatalf("retried release after the fence expired = %v, want nil", err)
 	}
-	fence, err := c.Get(ctx, lockName("long")+":fence").Result()
+	fence, err := c.HGet(ctx, lockName("long"), "#f").Result()
 	if err != nil || !strings.HasPrefix(fence, strconv.FormatInt(ahead, 10)+":") {
 		t.Fatalf("fence after the release = %q, %v; want the lock's token %d and the release nonce", fence, err, ahead)
 	}
-	if ttl := c.PTTL(ctx, lockName("long")+":fence").Val(); ttl <= 0 {
-		t.Fatalf("fence TTL = %s, want FenceRetention", ttl)
+	if ttl := c.PTTL(ctx, lockName("long")).Val(); ttl <= 0 {
+		t.Fatalf("lock hash TTL = %s, want FenceRetention at least", ttl)
 	}
 	next := mustAcquire(t, l, ctx, "long")
 	defer mustRelease(t, next)
 	if next.Token() != ahead+1 {
-		t.Fatalf("token after the restarted fence = %d, want %d", next.Token(), ahead+1)
+		t.Fatalf("token after the release = %d, want %d", next.Token(), ahead+1)
 	}
 }
 
@@ -64,26 +61,28 @@ func TestTokenWidthChange(t *testing.T) {
 	srv := redistest.Start(t)
 	l, c := newLocker(t, srv)
 	ctx := ctxTimeout(t, 10*time.Second)
-	fence := lockName("width") + ":fence"
+	lock := lockName("width")
+	fence := func() string { return c.HGet(ctx, lock, "#f").Val() }
 
-	c.Set(ctx, fence, "5:x.1:x.2", time.Hour)
+	c.HSet(ctx, lock, "#v", "2", "#f", "5:x.1:x.2")
+	c.Expire(ctx, lock, time.Hour)
 	le := mustAcquire(t, l, ctx, "width")
 	now := time.Now().UnixMicro()
 	if tok := le.Token(); tok < now-int64(time.Hour/time.Microsecond) || tok > now+int64(time.Hour/time.Microsecond) {
 		t.Fatalf("token = %d, want about the server clock (%d µs)", tok, now)
 	}
-	if got, _ := c.Get(ctx, fence).Result(); got != strconv.FormatInt(le.Token(), 10)+":x.1:x.2" {
+	if got := fence(); got != strconv.FormatInt(le.Token(), 10)+":x.1:x.2" {
 		t.Fatalf("fence = %q, want the new token and the old nonces", got)
 	}
 	mustRelease(t, le)
 
-	c.Set(ctx, fence, "9999999999999999:x.3", time.Hour)
+	c.HSet(ctx, lock, "#f", "9999999999999999:x.3")
 	le = mustAcquire(t, l, ctx, "width")
 	defer mustRelease(t, le)
 	if le.Token() != 10_000_000_000_000_000 {
 		t.Fatalf("token = %d, want 10000000000000000", le.Token())
 	}
-	if got, _ := c.Get(ctx, fence).Result(); got != "10000000000000000:x.3" {
+	if got := fence(); got != "10000000000000000:x.3" {
 		t.Fatalf("fence = %q, want the 17-digit token and the old nonce", got)
 	}
 }
@@ -95,12 +94,12 @@ func TestReleaseNonceHistory(t *testing.T) {
 	srv := redistest.Start(t)
 	l, c := newLocker(t, srv)
 	ctx := ctxTimeout(t, 20*time.Second)
-	fence := lockName("hist") + ":fence"
+	fence := func() string { return c.HGet(ctx, lockName("hist"), "#f").Val() }
 
 	longest, last := 0, ""
 	for range 200 {
 		mustRelease(t, mustAcquire(t, l, ctx, "hist"))
-		f := c.Get(ctx, fence).Val()
+		f := fence()
 		longest = max(longest, len(f))
 		newest := f[strings.LastIndexByte(f, ':'):]
 		if newest == last {
@@ -111,7 +110,7 @@ func TestReleaseNonceHistory(t *testing.T) {
 	if longest > 850 {
 		t.Errorf("the fence grew to %d bytes, want it trimmed at about 800", longest)
 	}
-	f := c.Get(ctx, fence).Val()
+	f := fence()
 	tok, list, ok := strings.Cut(f, ":")
 	if _, err := strconv.ParseInt(tok, 10, 64); err != nil || !ok || strings.Count(list, ":") < 15 {
 		t.Fatalf("fence %q: want a token followed by at least the last 20 nonces", f)
@@ -188,7 +187,7 @@ func TestRetriedReentryCountsOnce(t *testing.T) {
 	owner := outer.Owner() // the section holding "re"
 	proxy.DropNextReply()
 	inner := mustAcquire(t, lossy, ctxid.NewContext(ctx, owner), "re")
-	if n, _ := c.HGet(ctx, lockName("re"), string(owner)).Int(); n != 2 {
+	if n := holdCount(t, c, "re", string(owner)); n != 2 {
 		t.Fatalf("holds after a retried reentry = %d, want 2", n)
 	}
 	if inner.Token() != outer.Token() || !inner.Reentrant() {
@@ -196,7 +195,7 @@ func TestRetriedReentryCountsOnce(t *testing.T) {
 	}
 	mustRelease(t, inner)
 	mustRelease(t, outer)
-	if n, _ := c.Exists(ctx, lockName("re")).Result(); n != 0 {
+	if lockHolder(t, c, lockName("re")) != "" {
 		t.Fatal("lock left after both releases")
 	}
 }

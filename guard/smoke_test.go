@@ -19,7 +19,7 @@ func TestAcquireRelease(t *testing.T) {
 	if le.Token() <= 0 || le.Reentrant() || le.Key() != "order:1" || le.Err() != nil {
 		t.Fatalf("lease: token %d reentrant %v key %q err %v", le.Token(), le.Reentrant(), le.Key(), le.Err())
 	}
-	if n, _ := c.HGet(ctx, lockName("order:1"), string(le.Owner())).Int(); n != 1 {
+	if n := holdCount(t, c, "order:1", string(le.Owner())); n != 1 {
 		t.Fatalf("hold count in Redis = %d, want 1", n)
 	}
 	_, err := l.TryAcquire(context.Background(), "order:1")
@@ -31,7 +31,7 @@ func TestAcquireRelease(t *testing.T) {
 	if le.Context().Err() == nil || !errors.Is(context.Cause(le.Context()), guard.ErrReleased) {
 		t.Fatalf("lease context after release: %v / %v", le.Context().Err(), context.Cause(le.Context()))
 	}
-	if n, _ := c.Exists(ctx, lockName("order:1")).Result(); n != 0 {
+	if lockHolder(t, c, lockName("order:1")) != "" {
 		t.Fatalf("lock still in Redis after release")
 	}
 	if err := le.Release(ctx); err != nil {

@@ -220,7 +220,7 @@ func TestWrapNestedReentry(t *testing.T) {
 		t.Fatalf("tokens: outer %d, inner %d; want equal and > 0", outerTok, innerTok)
 	}
 	for _, k := range []string{"account:acct-1", "account:acct-2"} {
-		if n, _ := c.Exists(ctx, lockName(k)).Result(); n != 0 {
+		if lockHolder(t, c, lockName(k)) != "" {
 			t.Fatalf("%s left in Redis", k)
 		}
 	}
@@ -271,7 +271,7 @@ func TestWrapPanicReleases(t *testing.T) {
 	if got != "boom" {
 		t.Fatalf("recovered %v, want the panic value \"boom\"", got)
 	}
-	if n, _ := c.Exists(ctx, lockName("account:acct-1")).Result(); n != 0 {
+	if lockHolder(t, c, lockName("account:acct-1")) != "" {
 		t.Fatal("lock left in Redis after a panic")
 	}
 	mustRelease(t, mustAcquire(t, other, ctx, "account:acct-1", guard.Retry(guard.NoRetry())))
@@ -292,7 +292,7 @@ func TestWrapReleasesOnError(t *testing.T) {
 	if err != errFunds || r.Key != "partial" {
 		t.Fatalf("got %+v, %v; want fn's own result and error", r, err)
 	}
-	if n, _ := c.Exists(ctx, lockName("account:acct-1")).Result(); n != 0 {
+	if lockHolder(t, c, lockName("account:acct-1")) != "" {
 		t.Fatal("lock left in Redis after fn failed")
 	}
 }
@@ -432,8 +432,7 @@ func TestWrapMinHold(t *testing.T) {
 		t.Fatalf("right after the call: %v, want the lock still held", err)
 	}
 	waitUntil(t, 3*time.Second, "the min-hold release", func() bool {
-		n, _ := c.Exists(ctx, lockName("job:report")).Result()
-		return n == 0
+		return lockHolder(t, c, lockName("job:report")) == ""
 	})
 	if held := time.Since(acquired); held < minHold {
 		t.Fatalf("lock released %s after acquisition, before MinHold %s", held, minHold)
@@ -458,7 +457,7 @@ func TestWrapMinHold(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close waited for MinHold instead of releasing at once")
 	}
-	if n, _ := c.Exists(ctx, lockName("job:hourly")).Result(); n != 0 {
+	if lockHolder(t, c, lockName("job:hourly")) != "" {
 		t.Fatal("min-hold lock left in Redis after Close")
 	}
 	if err := goleak.Find(before); err != nil {
@@ -629,7 +628,7 @@ func TestDo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := c.Exists(ctx, "guard:{order:%7B42%7D}").Result(); n != 0 {
+	if lockHolder(t, c, "guard:{order:%7B42%7D}") != "" {
 		t.Fatal("lock left in Redis after Do")
 	}
 

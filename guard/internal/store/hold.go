@@ -68,10 +68,11 @@ type Ref interface {
 	Gone() bool
 	// Repaired records that the hold was taken back on server (telemetry).
 	Repaired(server string)
-	// Live reports whether the hold's lease is still valid by the engine's clock (its
-	// validity, the TTL less the drift margin from the last grant or renewal, has not run
-	// out): the hold has then not expired in Redis, whose clock need not be read.
-	Live() bool
+	// Left is how long the hold's lease stays valid by the engine's clock (its validity,
+	// the TTL less the drift margin from the last grant or renewal; 0 or less once run
+	// out): while it is left, the hold has not expired in Redis, whose clock need not be
+	// read, and the lock's hash lives that long at least.
+	Left() time.Duration
 }
 
 // Hold is one hold as the store sees it: plain values, written by the engine only. The
@@ -136,6 +137,9 @@ var (
 	argNoLabel any = ""
 	// argNoWon is release.lua's ARGV[7] of one deployment's release: no quorum attempt.
 	argNoWon any = ""
+	// argKept is release.lua's ARGV[8] for a hold whose lease is valid and whose hash
+	// outlives the fence retention.
+	argKept any = "2"
 )
 
 func flagArg(on bool) any {
@@ -198,14 +202,23 @@ func (c callArgs) release(h *Hold, nonce, undo string) []any {
 	return c.releaseAs(h, h.args.owner, nonce, undo)
 }
 
-// releaseLive is release, telling the script when the hold's lease is still valid by
-// the engine's clock (release.lua's ARGV[8]: the server's clock is then not read).
+// releaseLive is release, telling the script what the engine's clock says of the hold
+// (release.lua's ARGV[8]): "1" its lease is still valid, so the server's clock need not
+// be read; "2" besides, the lock's hash lives the fence retention more at least (a grant
+// and a renewal make it live max(TTL, retention)), so its TTL need not be touched.
 func (c callArgs) releaseLive(h *Hold, nonce string) []any {
 	args := c.release(h, nonce, "")
-	if h.Ref != nil && h.Ref.Live() {
-		return append(args, argNoWon, argFlag[1])
+	if h.Ref == nil {
+		return args
 	}
-	return args
+	left := h.Ref.Left()
+	switch {
+	case left <= 0:
+		return args
+	case left+max(h.Terms.Retention-h.Terms.TTL, 0) >= h.Terms.Retention:
+		return append(args, argNoWon, argKept)
+	}
+	return append(args, argNoWon, argFlag[1])
 }
 
 // releaseAs is release for owner.

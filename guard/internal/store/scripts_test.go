@@ -47,9 +47,9 @@ func TestLateGrantJoinsItsOwnHold(t *testing.T) {
 // stayRef is the engine's record of a hold that stays its owner's.
 type stayRef struct{}
 
-func (stayRef) Gone() bool      { return false }
-func (stayRef) Repaired(string) {}
-func (stayRef) Live() bool      { return false }
+func (stayRef) Gone() bool          { return false }
+func (stayRef) Repaired(string)     {}
+func (stayRef) Left() time.Duration { return 0 }
 
 // TestRaiseOfUndoneAttempt: a quorum's write-back of a hold's token (raise.lua) names
 // the attempt that made or counted the hold, and does nothing once that attempt was

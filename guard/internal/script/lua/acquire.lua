@@ -10,11 +10,12 @@
 --                     the same, once a quorum Locker confirmed it, see raise.lua; #tp: the
 --                     same, when it is the quorum Locker's proposal, ARGV[8]); #f = the
 --                     fence record (fence.lua): the last token issued, the last final
---                     releases and the attempts undone; #w = present while Lockers may be
---                     queued (someone had to wait).
---                     The hash outlives the holds: it lives FenceRetention past the last
---                     hold's lease (a new hold sets its TTL to the lease's plus the
---                     retention), so the fence record needs no key of its own.
+--                     releases and the attempts undone; #w = "1" while Lockers may be
+--                     queued (someone had to wait; "" or absent otherwise).
+--                     The hash outlives the holds, so the fence record needs no key of
+--                     its own: a grant or a renewal makes it live as long as the lease,
+--                     and FenceRetention at least; a release makes it live FenceRetention
+--                     at least (release.lua's ARGV[8]).
 -- KEYS[2] queue:      list of the IDs of the Lockers (processes) waiting for the lock, in
 --                     the order they found it busy; a release wakes the first
 -- ARGV[1] owner ID
@@ -42,7 +43,8 @@
 --                           with the holder's token (a string),
 --         an error "GUARDKIT_LAYOUT <found> 2" when the key was written by another layout.
 --
--- The common case, a free lock, is four commands: HMGET, TIME, HSET and PEXPIRE.
+-- The common case, a free lock nobody waits for, is four commands: HMGET, TIME, HSET and
+-- PEXPIRE.
 local lock, owner = KEYS[1], ARGV[1]
 local v = redis.call('HMGET', lock, '#o', '#e', '#t', '#n', '#a', '#f', '#w', '#v')
 if v[8] ~= '2' and (v[8] or v[3]) then
@@ -75,7 +77,13 @@ if token == ARGV[8] then
   proposed = token
 end
 local ttl = tonumber(ARGV[2])
-redis.call('HSET', lock, '#v', '2', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
-  '#r', '', '#l', ARGV[7] or '', '#t', token, '#tq', '', '#tp', proposed, '#f', record)
-redis.call('PEXPIRE', lock, digits(ttl + tonumber(ARGV[4])))
+if v[7] == '1' and redis.call('LLEN', KEYS[2]) == 0 then
+  -- The Lockers that waited were woken and none is queued: a release need not look.
+  redis.call('HSET', lock, '#v', '2', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
+    '#r', '', '#l', ARGV[7] or '', '#t', token, '#tq', '', '#tp', proposed, '#f', record, '#w', '')
+else
+  redis.call('HSET', lock, '#v', '2', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
+    '#r', '', '#l', ARGV[7] or '', '#t', token, '#tq', '', '#tp', proposed, '#f', record)
+end
+redis.call('PEXPIRE', lock, digits(math.max(ttl, tonumber(ARGV[4]))))
 return tonumber(token)

@@ -18,7 +18,7 @@ end
 -- caller read it, since: the holder's token, which is the server's clock in microseconds
 -- when the hold began (fence.lua's new_token), for the age the retry hint counts from.
 local function busy(pttl, waited, since)
-  if not waited then
+  if waited ~= '1' then
     redis.call('HSET', KEYS[1], '#w', '1')
   end
   if ARGV[5] ~= '2' then
@@ -45,7 +45,7 @@ local function wake_all(waited, queued)
   if queued == nil then
     queued = redis.call('DEL', KEYS[2]) > 0
   end
-  if queued or waited then
+  if queued or waited == '1' then
     redis.call('HDEL', KEYS[1], '#w')
     publish('*', ARGV[6])
   end

@@ -20,7 +20,10 @@
 --         refuse_late)
 -- ARGV[8] optional: "1" when the caller's lease is valid by its own clock (sent before
 --         its validity, the TTL less the drift margin, ran out): its hold has not
---         expired here, and the server's clock is not read
+--         expired here, and the server's clock is not read; "2" when besides the hash
+--         lives FenceRetention more at least (a grant and a renewal make it live as long
+--         as the lease, and the retention at least): its TTL is not touched. Otherwise a
+--         final release makes the hash live FenceRetention at least.
 --
 -- Returns  4 the lock was freed, and the caller's Locker was first in the wait queue
 --          3 the lock was freed and handed to another Locker waiting for it
@@ -30,8 +33,8 @@
 --         -1 no lock: it expired
 --         -2 another owner holds the lock
 --
--- The common case, the owner's last hold, is two commands: HMGET and HSET (the hash's TTL
--- already runs FenceRetention past the lease).
+-- The common case, the owner's last hold released well within its lease, nobody waiting,
+-- is two commands: HMGET and HSET.
 local lock, owner = KEYS[1], ARGV[1]
 local v = redis.call('HMGET', lock, '#o', '#n', '#a', '#r', '#f', '#e', '#w', '#v', '#t')
 if v[8] ~= '2' and (v[8] or v[9]) then
@@ -39,7 +42,7 @@ if v[8] ~= '2' and (v[8] or v[9]) then
 end
 local holder = v[1]
 local live = holder and holder ~= ''
-if live and ARGV[8] ~= '1' then
+if live and ARGV[8] ~= '1' and ARGV[8] ~= '2' then
   local t = redis.call('TIME')
   live = tonumber(v[6]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -57,7 +60,10 @@ end
 -- The hold ended (its release is in the record): free the lock, and when someone waited,
 -- wake the first Locker in the wait queue, or every Locker ('*') when none is queued.
 redis.call('HSET', lock, '#o', '', '#t', '', '#e', '0', '#f', record)
-if v[7] then
+if ARGV[8] ~= '2' then
+  extend_to(lock, ARGV[4])
+end
+if v[7] == '1' then
   return wake_next(v[7])
 end
 return 1

@@ -6,7 +6,8 @@
 -- ARGV[3] fence retention in milliseconds
 --
 -- Returns 1 when the owner holds the lock and its lease now runs ARGV[2] from now (or
--- longer: it is never shortened), 0 otherwise; an error "GUARDKIT_LAYOUT <found> 2" when
+-- longer: it is never shortened), and the hash as long, and the retention at least; 0
+-- otherwise; an error "GUARDKIT_LAYOUT <found> 2" when
 -- the key was written by another layout.
 local lock = KEYS[1]
 local v = redis.call('HMGET', lock, '#o', '#e', '#v', '#t')
@@ -24,5 +25,5 @@ if until_ <= now then
 end
 until_ = math.max(until_, now + tonumber(ARGV[2]))
 redis.call('HSET', lock, '#e', digits(until_))
-extend_to(lock, digits(until_ - now + tonumber(ARGV[3])))
+extend_to(lock, digits(math.max(until_ - now, tonumber(ARGV[3]))))
 return 1

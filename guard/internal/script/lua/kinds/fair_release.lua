@@ -8,7 +8,7 @@ if v[8] ~= '2' and (v[8] or v[9]) then
 end
 local holder = v[1]
 local live = holder and holder ~= ''
-if live and ARGV[8] ~= '1' then
+if live and ARGV[8] ~= '1' and ARGV[8] ~= '2' then
   local t = redis.call('TIME')
   live = tonumber(v[6]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -23,6 +23,9 @@ if r then
   return r
 end
 redis.call('HSET', lock, '#o', '', '#t', '', '#e', '0', '#f', record)
+if ARGV[8] ~= '2' then
+  extend_to(lock, ARGV[4])
+end
 local id = grant_next(ARGV[6], nil, nil, record)
 if id == ARGV[5] then
   return 4

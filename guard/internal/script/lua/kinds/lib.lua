@@ -19,8 +19,8 @@
 --                      until when (server time, ms) a waiting writer keeps new readers out.
 --                      The fair lock is the exclusive lock's hash (acquire.lua) plus #g =
 --                      the owner the lock was granted to and that has not yet claimed it.
---                      The hash lives FenceRetention past the last lease, as the
---                      exclusive lock's does.
+--                      The hash lives as long as the last lease, and FenceRetention at
+--                      least, as the exclusive lock's does.
 -- KEYS[2] queue:       the Lockers waiting, in the order they found the lock busy
 -- KEYS[3] holders zset (read-write lock, semaphore): member = an owner holding a share (a
 --                      reader, a permit) or '#W' for the writer; score = when (server time,
@@ -97,7 +97,7 @@ end
 
 -- extend makes the holders zset live as long as the longest lease, top (server time in
 -- ms; nil: read it), or a waiting writer's mark, mark (#ww, server time in ms; 0 for
--- none), and the lock hash the fence retention longer. d is a lease just set for TTL
+-- none), and the lock hash as long, and the fence retention at least. d is a lease just set for TTL
 -- ARGV[2], nil for none: when it runs longest, the zset takes ARGV[2] as it is.
 local function extend(now, mark, top, d)
   if not top then
@@ -107,7 +107,7 @@ local function extend(now, mark, top, d)
   local deadline = math.max(top, mark)
   if deadline > now then
     local ms = deadline == d and ARGV[2] or digits(deadline - now)
-    redis.call('PEXPIRE', KEYS[1], digits(deadline - now + tonumber(retention())))
+    redis.call('PEXPIRE', KEYS[1], digits(math.max(deadline - now, tonumber(retention()))))
     redis.call('PEXPIRE', KEYS[3], ms)
   end
 end
@@ -326,7 +326,7 @@ local function grant_next(sharded, now, t, f)
   local token, record = new_token(f, t)
   redis.call('HSET', KEYS[1], '#v', '2', '#o', o, '#e', digits(now + tonumber(ttl)), '#n', '1', '#a', '',
     '#r', '', '#l', '', '#t', token, '#tq', '', '#tp', '', '#g', o, '#f', record)
-  extend_to(KEYS[1], digits(tonumber(ttl) + tonumber(retention())))
+  extend_to(KEYS[1], digits(math.max(tonumber(ttl), tonumber(retention()))))
   publish(id, sharded)
   return id
 end
