@@ -91,7 +91,8 @@ func TestLeaseLostWhenTakenByOther(t *testing.T) {
 	l, c := newLocker(t, srv, guard.TTL(time.Second))
 	lostAt, valid := lostAfter(t, l, "stolen", func() {
 		c.Del(context.Background(), lockName("stolen"))
-		c.HSet(context.Background(), lockName("stolen"), "intruder", 1, "#t", 1)
+		until := time.Now().Add(time.Hour).UnixMilli()
+		c.HSet(context.Background(), lockName("stolen"), "#v", "2", "#o", "intruder", "#e", until, "#n", 1, "#t", 1)
 	})
 	if !lostAt.Before(valid) {
 		t.Fatalf("loss noticed %s after the validity deadline", lostAt.Sub(valid))

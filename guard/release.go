@@ -114,6 +114,13 @@ func (l *Locker) releaseHold(ctx context.Context, h *held, le *Lease) error {
 	defer cancel()
 	l.dog.Remove(rctx, &h.renewal, true)
 	code, err := l.releaseRemote(rctx, h)
+	if err == nil && freed(code) && h.Left() <= 0 {
+		// The reply came after the lease's validity ran out: the script, told the lease
+		// was valid when it was sent, did not read the server's clock, and may have run
+		// after the hold expired there (Redis paused or slow). It freed the hold, which
+		// nobody had taken since; the release is reported as late all the same.
+		code = releaseExpired
+	}
 	if prev != stateLost {
 		l.hints.observe(h, time.Since(h.acquired))
 		l.tel.ended(h, nil)
@@ -140,4 +147,9 @@ func (h *held) finalNonce() string {
 		return h.env.nonce()
 	}
 	return h.releaseNonce
+}
+
+// freed reports whether code is the reply of a release that ended the hold.
+func freed(code releaseReply) bool {
+	return code == releaseFreed || code == releaseHandedOn || code == releaseOwnTurn
 }

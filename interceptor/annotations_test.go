@@ -104,7 +104,10 @@ func TestAnnotationLocksLikeRule(t *testing.T) {
 		if !ok {
 			return nil, status.Error(codes.Internal, "no lease")
 		}
-		visits <- visit{key: le.Key(), pttl: rdb.PTTL(ctx, "guard:{"+le.Key()+"}").Val(), reentrant: le.Reentrant(), token: le.Token()}
+		// The hold's lease in Redis: its #e, by the server's clock.
+		until, _ := rdb.HGet(ctx, "guard:{"+le.Key()+"}", "#e").Int64()
+		left := time.Duration(until-rdb.Time(ctx).Val().UnixMilli()) * time.Millisecond
+		visits <- visit{key: le.Key(), pttl: left, reentrant: le.Reentrant(), token: le.Token()}
 		return wrapperspb.Int64(1), nil
 	}
 	sd := service(map[string]unaryFunc{"Hold": h, "Debit": h}, nil)

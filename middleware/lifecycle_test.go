@@ -46,8 +46,8 @@ func TestPanicReleasesLock(t *testing.T) {
 	if seen.Load() != "card reader on fire" {
 		t.Errorf("recover saw %v", seen.Load())
 	}
-	if n, err := rdb.Exists(context.Background(), lockName("order:2")).Result(); err != nil || n != 0 {
-		t.Errorf("lock hash exists after the panic: %d, %v", n, err)
+	if h := redistest.Holder(context.Background(), rdb, lockName("order:2")); h != "" {
+		t.Errorf("lock still held in Redis after the panic, by %s", h)
 	}
 	if !isFree(t, locker, "order:2") {
 		t.Error("lock still held after the panic")

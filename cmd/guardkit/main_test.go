@@ -455,7 +455,8 @@ func TestReadOnlyUser(t *testing.T) {
 	}
 }
 
-// A hold that outlives its key's fence record shows a fence no lower than its token.
+// A hold whose lock hash lost its fence record (written by hand, or by a tool that
+// rewrote the hash) shows a fence no lower than its token.
 func TestFenceOutlived(t *testing.T) {
 	srv := redistest.Start(t)
 	holder, err := guard.New(srv.Client(t), guard.TTL(3*time.Second), guard.FenceRetention(time.Second))
@@ -469,11 +470,8 @@ func TestFenceOutlived(t *testing.T) {
 	}
 	defer le.Release(context.Background())
 	c := srv.Client(t)
-	for deadline := time.Now().Add(10 * time.Second); c.Exists(context.Background(), "guard:{report:q3}:fence").Val() != 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the fence record did not expire")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := c.HDel(context.Background(), "guard:{report:q3}", "#f").Err(); err != nil {
+		t.Fatal(err)
 	}
 	out, errOut, code := guardkit(t, "", "--addr", srv.Addr(), "inspect", "--json", "report:q3")
 	var st jsonLock

@@ -440,8 +440,8 @@ func (w *world) checkUnacknowledged(l *guard.Locker, key string) {
 		w.failf(typedErrors, key, trying, "acquire while the replica lags = %v, want a *RedisError (ErrUnavailable), 0 of 1 replicas", err)
 		return
 	}
-	if n, err := w.probe.Exists(ctx, lockName(key)).Result(); err != nil || n != 0 {
-		w.failf(noPartialState, key, trying, "an acquisition no replica acknowledged left its lock behind (EXISTS = %d, %v)", n, err)
+	if h := redistest.Holder(ctx, w.probe, lockName(key)); h != "" {
+		w.failf(noPartialState, key, trying, "an acquisition no replica acknowledged left its lock behind (held by %s)", h)
 	}
 }
 

@@ -495,20 +495,18 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	hash, count, token := holdFields(le)
+	hash, fields := holdProbe(le)
 	// Validity only moves forward, and Redis's expiry with it: the one read before the
 	// probe is one that Redis's expiry, read after, must not fall short of.
 	validUntil := le.ValidUntil()
-	v, pttl, err := w.readHolds(ctx, hash, count, token)
+	v, pttl, err := w.readHolds(ctx, hash, fields...)
 	answered := time.Now()
 	if err != nil || !valid(le) || !w.stable(epoch) {
 		return false
 	}
-	got, _ := v[0].(string)
-	tok, _ := v[1].(string)
-	if got != strconv.Itoa(holds) || tok != strconv.FormatInt(le.Token(), 10) {
-		w.violate(chaos.I2, le.Key(), []int64{le.Token()}, "%s: %s on %q, Redis has holds %q and token %q for a valid lease, want %d and %d",
-			w.id, when, le.Key(), got, tok, holds, le.Token())
+	if !holdMatches(le, v, holds) {
+		w.violate(chaos.I2, le.Key(), []int64{le.Token()}, "%s: %s on %q, Redis has holds/token/holder %v for a valid lease, want %d, %d and %s",
+			w.id, when, le.Key(), v, holds, le.Token(), le.Owner())
 		return false
 	}
 	// Redis expires the lock pttl after it answered, which was before answered: no
@@ -528,10 +526,12 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 	return true
 }
 
-// readHolds reads fields of the lock hash and its PTTL for an I2 probe: from the
-// deployment's probe client, or, on a Sentinel group, from the primary the sentinels name, checking on the
-// same connection that it still is a primary (a server being demoted answers nothing
-// conclusive).
+// readHolds reads fields of the lock hash and the time its hold has left for an I2 probe:
+// the hold's lease (#e, the last field read, less the server's clock) for the exclusive
+// and the fair lock, the hash's PTTL (the longest lease, or the fence retention) for the
+// other kinds; from the deployment's probe client, or, on a Sentinel group, from the
+// primary the sentinels name, checking on the same connection that it still is a primary
+// (a server being demoted answers nothing conclusive).
 func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) ([]any, time.Duration, error) {
 	var c redis.Cmdable = w.probe
 	if w.primary != nil {
@@ -543,12 +543,14 @@ func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) (
 	var role *redis.Cmd
 	var v *redis.SliceCmd
 	var pttl *redis.DurationCmd
+	var now *redis.TimeCmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if w.primary != nil {
 			role = p.Do(ctx, "ROLE")
 		}
 		v = p.HMGet(ctx, hash, fields...)
 		pttl = p.PTTL(ctx, hash)
+		now = p.Time(ctx)
 		return nil
 	})
 	if err != nil {
@@ -562,6 +564,11 @@ func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) (
 	d := pttl.Val()
 	if d == -2 {
 		d = 0 // gone between the two reads: it expired then
+	}
+	if fields[len(fields)-1] == "#e" {
+		e, _ := v.Val()[len(fields)-1].(string)
+		until, _ := strconv.ParseInt(e, 10, 64)
+		d = max(time.Duration(until-now.Val().UnixMilli())*time.Millisecond, 0)
 	}
 	return v.Val(), d, nil
 }
@@ -579,7 +586,7 @@ var errUnanswered = errors.New("no answer within the probe budget")
 func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	hash, count, token := holdFields(le)
+	hash, fields := holdProbe(le)
 	type reply struct {
 		v   []any
 		err error
@@ -604,7 +611,7 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 		}, len(w.probes))
 		for i, p := range w.probes {
 			go func() {
-				v, err := p.HMGet(ctx, hash, count, token).Result()
+				v, err := p.HMGet(ctx, hash, fields...).Result()
 				got <- struct {
 					i int
 					r reply
@@ -618,7 +625,7 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 			select {
 			case g := <-got:
 				replies[g.i] = g.r
-				if g.r.err == nil && fmt.Sprint(g.r.v[0]) == strconv.Itoa(holds) && fmt.Sprint(g.r.v[1]) == strconv.FormatInt(le.Token(), 10) {
+				if g.r.err == nil && holdMatches(le, g.r.v, holds) {
 					if matched++; matched >= need {
 						break collect // the silent ones cannot change the conclusion
 					}
@@ -640,7 +647,7 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 			answered++
 			got, _ := r.v[0].(string)
 			tok, _ := r.v[1].(string)
-			if got == strconv.Itoa(holds) && tok == strconv.FormatInt(le.Token(), 10) {
+			if holdMatches(le, r.v, holds) {
 				match++
 			}
 			seen = append(seen, got+"/"+tok)
@@ -667,21 +674,40 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 	return false
 }
 
-// holdFields names where Redis keeps le's hold: the lock's hash and the fields of the
-// hold count and the token (see guard/internal/script/lua/kinds/lib.lua).
-func holdFields(le *guard.Lease) (hash, count, token string) {
+// holdFields names where Redis keeps le's hold: the lock's hash, the fields of the hold
+// count and the token, and for the exclusive and the fair lock the field of the holder,
+// "" for the other kinds (see guard/internal/script/lua/acquire.lua and kinds/lib.lua).
+func holdFields(le *guard.Lease) (hash, count, token, holder string) {
 	owner := string(le.Owner())
 	switch le.Kind() {
 	case guard.KindRead:
-		return lockName(le.Key()) + ":rw", owner, owner + "#t"
+		return lockName(le.Key()) + ":rw", owner, owner + "#t", ""
 	case guard.KindWrite:
-		return lockName(le.Key()) + ":rw", "#Wn", "#t"
+		return lockName(le.Key()) + ":rw", "#Wn", "#t", ""
 	case guard.KindSemaphore:
-		return lockName(le.Key()) + ":sem", owner, owner + "#t"
+		return lockName(le.Key()) + ":sem", owner, owner + "#t", ""
 	case guard.KindFair:
-		return lockName(le.Key()) + ":fair", owner, "#t"
+		return lockName(le.Key()) + ":fair", "#n", "#t", "#o"
 	}
-	return lockName(le.Key()), owner, "#t"
+	return lockName(le.Key()), "#n", "#t", "#o"
+}
+
+// holdProbe returns the fields an I2 probe reads of le's hold (holdFields).
+func holdProbe(le *guard.Lease) (hash string, fields []string) {
+	hash, count, token, holder := holdFields(le)
+	if holder == "" {
+		return hash, []string{count, token}
+	}
+	return hash, []string{count, token, holder, "#e"}
+}
+
+// holdMatches reports whether v, the reply of an I2 probe (holdProbe), shows le's hold
+// with holds holds and its token.
+func holdMatches(le *guard.Lease, v []any, holds int) bool {
+	if fmt.Sprint(v[0]) != strconv.Itoa(holds) || fmt.Sprint(v[1]) != strconv.FormatInt(le.Token(), 10) {
+		return false
+	}
+	return len(v) < 3 || fmt.Sprint(v[2]) == string(le.Owner())
 }
 
 // violate reports a breach of inv that this worker saw just now on key.
@@ -1441,12 +1467,12 @@ func (w *world) checkOrphans(ctx context.Context) {
 	for {
 		keys, err := w.lockNames(ctx)
 		keys = slices.DeleteFunc(keys, func(k string) bool {
-			return strings.HasSuffix(k, ":fence") || isQueue(k) && time.Since(start) < queueBound
+			return isQueue(k) && time.Since(start) < queueBound || w.isRecord(ctx, k)
 		})
 		if err == nil && len(keys) == 0 {
 			return
 		}
-		// Until queueBound the list holds locks only (and fences never).
+		// Until queueBound the list holds locks only (and fence records never).
 		if time.Since(start) > lockBound {
 			if err != nil {
 				w.failf(chaos.I3, "", 0, "listing locks at the end: %v", err)
@@ -1464,6 +1490,44 @@ func (w *world) checkOrphans(ctx context.Context) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// isRecord reports whether Redis name k is a lock hash that holds nothing any more: it
+// keeps the lock's fence record (#f) for the fence retention after its last lease, and
+// is no lock. The exclusive and the fair lock hold while #o's lease (#e) runs; the other
+// kinds keep their holds in the holders zset, which goes with the last of them, and the
+// writer's fields, which go with it. On a quorum, on every server that has k.
+func (w *world) isRecord(ctx context.Context, k string) bool {
+	probes := []redis.Cmdable{w.probe}
+	if w.quorum != nil {
+		probes = probes[:0]
+		for _, p := range w.qprobes {
+			probes = append(probes, p)
+		}
+	}
+	for _, p := range probes {
+		v, err := p.HMGet(ctx, k, "#f", "#o", "#e", "#W").Result()
+		if err != nil {
+			if strings.Contains(err.Error(), "WRONGTYPE") {
+				return false // a queue or a holders zset
+			}
+			continue // the server is down: its keys are gone or checked when it is back
+		}
+		if v[0] == nil && v[1] == nil && v[3] == nil {
+			continue // not on this server
+		}
+		if v[3] != nil || v[0] == nil {
+			return false // a writer's hold, or a hash without a fence record
+		}
+		o, _ := v[1].(string)
+		e, _ := v[2].(string)
+		until, _ := strconv.ParseInt(e, 10, 64)
+		now, err := p.Time(ctx).Result()
+		if err == nil && o != "" && until > now.UnixMilli() {
+			return false
+		}
+	}
+	return true
 }
 
 // pttl is the longest PTTL of Redis name k on the lock deployment (on a quorum, among
@@ -1488,8 +1552,8 @@ func isQueue(name string) bool {
 	return strings.HasSuffix(name, ":queue") || strings.HasSuffix(name, ":fair:owners") || strings.HasSuffix(name, ":fair:places")
 }
 
-// lockNames lists the Redis names of the locks and fences on every primary of the lock
-// deployment.
+// lockNames lists the Redis names of the locks (with their fence records) on every primary
+// of the lock deployment.
 func (w *world) lockNames(ctx context.Context) ([]string, error) {
 	if w.quorum != nil {
 		var all []string

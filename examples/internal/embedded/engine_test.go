@@ -7,6 +7,7 @@ package embedded
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +52,24 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 
 func lockName(key string) string { return "guard:{" + key + "}" }
 
+// holder returns the owner holding key's exclusive lock on r (the hash's #o while its
+// lease #e runs, by the server's clock) and its hold count, "" and 0 for none.
+func holder(t *testing.T, r *Redis, key string) (string, int) {
+	t.Helper()
+	ctx := context.Background()
+	v := r.Client.HMGet(ctx, lockName(key), "#o", "#e", "#n").Val()
+	o, _ := v[0].(string)
+	e, _ := v[1].(string)
+	n, _ := v[2].(string)
+	until, _ := strconv.ParseInt(e, 10, 64)
+	now := r.Client.Time(ctx).Val()
+	if o == "" || until <= now.UnixMilli() {
+		return "", 0
+	}
+	count, _ := strconv.Atoi(n)
+	return o, count
+}
+
 func acquire(t *testing.T, l *guard.Locker, ctx context.Context, key string, opts ...guard.Option) *guard.Lease {
 	t.Helper()
 	le, err := l.Acquire(ctx, key, opts...)
@@ -76,11 +95,12 @@ func TestEngineAcquireRelease(t *testing.T) {
 	if le.Token() <= 0 || le.Reentrant() {
 		t.Fatalf("lease: token %d, reentrant %v", le.Token(), le.Reentrant())
 	}
-	if n, err := r.Client.HGet(ctx, lockName("order:1"), string(le.Owner())).Int(); err != nil || n != 1 {
-		t.Fatalf("hold count = %d, %v; want 1", n, err)
+	if o, n := holder(t, r, "order:1"); o != string(le.Owner()) || n != 1 {
+		t.Fatalf("holder %q, hold count %d; want the lease's owner, 1", o, n)
 	}
-	if pttl := r.Client.PTTL(ctx, lockName("order:1")).Val(); pttl <= 0 || pttl > 30*time.Second {
-		t.Fatalf("PTTL = %s, want in (0, 30s]", pttl)
+	until, _ := r.Client.HGet(ctx, lockName("order:1"), "#e").Int64()
+	if left := time.Duration(until-r.Client.Time(ctx).Val().UnixMilli()) * time.Millisecond; left <= 0 || left > 30*time.Second {
+		t.Fatalf("lease left in Redis = %s, want in (0, 30s]", left)
 	}
 	_, err := l.TryAcquire(ctx, "order:1") // a fresh owner
 	var busy *guard.LockedError
@@ -88,8 +108,8 @@ func TestEngineAcquireRelease(t *testing.T) {
 		t.Fatalf("TryAcquire by another owner = %v, want a *LockedError with RetryAfter > 0", err)
 	}
 	release(t, le)
-	if n := r.Client.Exists(ctx, lockName("order:1")).Val(); n != 0 {
-		t.Fatal("lock still present after release")
+	if o, _ := holder(t, r, "order:1"); o != "" {
+		t.Fatal("lock still held after release")
 	}
 	le = acquire(t, l, ctx, "order:1")
 	release(t, le)
@@ -107,8 +127,8 @@ func TestEngineReentrancyAcrossProcesses(t *testing.T) {
 		t.Fatalf("reentrant: local %v, remote %v; tokens outer %d remote %d",
 			local.Reentrant(), remote.Reentrant(), outer.Token(), remote.Token())
 	}
-	if n := r.Client.HGet(ctx, lockName("account:7"), string(outer.Owner())).Val(); n != "2" {
-		t.Fatalf("hold count in Redis = %q, want 2 (one per process)", n)
+	if o, n := holder(t, r, "account:7"); o != string(outer.Owner()) || n != 2 {
+		t.Fatalf("hold count in Redis = %d, want 2 (one per process)", n)
 	}
 	if _, err := b.TryAcquire(context.Background(), "account:7"); !errors.Is(err, guard.ErrLocked) {
 		t.Fatalf("another owner's TryAcquire = %v, want ErrLocked", err)
@@ -118,12 +138,12 @@ func TestEngineReentrancyAcrossProcesses(t *testing.T) {
 	}
 	release(t, remote)
 	release(t, local)
-	if n := r.Client.Exists(ctx, lockName("account:7")).Val(); n != 1 {
+	if o, _ := holder(t, r, "account:7"); o == "" {
 		t.Fatal("lock freed while the outer hold remains")
 	}
 	release(t, outer)
-	if n := r.Client.Exists(ctx, lockName("account:7")).Val(); n != 0 {
-		t.Fatal("lock still present after the last release")
+	if o, _ := holder(t, r, "account:7"); o != "" {
+		t.Fatal("lock still held after the last release")
 	}
 }
 
@@ -203,7 +223,7 @@ func TestEngineRenewalKeepsLockPastTTL(t *testing.T) {
 	if err := le.Err(); err != nil {
 		t.Fatalf("lease lost while renewed: %v", err)
 	}
-	if n := r.Client.Exists(ctx, lockName("long")).Val(); n != 1 {
+	if o, _ := holder(t, r, "long"); o == "" {
 		t.Fatal("lock gone from the server despite renewal")
 	}
 	release(t, le)
@@ -220,7 +240,7 @@ func TestEngineUnrenewedLockExpires(t *testing.T) {
 	if _, err := l.TryAcquire(ctx, "crashed"); !errors.Is(err, guard.ErrLocked) {
 		t.Fatalf("TryAcquire before the TTL ran out = %v, want ErrLocked", err)
 	}
-	// The waiter sleeps until the holder's TTL runs out, as reported by PTTL.
+	// The waiter sleeps until the holder's lease runs out, as the busy reply tells.
 	le := acquire(t, l, ctx, "crashed", guard.Retry(guard.MaxWait(5*time.Second, guard.Fixed(time.Minute, 0))))
 	release(t, le)
 }

@@ -95,7 +95,7 @@ type Hold struct {
 // once when the hold is made.
 type holdArgs struct {
 	lock, queue, aux, aux2, owner, retention, limit any
-	label                                                  any // nil without a label
+	label                                           any // nil without a label
 }
 
 // Box boxes h's script arguments for owner, with label (nil: none). h.Keys and h.Terms
