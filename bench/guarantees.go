@@ -49,23 +49,21 @@ var guaranteeCuts = []struct {
 }{
 	{"scripts", "none: guardkit's scripts as they are", nil},
 	{"scripts/no-release-nonce", "a retried release reports the truth", []scriptEdit{{
-		file: "hold", re: regexp.MustCompile(`  record_release\(v\[4\], nonce\)\n`), with: "",
-		describe: "the release nonce APPENDed to the fence key and the key's retention renewed"}}},
-	{"scripts/no-token-rewrite", "tokens rise per key while the fence key lives, whatever the clock", []scriptEdit{{
-		file: "fence", re: regexp.MustCompile(`(?s)  local last = f and string\.match\(f, '\^%d\+'\)\n.*?  put_token\(f, last, s, ARGV\[4\]\)\n`),
+		file: "hold", re: regexp.MustCompile(`return nil, noted\(f, ':' \.\. nonce\)`), with: "return nil, f",
+		describe: "the release nonce appended to the fence record"}}},
+	{"scripts/no-token-rewrite", "tokens rise per key while the fence record lives, whatever the clock", []scriptEdit{{
+		file: "fence", re: regexp.MustCompile(`(?s)  if last ~= '' and \(#last > #s or .*?\n  end\n`),
 		with:     "",
-		describe: "the last token read from the fence key and overwritten (the token is the clock alone)"}}},
+		describe: "the last token compared with the clock and raised above it (the token is the clock alone)"}}},
 	{"scripts/no-clock-floor", "tokens rise after Redis restarts empty or fails over to a lagging replica", []scriptEdit{{
-		file: "acquire", re: regexp.MustCompile(`new_token\(f, redis\.call\('TIME'\), ARGV\[8\]\)`), with: "new_token(f, nil, ARGV[8])",
-		describe: "TIME"}, {
 		file: "fence", re: regexp.MustCompile(`local s = t\[1\] \.\. string\.rep\('0', 6 - #t\[2\]\) \.\. t\[2\]`), with: "local s = '0'",
-		describe: "the clock's digits as the token's floor (the token is the fence key's last + 1)"}}},
+		describe: "the clock's digits as the token's floor (the token is the record's last + 1; TIME stays, the leases need it)"}}},
 	{"scripts/no-acquire-nonce", "a retried acquire counts once", []scriptEdit{{
-		file: "acquire", re: regexp.MustCompile(`, owner \.\. '#a', ARGV\[3\]\)`), with: ")",
+		file: "acquire", re: regexp.MustCompile(`'#a', ARGV\[3\],`), with: "'#a', '',",
 		describe: "the attempt's nonce written into the lock hash"}}},
 	{"scripts/no-queue-pop", "a release wakes the next process queued for the lock", []scriptEdit{{
-		file: "queue", re: regexp.MustCompile(`local next = redis\.call\('LPOP', KEYS\[3\]\)`), with: "local next = false",
-		describe: "the pop of the lock's wait queue"}}},
+		file: "queue", re: regexp.MustCompile(`local next = redis\.call\('LPOP', KEYS\[2\]\)`), with: "local next = false",
+		describe: "the pop of the lock's wait queue (made only when someone waited)"}}},
 }
 
 func init() {
@@ -141,7 +139,7 @@ const retention = "3600000"
 
 func (l scriptsLib) TryLock(ctx context.Context, key string) (Lease, error) {
 	n := strconv.FormatUint(l.seq.Add(1), 36)
-	le := &scriptsLease{l: l, keys: []string{key, key + ":fence", key + ":q"}, owner: l.locker + "." + n}
+	le := &scriptsLease{l: l, keys: []string{key, key + ":q"}, owner: l.locker + "." + n}
 	// ARGV: owner, TTL, attempt nonce, fence retention, "2" (a caller that will not wait), Locker.
 	v, err := l.acquire.Run(ctx, l.c, le.keys, le.owner, l.ttl, "a"+n, retention, "2", l.locker).Result()
 	if err != nil {
@@ -159,8 +157,10 @@ func (l scriptsLib) Lock(ctx context.Context, key string) (Lease, error) {
 }
 
 func (le *scriptsLease) Unlock(ctx context.Context) error {
-	// ARGV: owner, release nonce, no undo nonce, fence retention, Locker, classic Pub/Sub.
-	n, err := le.l.release.Run(ctx, le.l.c, le.keys, le.owner, "r"+le.owner, "", retention, le.l.locker, "0").Int64()
+	// ARGV: owner, release nonce, no undo nonce, fence retention, Locker, classic Pub/Sub,
+	// no quorum attempt, "2": the lease is valid and the hash outlives the retention (the
+	// engine's common case: the server's clock is not read, the TTL not touched).
+	n, err := le.l.release.Run(ctx, le.l.c, le.keys, le.owner, "r"+le.owner, "", retention, le.l.locker, "0", "", "2").Int64()
 	if err == nil && n != 1 && n != 3 && n != 4 {
 		err = fmt.Errorf("scripts: release returned %d, want the lock freed", n)
 	}

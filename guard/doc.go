@@ -277,8 +277,9 @@
 // Each first acquisition of a key gets a fencing token greater than every token issued for
 // that key before, and reentrant holds share it. Tokens never fall below the Redis
 // server's clock in microseconds, so they keep rising after Redis restarts empty; a key's
-// fence record only keeps them rising while that clock is behind, and goes FenceRetention
-// (10s) after the key's last release, so locks on distinct keys leave nothing behind. A lock
+// fence record only keeps them rising while that clock is behind. It lives in the lock's
+// hash, which goes when its last lease would have ended, or FenceRetention (10s) after
+// the last release if that is later, so locks on distinct keys leave nothing behind. A lock
 // held in Redis cannot by itself stop a paused or partitioned former holder from writing
 // after its lease ran out; a storage that rejects writes carrying a token lower than the
 // highest it has seen can.
@@ -300,21 +301,26 @@
 //
 // # Redis data
 //
-// For key k and prefix p (default "guard:"), the lock is the hash p{k} (field per owner →
-// hold count, plus the token), the fencing counter is p{k}:fence, the wait queue (a list
-// of Locker IDs) p{k}:queue and the release channel p{k}:release. In k, '%', '{' and '}'
-// are written %25, %7B and %7D, so every name of a lock shares one Redis Cluster hash tag
-// whatever bytes the key holds. The other kinds add a suffix to the lock's name (":rw",
-// ":sem", ":fair") and keep more keys beside it: the holders of a read-write lock or a
-// semaphore with their lease deadlines (a sorted set), the owners queued for a fair lock
-// (internal/script/lua/kinds/lib.lua describes them). Each acquire, release and renewal is one script call;
-// scripts carry a nonce so that a call the client retries after a timeout takes effect
-// once (a final release appends its nonce to the fencing counter's key, which keeps the
-// newest ones). An acquire whose outcome is unknown (a network error) is undone in the
-// background if it took effect. A hold made with the Label option also keeps its label
-// in the hash (field <owner>#l). A wait that lasted the deadlock detection delay keeps a
-// record in p{<request>}:waits, a hash of the request's waiting sections (see
-// scripts/waits.lua), removed when the wait ends.
+// For key k and prefix p (default "guard:"), the lock is the hash p{k} (its holder, hold
+// count, lease deadline in server time, token and nonces, and the fence record: the last
+// token and the last final releases), the wait queue (a list of Locker IDs) p{k}:queue
+// and the release channel p{k}:release. In k, '%', '{' and '}' are written %25, %7B and
+// %7D, so every name of a lock shares one Redis Cluster hash tag whatever bytes the key
+// holds. The other kinds add a suffix to the lock's name (":rw", ":sem", ":fair") and keep
+// more keys beside it: the holders of a read-write lock or a semaphore with their lease
+// deadlines (a sorted set), the owners queued for a fair lock
+// (internal/script/lua/kinds/lib.lua describes them). Each acquire, release and renewal is
+// one script call; an uncontended acquire and release make 8 Redis commands between them.
+// Scripts carry a nonce so that a call the client retries after a timeout takes effect
+// once (a final release appends its nonce to the fence record, which keeps the newest
+// ones). An acquire whose outcome is unknown (a network error) is undone in the
+// background if it took effect. The hash carries its layout's version (field #v): a
+// version of guardkit that keeps its data otherwise fails on it with a *LayoutError, and
+// the versions before this layout see its locks as held. A hold made with the Label
+// option also keeps its label in the hash (field #l; a reader's or a permit's,
+// <owner>#l). A wait that lasted the deadlock detection delay keeps a record in
+// p{<request>}:waits, a hash of the request's waiting sections (see scripts/waits.lua),
+// removed when the wait ends.
 //
 // # Operators
 //

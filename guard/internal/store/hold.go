@@ -205,7 +205,8 @@ func (c callArgs) release(h *Hold, nonce, undo string) []any {
 // releaseLive is release, telling the script what the engine's clock says of the hold
 // (release.lua's ARGV[8]): "1" its lease is still valid, so the server's clock need not
 // be read; "2" besides, the lock's hash lives the fence retention more at least (a grant
-// and a renewal make it live max(TTL, retention)), so its TTL need not be touched.
+// and a renewal make it live max(TTL, retention) and an eighth of the retention more:
+// fence.lua's keep_for), so its TTL need not be touched.
 func (c callArgs) releaseLive(h *Hold, nonce string) []any {
 	args := c.release(h, nonce, "")
 	if h.Ref == nil {
@@ -215,7 +216,7 @@ func (c callArgs) releaseLive(h *Hold, nonce string) []any {
 	switch {
 	case left <= 0:
 		return args
-	case left+max(h.Terms.Retention-h.Terms.TTL, 0) >= h.Terms.Retention:
+	case left+max(h.Terms.Retention-h.Terms.TTL, 0)+h.Terms.Retention/8 >= h.Terms.Retention:
 		return append(args, argNoWon, argKept)
 	}
 	return append(args, argNoWon, argFlag[1])

@@ -14,8 +14,9 @@
 --                     queued (someone had to wait; "" or absent otherwise).
 --                     The hash outlives the holds, so the fence record needs no key of
 --                     its own: a grant or a renewal makes it live as long as the lease,
---                     and FenceRetention at least; a release makes it live FenceRetention
---                     at least (release.lua's ARGV[8]).
+--                     or FenceRetention if longer, and an eighth of the retention more
+--                     (fence.lua's keep_for); a release makes it live FenceRetention at
+--                     least (release.lua's ARGV[8]).
 -- KEYS[2] queue:      list of the IDs of the Lockers (processes) waiting for the lock, in
 --                     the order they found it busy; a release wakes the first
 -- ARGV[1] owner ID
@@ -85,5 +86,5 @@ else
   redis.call('HSET', lock, '#v', '2', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
     '#r', '', '#l', ARGV[7] or '', '#t', token, '#tq', '', '#tp', proposed, '#f', record)
 end
-redis.call('PEXPIRE', lock, digits(math.max(ttl, tonumber(ARGV[4]))))
+redis.call('PEXPIRE', lock, digits(keep_for(ttl)))
 return tonumber(token)

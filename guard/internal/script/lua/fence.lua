@@ -41,6 +41,16 @@ local function extend_to(key, ms)
   end
 end
 
+-- keep_for returns how long, in ms, a grant or a renewal whose lease runs ms from now
+-- makes the lock hash live: as long as the lease, or the fence retention (ARGV[4]; a
+-- renewal's ARGV[3]) if longer, and an eighth of the retention more, so that a release
+-- made while the lease is valid finds the retention covered and need not touch the TTL
+-- (release.lua's ARGV[8]).
+local function keep_for(ms)
+  local r = tonumber(ARGV[4] or ARGV[3])
+  return math.max(ms, r) + math.floor(r / 8)
+end
+
 -- note writes entry into the record f at once (see noted), with the layout version, and
 -- keeps the hash for the fence retention at least: for the rarer paths that write
 -- nothing else.

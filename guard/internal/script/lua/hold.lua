@@ -129,7 +129,7 @@ local function rehold(v, holder, owner, now)
     holds = holds + 1
     local until_ = math.max(tonumber(v[2]), now + tonumber(ARGV[2]))
     redis.call('HSET', KEYS[1], '#n', digits(holds), '#a', remember(v[5], ARGV[3]), '#e', digits(until_))
-    extend_to(KEYS[1], digits(math.max(until_ - now, tonumber(ARGV[4]))))
+    extend_to(KEYS[1], digits(keep_for(until_ - now)))
   end
   return as_holder({1, v[3], holds}, holder, owner)
 end

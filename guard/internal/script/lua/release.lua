@@ -22,8 +22,9 @@
 --         its validity, the TTL less the drift margin, ran out): its hold has not
 --         expired here, and the server's clock is not read; "2" when besides the hash
 --         lives FenceRetention more at least (a grant and a renewal make it live as long
---         as the lease, and the retention at least): its TTL is not touched. Otherwise a
---         final release makes the hash live FenceRetention at least.
+--         as the lease or the retention, and an eighth of the retention more: fence.lua's
+--         keep_for): its TTL is not touched. Otherwise a final release makes the hash
+--         live FenceRetention at least.
 --
 -- Returns  4 the lock was freed, and the caller's Locker was first in the wait queue
 --          3 the lock was freed and handed to another Locker waiting for it

@@ -6,7 +6,7 @@
 -- ARGV[3] fence retention in milliseconds
 --
 -- Returns 1 when the owner holds the lock and its lease now runs ARGV[2] from now (or
--- longer: it is never shortened), and the hash as long, and the retention at least; 0
+-- longer: it is never shortened), and the hash as long (fence.lua's keep_for); 0
 -- otherwise; an error "GUARDKIT_LAYOUT <found> 2" when
 -- the key was written by another layout.
 local lock = KEYS[1]
@@ -25,5 +25,5 @@ if until_ <= now then
 end
 until_ = math.max(until_, now + tonumber(ARGV[2]))
 redis.call('HSET', lock, '#e', digits(until_))
-extend_to(lock, digits(math.max(until_ - now, tonumber(ARGV[3]))))
+extend_to(lock, digits(keep_for(until_ - now)))
 return 1

@@ -33,7 +33,7 @@ if held and within(owner, holder) then
   if granted == owner and holder == owner then
     -- The caller claims the lock a release granted it.
     redis.call('HSET', lock, '#g', '', '#a', ARGV[3], '#l', ARGV[9] or '', '#e', digits(now + ttl))
-    extend_to(lock, digits(math.max(ttl, tonumber(ARGV[4]))))
+    extend_to(lock, digits(keep_for(ttl)))
     return tonumber(v[3])
   end
   return rehold(v, holder, owner, now)
@@ -49,7 +49,7 @@ if not held then
     local token, record = new_token(f, t)
     redis.call('HSET', lock, '#v', '2', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
       '#r', '', '#l', ARGV[9] or '', '#t', token, '#tq', '', '#tp', '', '#g', '', '#f', record)
-    extend_to(lock, digits(math.max(ttl, tonumber(ARGV[4]))))
+    extend_to(lock, digits(keep_for(ttl)))
     return tonumber(token)
   end
   grant_next(ARGV[8], now, t, f)

@@ -326,7 +326,7 @@ local function grant_next(sharded, now, t, f)
   local token, record = new_token(f, t)
   redis.call('HSET', KEYS[1], '#v', '2', '#o', o, '#e', digits(now + tonumber(ttl)), '#n', '1', '#a', '',
     '#r', '', '#l', '', '#t', token, '#tq', '', '#tp', '', '#g', o, '#f', record)
-  extend_to(KEYS[1], digits(math.max(tonumber(ttl), tonumber(retention()))))
+  extend_to(KEYS[1], digits(keep_for(tonumber(ttl))))
   publish(id, sharded)
   return id
 end
