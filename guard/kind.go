@@ -41,7 +41,7 @@ func (k Kind) String() string {
 // waiters wait. Every kind's scripts take the same arguments and give the same replies,
 // so the waiting, renewal and release code is shared:
 //
-//   - acquire: KEYS lock, fence, queue[, aux[, aux2]]; ARGV owner, TTL ms, attempt nonce,
+//   - acquire: KEYS lock, queue[, aux[, aux2]]; ARGV owner, TTL ms, attempt nonce,
 //     fence retention ms, manner ("0" wait, "1" polite, "2" try, "3" leave: a waiter that
 //     gave up), Locker ID[, limit, sharded flag]. Replies: token (integer) for a fresh
 //     hold; {1, "token", holds} for a reentry or a hold the owner already had in Redis,
@@ -50,12 +50,13 @@ func (k Kind) String() string {
 //     {0, pttl} busy (pttl -1: free but left to others); {2} refused for good (a reader
 //     asking to write: ErrUpgrade).
 //   - release: KEYS as acquire; ARGV owner, release nonce, undo nonce, fence retention
-//     ms, Locker ID, sharded flag. Replies 4, 3, 1 (freed: this Locker next, handed to
+//     ms, Locker ID, sharded flag[, the quorum's winning attempt, "1"/"2" the lease
+//     valid by the engine's clock (release.lua)]. Replies 4, 3, 1 (freed: this Locker next, handed to
 //     another Locker, nobody queued), 2 (one hold dropped, still held), 0 (nothing to
 //     undo), -1 (not held: expired), -2 (held by another owner). Both scripts make a
 //     retried call with the same nonce a no-op.
-//   - renew: KEYS lock (kinds without aux) or as acquire; ARGV owner, TTL ms. Replies 1
-//     (renewed) or 0 (not held).
+//   - renew: KEYS lock (kinds without aux) or as acquire; ARGV owner, TTL ms, fence
+//     retention ms. Replies 1 (renewed) or 0 (not held).
 //
 // The read-write lock, the semaphore and the fair lock keep more than a hash per lock:
 // their scripts (internal/script/lua/kinds) share the functions of kinds/lib.lua, which also

@@ -118,18 +118,22 @@ end
 -- section it is in (holder, the lock's #o), holds the lock through another Locker. It
 -- counts the attempt (ARGV[3]) as one more hold of holder's, once however often the
 -- client sends it, unless the attempt was undone before it got here, and keeps the hold
--- for ARGV[2] at least. v is the reply of HMGET #o, #e, #t, #n, #a, #f (then any), now the
--- server time in ms. Returns acquire.lua's reentry reply, or {0, -1} for an attempt undone.
+-- for ARGV[2] at least — a retry of an attempt already counted too: its caller counts
+-- its lease from this call. v is the reply of HMGET #o, #e, #t, #n, #a, #f (then any), now
+-- the server time in ms. Returns acquire.lua's reentry reply, or {0, -1} for an attempt
+-- undone.
 local function rehold(v, holder, owner, now)
   local holds = tonumber(v[4])
-  if not listed(v[5], ARGV[3]) then
+  local until_ = math.max(tonumber(v[2]), now + tonumber(ARGV[2]))
+  if listed(v[5], ARGV[3]) then
+    redis.call('HSET', KEYS[1], '#e', digits(until_))
+  else
     if undone(v[6]) then
       return {0, -1} -- undone already: the caller left
     end
     holds = holds + 1
-    local until_ = math.max(tonumber(v[2]), now + tonumber(ARGV[2]))
     redis.call('HSET', KEYS[1], '#n', digits(holds), '#a', remember(v[5], ARGV[3]), '#e', digits(until_))
-    extend_to(KEYS[1], digits(keep_for(until_ - now)))
   end
+  extend_to(KEYS[1], digits(keep_for(until_ - now)))
   return as_holder({1, v[3], holds}, holder, owner)
 end
