@@ -409,3 +409,59 @@ func TestRetriedAttemptRenewsLease(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaseHandsToFirstQueued: a release of the exclusive lock that others waited for
+// hands it to the first Locker queued — that one alone is told (reply HandedOn), and the
+// one behind it stays queued for the next release — and once nobody waits, a release
+// touches no queue (reply Freed). Without the pop of the queue every release woke every
+// Locker ('*'), and all raced for the lock.
+func TestReleaseHandsToFirstQueued(t *testing.T) {
+	perKind(t, "handoff", func(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client, name string) {
+		if name != "exclusive" {
+			return
+		}
+		as := func(locker string) callArgs { return callArgs{id: locker, conn: k.cn} }
+		take := func(h *Hold, locker string) script.Granted {
+			t.Helper()
+			v, err := k.cn.RunScript(ctx, k.t.Spec.Acquire, as(locker).acquire(h, k.nonce(), MannerWait), true).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := script.ParseAcquire(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		release := func(h *Hold, locker string) script.Released {
+			t.Helper()
+			code, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, as(locker).release(h, k.nonce(), ""), true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return code
+		}
+		a, b, cc := k.hold("a/1"), k.hold("b/1"), k.hold("c/1")
+		if !take(a, "A").Acquired || take(b, "B").Acquired || take(cc, "C").Acquired {
+			t.Fatal("a should hold, b and c wait")
+		}
+		if code := release(a, "A"); code != script.HandedOn {
+			t.Fatalf("a's release: %v, want HandedOn (b told)", code)
+		}
+		if q := c.LRange(ctx, k.keys.Queue, 0, -1).Val(); len(q) != 1 || q[0] != "C" {
+			t.Fatalf("queue after a's release %v, want C alone", q)
+		}
+		if !take(b, "B").Acquired {
+			t.Fatal("b did not take the lock handed to it")
+		}
+		if code := release(b, "B"); code != script.HandedOn {
+			t.Fatalf("b's release: %v, want HandedOn (c told)", code)
+		}
+		if !take(cc, "C").Acquired {
+			t.Fatal("c did not take the lock handed to it")
+		}
+		if code := release(cc, "C"); code != script.Freed {
+			t.Fatalf("c's release: %v, want Freed (nobody waits)", code)
+		}
+	})
+}
