@@ -645,5 +645,17 @@ func (r *report) payTargets() []target {
 		ts = append(ts, target{"pay-concurrent", fmt.Sprintf("uncontended %s on the plain client (built-in batching): ahead of every peer", c),
 			fmt.Sprintf("%s pairs/s; %s", num(gk, ok, -1), strings.Join(parts, ", ")), met})
 	}
+	if qcells := r.cells("quorum-uncontended"); len(qcells) > 0 {
+		met := true
+		var parts []string
+		for _, c := range qcells {
+			q, ok1 := g("quorum-uncontended", c, "guardkit/quorum", "pairs_per_s")
+			rs, ok2 := g("quorum-uncontended", c, "redsync/quorum", "pairs_per_s")
+			a, ok3 := g("quorum-uncontended", c, "guardkit/quorum", "allocs_per_op")
+			met = met && ok1 && ok2 && ok3 && q >= 0.9*rs && a <= 100
+			parts = append(parts, fmt.Sprintf("%s %s× (%s allocs)", c, num(q/rs, ok1 && ok2, 2), num(a, ok3, 1)))
+		}
+		ts = append(ts, target{"pay-quorum", "quorum of 3, uncontended: ≥ 0.9× redsync's Redlock pairs/s at every G, ≤ 100 allocations per pair", strings.Join(parts, "; "), met})
+	}
 	return ts
 }
