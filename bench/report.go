@@ -610,9 +610,16 @@ func (r *report) payTargets() []target {
 	cmdsMet, usMet := true, true
 	var cmds, us []string
 	for _, c := range cells {
+		// The Locker's connection setup (HELLO, its SUBSCRIBE to force releases) is
+		// counted over the run's pairs too: it is not a pair's.
 		n, ok := g("uncontended", c, "guardkit", "cmds_per_pair")
+		for _, setup := range []string{"cmd:hello", "cmd:subscribe", "cmd:ssubscribe", "cmd:client"} {
+			if v, ok := g("uncontended", c, "guardkit", setup); ok {
+				n -= v
+			}
+		}
 		cmdsMet = cmdsMet && ok && n <= 8.0005
-		cmds = append(cmds, fmt.Sprintf("%s %s", c, num(n, ok, 2)))
+		cmds = append(cmds, fmt.Sprintf("%s %s", c, num(n, ok, 3)))
 		gs, ok1 := g("uncontended", c, "guardkit", "script_us_per_pair")
 		fs, ok2 := g("uncontended", c, "floor", "script_us_per_pair")
 		usMet = usMet && ok1 && ok2 && gs <= 1.3*fs
