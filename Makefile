@@ -94,9 +94,9 @@ demo:
 	@echo "running examples/demo"
 	@$(CURDIR)/.bin/demo
 
-## bench-compare: guardkit side by side with other Go lock libraries on one redis-server (bench/, its own module); writes bench/RESULTS.md, its SVG charts in bench/charts and the summary in docs/PERFORMANCE.md.
+## bench-compare: guardkit side by side with other Go lock libraries on one redis-server (bench/, its own module); writes bench/RESULTS.md, its SVG charts in bench/charts, the summary in docs/PERFORMANCE.md and the capacity page docs/CAPACITY.md.
 bench-compare: redis-server
-	cd bench && $(GO) run . -out RESULTS.md -json results.jsonl -charts charts -readme ../docs/PERFORMANCE.md
+	cd bench && $(GO) run . -out RESULTS.md -json results.jsonl -charts charts -readme ../docs/PERFORMANCE.md -capacity ../docs/CAPACITY.md
 
 .PHONY: chaos chaos-single chaos-kinds chaos-deploy chaos-quorum
 ## chaos: the fault and abuse suite on real redis-server processes, its four groups in

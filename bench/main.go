@@ -65,7 +65,7 @@ var clusterContended = []struct {
 
 type options struct {
 	out, jsonOut, analysis, cpuprofile string
-	memprofile, readme                 string
+	memprofile, readme, capacity       string
 	charts, from                       string
 	reps                               int
 	quick                              bool
@@ -81,6 +81,7 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	flag.StringVar(&o.readme, "readme", "", "replace the text between the bench-compare markers of this file with a summary")
+	flag.StringVar(&o.capacity, "capacity", "", "write the capacity page (locked requests per second per primary, from this run) to this file")
 	flag.StringVar(&o.charts, "charts", "", "draw the headline comparisons as SVG charts in this directory, shown by the -out report")
 	flag.StringVar(&o.from, "from", "", "with -charts: draw the charts from the medians of this JSON lines file (written by -json) and run nothing")
 	flag.IntVar(&o.reps, "reps", 3, "repetitions of every cell")
@@ -365,6 +366,11 @@ func run(o options) error {
 	}
 	if o.out != "" {
 		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	if o.capacity != "" {
+		if err := rep.writeCapacity(o.capacity); err != nil {
 			return err
 		}
 	}

@@ -501,6 +501,9 @@ func (r *report) summary() string {
 }
 
 func (r *report) redisVersion() string {
+	if r.e == nil || r.e.info == nil {
+		return "?" // a report read from a results file (-from, tests)
+	}
 	txt, err := r.e.info.Info(context.Background(), "server").Result()
 	if err != nil {
 		return "?"
