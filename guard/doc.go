@@ -310,7 +310,8 @@
 // more keys beside it: the holders of a read-write lock or a semaphore with their lease
 // deadlines (a sorted set), the owners queued for a fair lock
 // (internal/script/lua/kinds/lib.lua describes them). Each acquire, release and renewal is
-// one script call; an uncontended acquire and release make 8 Redis commands between them.
+// one script call; an uncontended acquire and release make 8 Redis commands between them
+// (a release sent near the end of its lease, or after it, adds a clock read and a TTL).
 // Scripts carry a nonce so that a call the client retries after a timeout takes effect
 // once (a final release appends its nonce to the fence record, which keeps the newest
 // ones). An acquire whose outcome is unknown (a network error) is undone in the

@@ -174,25 +174,10 @@ func tokenIn(ctx context.Context) (int64, bool) {
 }
 
 // lockHolder returns the owner that holds the exclusive or fair lock in its Redis hash
-// name (its #o, while its lease #e runs, by the server's clock), "" for none.
+// name, "" for none (redistest.Holder).
 func lockHolder(t testing.TB, c redis.Cmdable, name string) string {
 	t.Helper()
-	ctx := context.Background()
-	v, err := c.HMGet(ctx, name, "#o", "#e").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, _ := v[0].(string)
-	e, _ := v[1].(string)
-	until, _ := strconv.ParseInt(e, 10, 64)
-	now, err := c.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o == "" || until <= now.UnixMilli() {
-		return ""
-	}
-	return o
+	return redistest.Holder(t, context.Background(), c, name)
 }
 
 // holdCount returns owner's hold count in the exclusive or fair lock of key, 0 when it

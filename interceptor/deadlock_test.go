@@ -64,7 +64,7 @@ func runService(raw string) int {
 	var peer *grpc.ClientConn
 	hold := func(ctx context.Context, req *dynamicpb.Message) (*wrapperspb.Int64Value, error) {
 		next := label(req, "next")
-		for redistest.Holder(ctx, rdb, "guard:{account:"+next+"}") == "" {
+		for o, _ := redistest.ReadHolder(ctx, rdb, "guard:{account:"+next+"}"); o == ""; o, _ = redistest.ReadHolder(ctx, rdb, "guard:{account:"+next+"}") {
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()

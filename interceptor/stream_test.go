@@ -98,7 +98,7 @@ func TestStreamHoldsLockForItsLife(t *testing.T) {
 		t.Fatalf("stream context ended with %v, want the client's cancellation", cause)
 	}
 	waitUntil(t, 5*time.Second, "the lock to be released", func() bool {
-		return redistest.Holder(base, rdb, "guard:{watch:1}") == ""
+		return redistest.Holder(t, base, rdb, "guard:{watch:1}") == ""
 	})
 	ctx3, cancel3 := context.WithCancel(base)
 	if err := open(ctx3, conn, "1"); err != nil {

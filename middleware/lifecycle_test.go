@@ -46,7 +46,7 @@ func TestPanicReleasesLock(t *testing.T) {
 	if seen.Load() != "card reader on fire" {
 		t.Errorf("recover saw %v", seen.Load())
 	}
-	if h := redistest.Holder(context.Background(), rdb, lockName("order:2")); h != "" {
+	if h := redistest.Holder(t, context.Background(), rdb, lockName("order:2")); h != "" {
 		t.Errorf("lock still held in Redis after the panic, by %s", h)
 	}
 	if !isFree(t, locker, "order:2") {

@@ -51,7 +51,7 @@ func TestQuorumLocker(t *testing.T) {
 	}
 	held := 0
 	for _, c := range clients {
-		if redistest.Holder(t.Context(), c, "guard:{account:42}") != "" {
+		if redistest.Holder(t, t.Context(), c, "guard:{account:42}") != "" {
 			held++
 		}
 	}
@@ -69,7 +69,7 @@ func TestQuorumLocker(t *testing.T) {
 	// trip later.
 	deadline := time.Now().Add(2 * time.Second)
 	for i, c := range clients {
-		for redistest.Holder(t.Context(), c, "guard:{account:42}") != "" {
+		for redistest.Holder(t, t.Context(), c, "guard:{account:42}") != "" {
 			if time.Now().After(deadline) {
 				t.Fatalf("server %d still holds the lock 2s after the response", i)
 			}

@@ -440,7 +440,10 @@ func (w *world) checkUnacknowledged(l *guard.Locker, key string) {
 		w.failf(typedErrors, key, trying, "acquire while the replica lags = %v, want a *RedisError (ErrUnavailable), 0 of 1 replicas", err)
 		return
 	}
-	if h := redistest.Holder(ctx, w.probe, lockName(key)); h != "" {
+	switch h, err := redistest.ReadHolder(ctx, w.probe, lockName(key)); {
+	case err != nil:
+		w.failf(noPartialState, key, trying, "reading the lock after an acquisition no replica acknowledged: %v", err)
+	case h != "":
 		w.failf(noPartialState, key, trying, "an acquisition no replica acknowledged left its lock behind (held by %s)", h)
 	}
 }

@@ -77,7 +77,7 @@ func FuzzKeyEncoding(f *testing.F) {
 		}
 		var locks []string
 		for _, n := range names {
-			if redistest.Holder(ctx, c, n) == string(le.Owner()) {
+			if redistest.Holder(t, ctx, c, n) == string(le.Owner()) {
 				locks = append(locks, n)
 			}
 		}
@@ -102,7 +102,7 @@ func FuzzKeyEncoding(f *testing.F) {
 		if err := le.Release(ctx); err != nil {
 			t.Fatalf("Release(%q): %v", k1, err)
 		}
-		if h := redistest.Holder(ctx, c, lock); h != "" {
+		if h := redistest.Holder(t, ctx, c, lock); h != "" {
 			t.Fatalf("key %q left its lock held", k1)
 		}
 	})

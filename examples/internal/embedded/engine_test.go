@@ -7,7 +7,6 @@ package embedded
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/guardkit/guardkit/ctxid"
 	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
 )
 
 // server starts an embedded server for one test.
@@ -52,22 +52,16 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 
 func lockName(key string) string { return "guard:{" + key + "}" }
 
-// holder returns the owner holding key's exclusive lock on r (the hash's #o while its
-// lease #e runs, by the server's clock) and its hold count, "" and 0 for none.
+// holder returns the owner holding key's exclusive lock on r (redistest.Holder) and its
+// hold count, "" and 0 for none.
 func holder(t *testing.T, r *Redis, key string) (string, int) {
 	t.Helper()
-	ctx := context.Background()
-	v := r.Client.HMGet(ctx, lockName(key), "#o", "#e", "#n").Val()
-	o, _ := v[0].(string)
-	e, _ := v[1].(string)
-	n, _ := v[2].(string)
-	until, _ := strconv.ParseInt(e, 10, 64)
-	now := r.Client.Time(ctx).Val()
-	if o == "" || until <= now.UnixMilli() {
+	o := redistest.Holder(t, context.Background(), r.Client, lockName(key))
+	if o == "" {
 		return "", 0
 	}
-	count, _ := strconv.Atoi(n)
-	return o, count
+	n, _ := r.Client.HGet(context.Background(), lockName(key), "#n").Int()
+	return o, n
 }
 
 func acquire(t *testing.T, l *guard.Locker, ctx context.Context, key string, opts ...guard.Option) *guard.Lease {

@@ -71,25 +71,9 @@ func TestBatchJoinsConcurrentCalls(t *testing.T) {
 	}
 
 	const workers, each = 32, 50
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				if err := call(ctx, &s.Conn, "many", strconv.Itoa(w*each+i)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	concurrently(t, workers, each, func(w, i int) error {
+		return call(ctx, &s.Conn, "many", strconv.Itoa(w*each+i))
+	})
 	if n, _ := c.Get(ctx, "many").Int(); n != workers*each {
 		t.Fatalf("the script ran %d times for %d calls", n, workers*each)
 	}
@@ -172,25 +156,9 @@ func TestBatchPerClusterNode(t *testing.T) {
 		t.Fatalf("the keys %v are all on one node", keys)
 	}
 	const workers, each = 16, 40
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				if err := call(ctx, &s.Conn, keys[(w+i)%len(keys)], strconv.Itoa(w*each+i)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	concurrently(t, workers, each, func(w, i int) error {
+		return call(ctx, &s.Conn, keys[(w+i)%len(keys)], strconv.Itoa(w*each+i))
+	})
 	total := 0
 	for _, k := range keys {
 		n, _ := c.Get(ctx, k).Int()
@@ -207,6 +175,31 @@ func TestBatchPerClusterNode(t *testing.T) {
 	}
 	if s.Batches() == 0 {
 		t.Fatal("no call was batched")
+	}
+}
+
+// concurrently runs fn(w, i) for i < each on each of workers goroutines, and fails t
+// with the first error.
+func concurrently(t *testing.T, workers, each int, fn func(w, i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if err := fn(w, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
 
