@@ -6,9 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guardkit/guardkit/guard/internal/store"
-
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
 // Sentinel errors, for errors.Is. Every error the package returns matches at most one of

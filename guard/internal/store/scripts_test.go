@@ -465,3 +465,41 @@ func TestReleaseHandsToFirstQueued(t *testing.T) {
 		}
 	})
 }
+
+// TestDeadWriterFieldsIgnored: once no lease is left in a read-write lock's holders zset
+// (its writer died and the zset expired), the writer's fields that the hash kept — an
+// undo's mark makes the hash outlive the zset — neither keep another writer out nor are
+// reentered. Without it the lock stayed busy until the hash expired (the fault suite's
+// smoke row "read-write: redis paused > TTL" found the hash left after its TTL: I3).
+func TestDeadWriterFieldsIgnored(t *testing.T) {
+	perKind(t, "dead-writer", func(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client, name string) {
+		if !k.t.Spec.Write {
+			return
+		}
+		take := func(h *Hold) script.Granted {
+			t.Helper()
+			v, err := k.cn.RunScript(ctx, k.t.Spec.Acquire, k.args.acquire(h, k.nonce(), MannerTry), true).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := script.ParseAcquire(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		if g := take(k.hold("dead/1")); !g.Acquired {
+			t.Fatalf("the first writer: %+v", g)
+		}
+		// Its lease runs out: the holders zset is gone, the hash still there.
+		if err := c.Del(ctx, k.keys.Aux).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if g := take(k.hold("next/1")); !g.Acquired {
+			t.Fatalf("another writer after the first one's lease ran out: %+v; want the lock", g)
+		}
+		if w := c.HGet(ctx, k.keys.Lock, "#W").Val(); w != "next/1" {
+			t.Fatalf("writer field %q, want next/1", w)
+		}
+	})
+}

@@ -19,8 +19,8 @@
 --                      until when (server time, ms) a waiting writer keeps new readers out.
 --                      The fair lock is the exclusive lock's hash (acquire.lua) plus #g =
 --                      the owner the lock was granted to and that has not yet claimed it.
---                      The hash lives as long as the last lease, and FenceRetention at
---                      least, as the exclusive lock's does.
+--                      The hash lives as long as the last lease (with the zset), and
+--                      FenceRetention after the last hold ends (finish).
 -- KEYS[2] queue:       the Lockers waiting, in the order they found the lock busy
 -- KEYS[3] holders zset (read-write lock, semaphore): member = an owner holding a share (a
 --                      reader, a permit) or '#W' for the writer; score = when (server time,
@@ -92,13 +92,24 @@ local function begin(a, b)
   if undone(f) then
     return false, {0, -1}
   end
+  if top == 0 then
+    -- No lease is left (the holders zset is gone): hold fields still in the hash are a
+    -- dead holder's, kept when an undo's mark made the hash outlive the zset.
+    holder = nil
+    if a == '#W' and v[n + 3] then
+      redis.call('HDEL', KEYS[1], '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#tp', '#Wl')
+      v[n + 3] = false
+    end
+  end
   return now, t, f, top, holder, v, n
 end
 
--- extend makes the holders zset live as long as the longest lease, top (server time in
--- ms; nil: read it), or a waiting writer's mark, mark (#ww, server time in ms; 0 for
--- none), and the lock hash as long, and the fence retention at least. d is a lease just set for TTL
--- ARGV[2], nil for none: when it runs longest, the zset takes ARGV[2] as it is.
+-- extend makes the holders zset and the lock hash live as long as the longest lease, top
+-- (server time in ms; nil: read it), or a waiting writer's mark, mark (#ww, server time
+-- in ms; 0 for none): the two go together, so that no holder's fields outlive the lease
+-- that says whether it holds. d is a lease just set for TTL ARGV[2], nil for none: when it
+-- runs longest, the keys take ARGV[2] as it is. (The fence record lives on the
+-- retention after the last hold ends: finish.)
 local function extend(now, mark, top, d)
   if not top then
     local last = redis.call('ZRANGE', KEYS[3], '-1', '-1', 'WITHSCORES')
@@ -107,7 +118,7 @@ local function extend(now, mark, top, d)
   local deadline = math.max(top, mark)
   if deadline > now then
     local ms = deadline == d and ARGV[2] or digits(deadline - now)
-    redis.call('PEXPIRE', KEYS[1], digits(math.max(deadline - now, tonumber(retention()))))
+    redis.call('PEXPIRE', KEYS[1], ms)
     redis.call('PEXPIRE', KEYS[3], ms)
   end
 end
