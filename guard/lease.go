@@ -292,6 +292,10 @@ type Lease struct {
 	h         *held
 	parent    context.Context // the context acquired with: its values are the lease's
 	reentrant bool
+	// set is the holds of a lease on several keys (AcquireAll), in canonical order, h
+	// the first; sec the section they were acquired for. nil for a lease on one key.
+	set []*held
+	sec ctxid.ID
 
 	// The lease's context is made on the first call of Context or Bind: a Lease used
 	// only to hold and release a lock never needs one.
@@ -304,8 +308,36 @@ type Lease struct {
 	err  error
 }
 
-// Key returns the lock key.
+// Key returns the lock key; of a lease on several keys (AcquireAll), the first of Keys.
 func (le *Lease) Key() string { return le.h.hk.key }
+
+// Keys returns the keys the lease holds: the one key, or those of a lease acquired with
+// AcquireAll (or the Keys and RawKeys options), without duplicates and in the canonical
+// order they were acquired in (see AcquireAll).
+func (le *Lease) Keys() []string {
+	if le.set == nil {
+		return []string{le.h.hk.key}
+	}
+	keys := make([]string, len(le.set))
+	for i, h := range le.set {
+		keys[i] = h.hk.key
+	}
+	return keys
+}
+
+// Tokens returns the fencing token of each key of Keys, in the same order: each key
+// keeps its own token (see Token), and storage that a set's work writes checks each
+// record against the token of the key that guards it.
+func (le *Lease) Tokens() []int64 {
+	if le.set == nil {
+		return []int64{le.h.sh.Token}
+	}
+	tokens := make([]int64, len(le.set))
+	for i, h := range le.set {
+		tokens[i] = h.sh.Token
+	}
+	return tokens
+}
 
 // Kind returns the lock's kind: KindExclusive unless the lease was acquired with Read,
 // Write, Permits or Fair.
@@ -314,10 +346,20 @@ func (le *Lease) Kind() Kind { return le.h.hk.kind }
 // Owner returns the section that holds the lock: for a fresh hold, a new section made
 // directly in the owner of the context Acquire was called with (ctxid.Section); for a
 // reentrant lease, the section that held the lock already, which the caller is in.
-func (le *Lease) Owner() ctxid.ID { return le.h.hk.owner }
+//
+// The keys of a lease acquired with AcquireAll are held by one section, made directly in
+// the owner of its context, which Owner returns; a key the owner held already is held by
+// its holder, a section the returned one is in.
+func (le *Lease) Owner() ctxid.ID {
+	if le.set != nil {
+		return le.sec
+	}
+	return le.h.hk.owner
+}
 
 // Token returns the fencing token: strictly greater than every token issued before for
-// this key, and the same for every reentrant hold of one acquisition. Pass it to the
+// this key, and the same for every reentrant hold of one acquisition. Of a lease on
+// several keys it is the first key's: see Tokens. Pass it to the
 // storage the guarded work writes, and have the storage reject writes with a token lower
 // than the highest it has seen: that is what keeps a paused or partitioned former holder
 // from overwriting newer data after its lease ran out.
@@ -343,8 +385,8 @@ func (le *Lease) Context() context.Context {
 	defer le.mu.Unlock()
 	if le.ctx == nil {
 		parent := le.parent
-		if id, ok := ctxid.FromContext(parent); !ok || !id.Within(le.h.hk.owner) {
-			parent = ctxid.Enter(parent, le.h.hk.owner) // the section made by Acquire
+		if id, ok := ctxid.FromContext(parent); !ok || !id.Within(le.Owner()) {
+			parent = ctxid.Enter(parent, le.Owner()) // the section made by Acquire
 		} // else a reentry: keep the caller's section, within the holder's
 		ctx := context.WithValue(context.WithoutCancel(parent), leaseKey{}, le)
 		var inner context.Context
@@ -380,7 +422,7 @@ func (c *leaseCtx) Err() error {
 }
 
 func (c *leaseCtx) check() {
-	if lost := c.le.h.lostNow(); lost != nil {
+	if lost := c.le.lostNow(); lost != nil {
 		c.le.end(lost) // at once, if lose has not reached this handle yet
 	}
 	if c.bound != nil {
@@ -395,10 +437,24 @@ func (c *leaseCtx) check() {
 // renewal, it returns the lease's *LeaseLostError, even when the process was stopped
 // past the deadline and the validity timer has not run yet.
 func (le *Lease) Err() error {
-	if lost := le.h.lostNow(); lost != nil {
+	if lost := le.lostNow(); lost != nil {
 		le.end(lost) // at once, if lose has not reached this handle yet
 	}
 	return le.ended()
+}
+
+// lostNow returns the cause of the loss of the lease's hold (held.lostNow), of the first
+// of a set's holds lost; nil while they are held.
+func (le *Lease) lostNow() *LeaseLostError {
+	if le.set == nil {
+		return le.h.lostNow()
+	}
+	for _, h := range le.set {
+		if lost := h.lostNow(); lost != nil {
+			return lost
+		}
+	}
+	return nil
 }
 
 // ended returns why the lease ended, nil while it is held.
@@ -410,10 +466,25 @@ func (le *Lease) ended() error {
 
 // ValidUntil returns the local validity deadline: the time, on this process's monotonic
 // clock, until which the lock is known to be held. It moves forward with each renewal.
+// Of a lease on several keys it is the earliest of their deadlines.
 func (le *Lease) ValidUntil() time.Time {
-	le.h.mu.Lock()
-	defer le.h.mu.Unlock()
-	return le.h.validUntil
+	if le.set == nil {
+		return le.h.valid()
+	}
+	v := le.h.valid()
+	for _, h := range le.set[1:] {
+		if u := h.valid(); u.Before(v) {
+			v = u
+		}
+	}
+	return v
+}
+
+// valid returns h's validity deadline.
+func (h *held) valid() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.validUntil
 }
 
 // Bind returns a context derived from ctx that carries the owner and the Lease and is
@@ -421,8 +492,8 @@ func (le *Lease) ValidUntil() time.Time {
 // Done read the validity deadline when called. Call the returned function when done
 // with it.
 func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
-	if id, ok := ctxid.FromContext(ctx); !ok || !id.Within(le.h.hk.owner) {
-		ctx = ctxid.Enter(ctx, le.h.hk.owner)
+	if id, ok := ctxid.FromContext(ctx); !ok || !id.Within(le.Owner()) {
+		ctx = ctxid.Enter(ctx, le.Owner())
 	} // else keep ctx's owner as it is (a section within the holder's), with its hop count
 	ctx = context.WithValue(ctx, leaseKey{}, le)
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -442,8 +513,17 @@ func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc)
 // when the lease had been lost; an error matching ErrExpired when the lock had expired in
 // Redis, ErrNotHeld when another owner holds it now, ErrUnavailable when Redis could not
 // be reached (the lock then expires after its TTL).
+//
+// A lease on several keys releases them all, the last first, and returns their errors
+// joined (errors.Join): the first error matching ErrLeaseLost names the key that was lost.
 func (le *Lease) Release(ctx context.Context) error {
-	le.once.Do(func() { le.err = le.h.env.release(ctx, le.h, le) })
+	le.once.Do(func() {
+		if le.set == nil {
+			le.err = le.h.env.release(ctx, le.h, le)
+			return
+		}
+		le.err = releaseSet(ctx, le, le.set)
+	})
 	return le.err
 }
 

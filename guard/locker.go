@@ -222,32 +222,46 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
 	}
-	// A fresh owner is put in a context only when the lease's Context is asked for: a
-	// caller that just holds and releases the lock never needs one.
+	owner, err := ownerOf(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	a := acquisition{caller: ctx}
+	rctx := l.tel.startAcquire(ctx, &a, s, key, string(owner))
+	le, err := l.acquireIn(ctx, rctx, &a, key, rk, owner, "", s, p, budgetEnd(p))
+	a.end(rctx, le, err, p)
+	return le, err
+}
+
+// ownerOf returns the owner in ctx, or a fresh one when ctx carries none. A fresh owner
+// is put in a context only when the lease's Context is asked for: a caller that just
+// holds and releases the lock never needs one.
+func ownerOf(ctx context.Context, key string) (ctxid.ID, error) {
 	owner, ok := ctxid.FromContext(ctx)
 	if !ok {
 		owner = ctxid.New()
 	}
 	if owner == "" || len(owner) > maxOwnerLen || strings.IndexByte(string(owner), '#') >= 0 {
-		return nil, fmt.Errorf("guard: acquire %s: owner %q: %w", quoteKey(key), owner, ctxid.ErrInvalid)
+		return "", fmt.Errorf("guard: acquire %s: owner %q: %w", quoteKey(key), owner, ctxid.ErrInvalid)
 	}
-	a := acquisition{caller: ctx}
-	rctx := l.tel.startAcquire(ctx, &a, s, key, string(owner))
-	le, err := l.acquireIn(ctx, rctx, &a, key, rk, owner, s, p)
-	a.end(rctx, le, err, p)
-	return le, err
+	return owner, nil
+}
+
+// budgetEnd is when a wait under p gives up, zero when p has no time limit.
+func budgetEnd(p RetryPolicy) time.Time {
+	if p.limit == limitMaxWait {
+		return time.Now().Add(p.maxWait)
+	}
+	return time.Time{}
 }
 
 // acquireIn acquires key within the section owner: it reenters a hold of owner's, or of a
-// section owner is in, that this process has; otherwise it acquires key in Redis for a new
-// section directly in owner (which reenters there a hold of owner's chain that another
-// process has). ctx carries the owner and becomes the lease's context; rctx, ctx plus the
-// acquire span, is what Redis calls are made with.
-func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string, rk redisKeys, owner ctxid.ID, s *settings, p RetryPolicy) (*Lease, error) {
-	var deadline time.Time
-	if p.limit == limitMaxWait {
-		deadline = time.Now().Add(p.maxWait)
-	}
+// section owner is in, that this process has; otherwise it acquires key in Redis for
+// section, a section directly in owner ("": a new one; which reenters there a hold of
+// owner's chain that another process has), waiting until deadline (zero: no limit). ctx
+// carries the owner and becomes the lease's context; rctx, ctx plus the acquire span, is
+// what Redis calls are made with.
+func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string, rk redisKeys, owner, section ctxid.ID, s *settings, p RetryPolicy, deadline time.Time) (*Lease, error) {
 	for {
 		l.mu.Lock()
 		if l.closed {
@@ -256,10 +270,12 @@ func (l *Locker) acquireIn(ctx, rctx context.Context, a *acquisition, key string
 		}
 		h := l.heldIn(key, owner, s.kind)
 		if h == nil {
-			section, err := ctxid.Section(owner)
-			if err != nil {
-				l.mu.Unlock()
-				return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
+			if section == "" {
+				var err error
+				if section, err = ctxid.Section(owner); err != nil {
+					l.mu.Unlock()
+					return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
+				}
 			}
 			h = &held{env: l.env, hk: holdKey{key: key, owner: section, kind: s.kind}, s: s}
 			h.sh = store.Hold{Keys: rk, Terms: &s.t, Section: string(section), Ref: h}

@@ -1,0 +1,287 @@
+package guard
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/guardkit/guardkit/ctxid"
+)
+
+// AcquireAll takes the locks named by keys as one lock: a transfer's two accounts, an
+// order and its stock lines. It returns one Lease that holds every key, or an error and
+// no key held: a key taken before the acquisition failed is released before AcquireAll
+// returns, whatever ended it (the wait's budget, ctx, Redis unavailable or frozen, the
+// Locker closing).
+//
+// The keys are taken in one canonical order, whatever order the caller lists them in:
+// by Redis Cluster hash slot of their lock, then by key (Lease.Keys). Two callers that
+// list {a, b} and {b, a} so never wait for each other in a cycle. Duplicates count
+// once; an empty list, or any key that Acquire would refuse, fails with ErrInvalidKey
+// before any Redis call. One key is Acquire.
+//
+// The lease is one lease: one TTL, renewed as one (its keys' renewals share one
+// pipeline per server), lost as one — when any key is lost, the lease's Context ends
+// with the *LeaseLostError that names that key — and released as one (Release frees
+// every key). Each key keeps its own fencing token: Lease.Tokens.
+//
+// Reentry works per key, as for Acquire: a key that the owner in ctx (or a section it
+// is in) holds already is reentered, the others are taken for a new section, which the
+// Lease's Context carries. A call made inside it for any of its keys reenters at once;
+// one for a set that holds more keys takes only those it lacks, in canonical order (a
+// missing key that sorts before one the section holds is then taken after it: see
+// "Several keys" in the package documentation).
+//
+// Options apply to every key: the Retry budget to the whole acquisition (a MaxWait of 2s
+// waits 2s in all, not per key), the kind (Read, Write, Permits, Fair) to each key. On a
+// single server or a Sentinel group, exclusive keys that are all free are taken in one
+// script call; on a Cluster the keys of one slot are, and each slot in turn. Errors are
+// Acquire's: a *LockedError names the key that stayed busy.
+func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts ...Option) (*Lease, error) {
+	s, err := l.callSettings(opts, "AcquireAll")
+	if err != nil {
+		return nil, err
+	}
+	return l.acquireSet(ctx, keys, s, s.retry)
+}
+
+// TryAcquireAll is AcquireAll with a single attempt per key: a key held by another owner
+// fails the call at once with a *LockedError, and the keys taken before it are
+// released. The Retry option is ignored.
+func (l *Locker) TryAcquireAll(ctx context.Context, keys []string, opts ...Option) (*Lease, error) {
+	s, err := l.callSettings(opts, "TryAcquireAll")
+	if err != nil {
+		return nil, err
+	}
+	return l.acquireSet(ctx, keys, s, NoRetry())
+}
+
+// setKey is one key of a set with its Redis names and its hash slot.
+type setKey struct {
+	key  string
+	rk   redisKeys
+	slot uint16
+}
+
+// canonical validates keys and returns them without duplicates, in canonical order: by
+// the hash slot of their lock hash, then by key.
+func (l *Locker) canonical(keys []string, s *settings) ([]setKey, error) {
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("guard: acquire: %w: no keys", ErrInvalidKey)
+	}
+	out := make([]setKey, 0, len(keys))
+	for _, k := range keys {
+		rk, err := s.redisKeys(k, s.spec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, setKey{key: k, rk: rk, slot: hashSlot(rk.Lock)})
+	}
+	slices.SortFunc(out, func(a, b setKey) int {
+		return cmp.Or(cmp.Compare(a.slot, b.slot), cmp.Compare(a.key, b.key))
+	})
+	return slices.CompactFunc(out, func(a, b setKey) bool { return a.key == b.key }), nil
+}
+
+// acquireSet is AcquireAll under settings s and policy p.
+func (l *Locker) acquireSet(ctx context.Context, keys []string, s *settings, p RetryPolicy) (*Lease, error) {
+	order, err := l.canonical(keys, s)
+	if err != nil {
+		return nil, err
+	}
+	if len(order) == 1 {
+		return l.acquire(ctx, order[0].key, s, p)
+	}
+	if s != &l.cfg {
+		if err := l.st.Admits(&s.t); err != nil {
+			return nil, configError(err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(order[0].key), err)
+	}
+	owner, err := ownerOf(ctx, order[0].key)
+	if err != nil {
+		return nil, err
+	}
+	section, err := ctxid.Section(owner)
+	if err != nil {
+		return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(order[0].key), err)
+	}
+	ms := setSettings(s, len(order))
+	deadline := budgetEnd(p)
+	members := make([]*Lease, 0, len(order))
+	for _, k := range order {
+		a := acquisition{caller: ctx}
+		rctx := l.tel.startAcquire(ctx, &a, ms, k.key, string(owner))
+		le, err := l.acquireIn(ctx, rctx, &a, k.key, k.rk, owner, section, ms, p, deadline)
+		a.end(rctx, le, err, p)
+		if err != nil {
+			if rerr := releaseMembers(ctx, members); rerr != nil {
+				err = fmt.Errorf("%w (and giving back the keys taken before it: %w)", err, rerr)
+			}
+			return nil, err
+		}
+		members = append(members, le)
+	}
+	return l.joinSet(ctx, section, members), nil
+}
+
+// setSettings returns s for the keys of a set of n keys: its label says that each hold
+// is part of one (Inspect, the guardkit command).
+func setSettings(s *settings, n int) *settings {
+	ms := *s
+	tag := "set of " + strconv.Itoa(n) + " keys"
+	if ms.label == "" {
+		ms.label = tag
+	} else {
+		ms.label += " (" + tag + ")"
+	}
+	return &ms
+}
+
+// joinSet makes the one Lease of a set from the handles of its keys, acquired in
+// canonical order: each hold's handle is replaced by the set's, so that losing any key
+// ends the set's lease and its Release drops every key. The keys' renewals are brought
+// to one time, so that each renewal of the set is one batch (see watchdog).
+func (l *Locker) joinSet(ctx context.Context, section ctxid.ID, members []*Lease) *Lease {
+	set := &Lease{h: members[0].h, parent: ctx, reentrant: true, sec: section, set: make([]*held, len(members))}
+	var first, last time.Time
+	for i, m := range members {
+		h := m.h
+		set.set[i] = h
+		set.reentrant = set.reentrant && m.reentrant
+		h.mu.Lock()
+		for j, x := range h.handles {
+			if x == m {
+				h.handles[j] = set
+			}
+		}
+		if h.hk.owner == section && h.state == stateHeld {
+			if first.IsZero() || h.acquired.Before(first) {
+				first = h.acquired
+			}
+			if h.acquired.After(last) {
+				last = h.acquired
+			}
+		}
+		var lost error
+		if h.state == stateLost {
+			lost = h.cause // lost before it joined the set: lose told m, not set
+		}
+		h.mu.Unlock()
+		if lost != nil {
+			set.end(lost)
+		}
+	}
+	if last.Sub(first) > renewAlign {
+		// Taken over more than one renewal batch's window (some key was waited for):
+		// renew the set's own holds now, together, and they stay together after.
+		for _, h := range set.set {
+			if h.hk.owner == section {
+				l.dog.Soon(&h.renewal)
+			}
+		}
+	}
+	return set
+}
+
+// renewAlign is how far apart a set's holds may have been granted and still be renewed
+// in one batch: the watchdog's batch window.
+const renewAlign = 5 * time.Millisecond
+
+// releaseSet releases the holds of set, each through its own release, at once (on a
+// client that batches, their calls share a pipeline), and joins their errors.
+func releaseSet(ctx context.Context, set *Lease, hs []*held) error {
+	errs := make([]error, len(hs))
+	var wg sync.WaitGroup
+	for i := len(hs) - 1; i > 0; i-- {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = hs[i].env.release(ctx, hs[i], set)
+		}()
+	}
+	errs[0] = hs[0].env.release(ctx, hs[0], set)
+	wg.Wait()
+	return joinReleaseErrors(errs)
+}
+
+// releaseMembers releases the keys of a set whose acquisition failed, at once.
+func releaseMembers(ctx context.Context, members []*Lease) error {
+	errs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.Release(ctx)
+		}()
+	}
+	wg.Wait()
+	return joinReleaseErrors(errs)
+}
+
+// joinReleaseErrors joins the errors of a set's releases: nil when all are nil, the
+// one error when one failed.
+func joinReleaseErrors(errs []error) error {
+	var out []error
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
+		return out[0]
+	}
+	return errors.Join(out...)
+}
+
+// hashSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag,
+// the part between the first '{' and the next '}' when not empty, else of the whole key,
+// modulo 16384.
+func hashSlot(key string) uint16 {
+	for i := 0; i < len(key); i++ {
+		if key[i] != '{' {
+			continue
+		}
+		for j := i + 1; j < len(key); j++ {
+			if key[j] == '}' {
+				if j > i+1 {
+					key = key[i+1 : j]
+				}
+				break
+			}
+		}
+		break
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[i]]
+	}
+	return crc % 16384
+}
+
+// crcTable is the CRC16 (XMODEM: polynomial 0x1021, no reflection) of each byte value.
+var crcTable = func() (t [256]uint16) {
+	for b := range t {
+		crc := uint16(b) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[b] = crc
+	}
+	return t
+}()

@@ -1,0 +1,281 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/guardkit/guardkit/guard"
+	"github.com/guardkit/guardkit/internal/redistest"
+)
+
+// TestSetHoldsEveryKey: AcquireAll holds each key under one section, in canonical order
+// whatever order the caller gives, with a token per key; Release frees them all.
+func TestSetHoldsEveryKey(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	le, err := l.AcquireAll(ctx, []string{"acct:b", "acct:a", "acct:c", "acct:a"})
+	if err != nil {
+		t.Fatalf("AcquireAll: %v", err)
+	}
+	keys := le.Keys()
+	if len(keys) != 3 {
+		t.Fatalf("Keys = %q, want 3 keys without the duplicate", keys)
+	}
+	if !slices.Equal(keys, canonicalOrder(keys)) {
+		t.Fatalf("Keys = %q, not in canonical order", keys)
+	}
+	tokens := le.Tokens()
+	for i, k := range keys {
+		if got := lockHolder(t, c, lockName(k)); got != string(le.Owner()) {
+			t.Fatalf("holder of %s = %q, want the set's section %q", k, got, le.Owner())
+		}
+		if tokens[i] <= 0 {
+			t.Fatalf("token of %s = %d", k, tokens[i])
+		}
+	}
+	if le.Token() != tokens[0] || le.Key() != keys[0] {
+		t.Fatalf("Key/Token = %s/%d, want the first key's %s/%d", le.Key(), le.Token(), keys[0], tokens[0])
+	}
+	label, _ := c.HGet(ctx, lockName(keys[1]), "#l").Result()
+	if want := "set of 3 keys"; !containsText(label, want) {
+		t.Fatalf("label of %s = %q, want it to say %q", keys[1], label, want)
+	}
+	if err := le.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	for _, k := range keys {
+		if got := lockHolder(t, c, lockName(k)); got != "" {
+			t.Fatalf("%s still held by %q after Release", k, got)
+		}
+	}
+}
+
+// TestSetAllOrNothing: when one key stays busy, AcquireAll fails with a *LockedError
+// naming it, and the keys it took before are free again in Redis.
+func TestSetAllOrNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	other, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	keys := canonicalOrder([]string{"x:1", "x:2", "x:3"})
+	busy := mustAcquire(t, other, ctx, keys[2])
+	defer mustRelease(t, busy)
+
+	_, err := l.AcquireAll(ctx, keys, guard.Retry(guard.MaxWait(300*time.Millisecond, nil)))
+	var le *guard.LockedError
+	if !errors.As(err, &le) || le.Key != keys[2] {
+		t.Fatalf("AcquireAll = %v, want a *LockedError naming %s", err, keys[2])
+	}
+	for _, k := range keys[:2] {
+		if got := lockHolder(t, c, lockName(k)); got != "" {
+			t.Fatalf("%s left held by %q after the set failed", k, got)
+		}
+	}
+
+	// TryAcquireAll fails at once the same way.
+	start := time.Now()
+	if _, err := l.TryAcquireAll(ctx, keys); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("TryAcquireAll = %v, want ErrLocked", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("TryAcquireAll took %v", d)
+	}
+	for _, k := range keys[:2] {
+		if got := lockHolder(t, c, lockName(k)); got != "" {
+			t.Fatalf("%s left held by %q after TryAcquireAll failed", k, got)
+		}
+	}
+}
+
+// TestSetCancelledMidAcquisition: a context that ends while the set waits for a key
+// leaves no key held.
+func TestSetCancelledMidAcquisition(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	other, _ := newLocker(t, srv)
+	keys := canonicalOrder([]string{"m:1", "m:2", "m:3", "m:4"})
+	busy := mustAcquire(t, other, ctxTimeout(t, 5*time.Second), keys[3])
+	defer mustRelease(t, busy)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := l.AcquireAll(ctx, keys)
+	if !errors.Is(err, guard.ErrLocked) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireAll = %v, want ErrLocked with the context's error", err)
+	}
+	for _, k := range keys[:3] {
+		if got := lockHolder(t, c, lockName(k)); got != "" {
+			t.Fatalf("%s left held by %q", k, got)
+		}
+	}
+}
+
+// TestSetLostAsOne: losing one key ends the set's context with a *LeaseLostError that
+// names that key, and Release frees the others.
+func TestSetLostAsOne(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv, guard.TTL(time.Second))
+	ctx := ctxTimeout(t, 10*time.Second)
+	keys := canonicalOrder([]string{"l:1", "l:2", "l:3"})
+	le, err := l.AcquireAll(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx := le.Context()
+	if err := c.Del(ctx, lockName(keys[1])).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the set's context did not end after one of its keys vanished")
+	}
+	var lost *guard.LeaseLostError
+	if !errors.As(context.Cause(lctx), &lost) || lost.Key != keys[1] {
+		t.Fatalf("cause = %v, want a *LeaseLostError naming %s", context.Cause(lctx), keys[1])
+	}
+	if err := le.Release(ctx); !errors.Is(err, guard.ErrLeaseLost) {
+		t.Fatalf("Release = %v, want ErrLeaseLost", err)
+	}
+	for _, k := range keys {
+		if got := lockHolder(t, c, lockName(k)); got != "" {
+			t.Fatalf("%s still held by %q", k, got)
+		}
+	}
+}
+
+// TestSetReentry: inside a set's context, a call for one of its keys reenters, and a
+// call for a superset takes only the key the set lacks.
+func TestSetReentry(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	le, err := l.AcquireAll(ctx, []string{"r:a", "r:b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustRelease(t, le)
+	in := le.Context()
+
+	one := mustAcquire(t, l, in, "r:b")
+	if !one.Reentrant() || one.Owner() != le.Owner() {
+		t.Fatalf("reentry of r:b: reentrant %v, owner %q; want the set's %q", one.Reentrant(), one.Owner(), le.Owner())
+	}
+	mustRelease(t, one)
+
+	sup, err := l.AcquireAll(in, []string{"r:c", "r:a", "r:b"})
+	if err != nil {
+		t.Fatalf("superset: %v", err)
+	}
+	if sup.Reentrant() {
+		t.Fatal("a superset with a new key reports itself reentrant")
+	}
+	tokens, outer := sup.Tokens(), le.Tokens()
+	for i, k := range sup.Keys() {
+		if j := slices.Index(le.Keys(), k); j >= 0 && tokens[i] != outer[j] {
+			t.Fatalf("reentered %s has token %d, want the set's %d", k, tokens[i], outer[j])
+		}
+	}
+	if err := sup.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := lockHolder(t, c, lockName("r:c")); got != "" {
+		t.Fatalf("r:c still held by %q after the superset's release", got)
+	}
+	for _, k := range []string{"r:a", "r:b"} {
+		if got := lockHolder(t, c, lockName(k)); got != string(le.Owner()) {
+			t.Fatalf("%s held by %q after the inner release, want the outer set's %q", k, got, le.Owner())
+		}
+	}
+}
+
+// TestSetOppositeOrders: callers listing the same keys in opposite orders never
+// deadlock and never overlap on a key (in-process; the two-process version is
+// TestSetOppositeOrdersProcesses).
+func TestSetOppositeOrders(t *testing.T) {
+	srv := redistest.Start(t)
+	l1, _ := newLocker(t, srv)
+	l2, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 60*time.Second)
+	var inA, inB atomic.Int32
+	rounds := envInt("GUARD_SET_ROUNDS", 200)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for i, l := range []*guard.Locker{l1, l2} {
+		keys := []string{"o:a", "o:b"}
+		if i == 1 {
+			keys = []string{"o:b", "o:a"}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				le, err := l.AcquireAll(ctx, keys, guard.Retry(guard.MaxWait(10*time.Second, nil)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if inA.Add(1) != 1 || inB.Add(1) != 1 {
+					errs <- fmt.Errorf("two holders at once")
+					return
+				}
+				inA.Add(-1)
+				inB.Add(-1)
+				if err := le.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestSetInvalid: an empty list and a bad key fail before any Redis call.
+func TestSetInvalid(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 5*time.Second)
+	for _, keys := range [][]string{nil, {"ok", ""}} {
+		if _, err := l.AcquireAll(ctx, keys); !errors.Is(err, guard.ErrInvalidKey) {
+			t.Fatalf("AcquireAll(%q) = %v, want ErrInvalidKey", keys, err)
+		}
+	}
+}
+
+// canonicalOrder returns keys sorted as AcquireAll takes them: by the hash slot of
+// their lock hash, then by key.
+func canonicalOrder(keys []string) []string {
+	out := slices.Clone(keys)
+	slices.SortFunc(out, func(a, b string) int {
+		if sa, sb := redistest.Slot(lockName(a)), redistest.Slot(lockName(b)); sa != sb {
+			return sa - sb
+		}
+		switch {
+		case a < b:
+			return -1
+		case a > b:
+			return 1
+		}
+		return 0
+	})
+	return slices.Compact(out)
+}
+
+func containsText(s, sub string) bool {
+	return strings.Contains(s, sub)
+}
