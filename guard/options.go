@@ -81,6 +81,9 @@ type wrapSettings struct {
 type keySpec struct {
 	kind keyKind
 	text string // the template (keyTemplate) or the key (keyRaw)
+	// texts are the templates (keyTemplates) or the keys (keyRaws) of a set of keys
+	// (Keys, RawKeys).
+	texts []string
 	fn   any    // func(context.Context, Req) (string, error), for keyFunc
 }
 
@@ -91,6 +94,8 @@ const (
 	keyTemplate
 	keyRaw
 	keyFunc
+	keyTemplates
+	keyRaws
 )
 
 func defaultSettings() settings {
@@ -411,6 +416,33 @@ func Key(template string) Option {
 // wins. No default.
 func RawKey(key string) Option {
 	return Option{name: "RawKey", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyRaw, text: key} }}
+}
+
+// Keys names several locks that a decorated call takes as one, with key templates (see
+// Key): a transfer locks both of its accounts,
+//
+//	svc.Transfer = guard.Wrap(svc.Transfer, guard.Keys("account:{req.From}", "account:{req.To}"))
+//
+// The call takes them all or none, in canonical order whatever order they are listed
+// in, under one lease (see Locker.AcquireAll); keys that render the same count once, and
+// a template list that renders to one key is that one lock. The function's context
+// carries the lease: Lease.Tokens has a fencing token per key.
+// Applies to Wrap, WrapE, Do and Locker.Run; the last of Key, Keys, RawKey, RawKeys and
+// KeyFunc given wins. An empty list fails like a missing key.
+func Keys(templates ...string) Option {
+	texts := append([]string(nil), templates...)
+	return Option{name: "Keys", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyTemplates, texts: texts} }}
+}
+
+// RawKeys is Keys with keys exactly as given (see RawKey), for keys computed in code:
+//
+//	err := guard.Do(ctx, move, guard.RawKeys("bin:"+from, "bin:"+to))
+//
+// Applies to Wrap, WrapE, Do and Locker.Run; the last of Key, Keys, RawKey, RawKeys and
+// KeyFunc given wins.
+func RawKeys(keys ...string) Option {
+	texts := append([]string(nil), keys...)
+	return Option{name: "RawKeys", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyRaws, texts: texts} }}
 }
 
 // KeyFunc names the lock of a decorated call with a function of the call's context and

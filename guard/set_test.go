@@ -279,3 +279,57 @@ func canonicalOrder(keys []string) []string {
 func containsText(s, sub string) bool {
 	return strings.Contains(s, sub)
 }
+
+// TestSetWrapDoRun: the Keys and RawKeys options make Wrap, Do and Run take their keys as
+// one lock; the function's context carries the set's lease.
+func TestSetWrapDoRun(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	type transfer struct{ From, To string }
+
+	check := func(ctx context.Context, want ...string) error {
+		le, ok := guard.LeaseFromContext(ctx)
+		if !ok {
+			return errors.New("no lease in the function's context")
+		}
+		if got := le.Keys(); !slices.Equal(got, canonicalOrder(want)) {
+			return fmt.Errorf("lease keys %q, want %q", got, canonicalOrder(want))
+		}
+		for _, k := range want {
+			if lockHolder(t, c, lockName(k)) == "" {
+				return fmt.Errorf("%s not held inside the function", k)
+			}
+		}
+		return nil
+	}
+	move := guard.Wrap(func(ctx context.Context, req transfer) (int, error) {
+		return 7, check(ctx, "acct:"+req.From, "acct:"+req.To)
+	}, guard.Use(l), guard.Keys("acct:{req.From}", "acct:{req.To}"))
+	if n, err := move(ctx, transfer{From: "9", To: "3"}); err != nil || n != 7 {
+		t.Fatalf("wrapped call = %d, %v", n, err)
+	}
+	// A transfer to the same account is one lock.
+	if _, err := move(ctx, transfer{From: "5", To: "5"}); err != nil {
+		t.Fatalf("same account: %v", err)
+	}
+	if err := guard.Do(ctx, func(ctx context.Context) error { return check(ctx, "bin:1", "bin:2") },
+		guard.Use(l), guard.RawKeys("bin:2", "bin:1")); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	ran, err := l.Run(ctx, func(ctx context.Context) error { return check(ctx, "job:x", "job:y") }, guard.Keys("job:y", "job:x"))
+	if !ran || err != nil {
+		t.Fatalf("Run = %v, %v", ran, err)
+	}
+	for _, k := range []string{"acct:9", "acct:3", "bin:1", "bin:2", "job:x", "job:y"} {
+		if got := lockHolder(t, c, lockName(k)); got != "" {
+			t.Fatalf("%s still held by %q", k, got)
+		}
+	}
+	if _, err := guard.WrapE(func(context.Context, transfer) (int, error) { return 0, nil }, guard.Use(l), guard.Keys()); !errors.Is(err, guard.ErrInvalidConfig) {
+		t.Fatalf("Keys() = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := guard.WrapE(func(context.Context, transfer) (int, error) { return 0, nil }, guard.Use(l), guard.Keys("a:{req.Nope}", "b")); !errors.Is(err, guard.ErrInvalidConfig) {
+		t.Fatalf("a bad template = %v, want ErrInvalidConfig", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -156,6 +157,8 @@ func lockName(s *settings) string {
 		return s.name
 	case s.wrap.key.kind == keyTemplate:
 		return s.wrap.key.text
+	case s.wrap.key.kind == keyTemplates:
+		return strings.Join(s.wrap.key.texts, " + ")
 	}
 	return unnamed
 }

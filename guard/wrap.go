@@ -92,16 +92,19 @@ func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...O
 	if err != nil {
 		return nil, err
 	}
-	key, err := keyOf[Req](d.wrap.key)
-	if err != nil {
-		return nil, err
-	}
 	var skip func(context.Context, Req) bool
 	if d.wrap.skip != nil {
 		var ok bool
 		if skip, ok = d.wrap.skip.(func(context.Context, Req) bool); !ok {
 			return nil, typeMismatch("SkipIf", d.wrap.skip, reflect.TypeFor[Req]())
 		}
+	}
+	if k := d.wrap.key.kind; k == keyTemplates || k == keyRaws {
+		return wrapSet(fn, d, skip)
+	}
+	key, err := keyOf[Req](d.wrap.key)
+	if err != nil {
+		return nil, err
 	}
 	return func(ctx context.Context, req Req) (Resp, error) {
 		if skip != nil && skip(ctx, req) {
@@ -116,7 +119,7 @@ func WrapE[Req, Resp any](fn func(context.Context, Req) (Resp, error), opts ...O
 		if err != nil {
 			return resp, err
 		}
-		_, err = b.r.run(ctx, b.s, k, func(ctx context.Context) (err error) {
+		_, err = b.r.run(ctx, b.s, k, nil, func(ctx context.Context) (err error) {
 			resp, err = fn(ctx, req)
 			return err
 		})
@@ -145,7 +148,7 @@ func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) err
 	if err != nil {
 		return err
 	}
-	key, err := fixedKey(d.wrap, "Do")
+	key, keys, err := fixedKeys(d.wrap, "Do")
 	if err != nil {
 		return err
 	}
@@ -153,7 +156,7 @@ func Do(ctx context.Context, fn func(context.Context) error, opts ...Option) err
 	if err != nil {
 		return err
 	}
-	_, err = b.r.run(ctx, b.s, key, fn)
+	_, err = b.r.run(ctx, b.s, key, keys, fn)
 	return err
 }
 
@@ -191,11 +194,37 @@ func (l *Locker) Run(ctx context.Context, fn func(context.Context) error, opts .
 	if u := s.wrap.use; u != nil && u != runner(l) {
 		return false, &ConfigError{Field: "Use", Reason: "names another Locker than the one Run is called on"}
 	}
-	key, err := fixedKey(s.wrap, "Run")
+	key, keys, err := fixedKeys(s.wrap, "Run")
 	if err != nil {
 		return false, err
 	}
-	return l.run(ctx, &s, key, fn)
+	return l.run(ctx, &s, key, keys, fn)
+}
+
+// fixedKeys returns the key of Do or Run, which have no request to render it from, or,
+// for Keys and RawKeys, their first key and the keys.
+func fixedKeys(w wrapSettings, where string) (string, []string, error) {
+	if k := w.key; k.kind == keyTemplates || k.kind == keyRaws {
+		if len(k.texts) == 0 {
+			return "", nil, errNoKey
+		}
+		keys := make([]string, len(k.texts))
+		for i, text := range k.texts {
+			one := w
+			one.key = keySpec{kind: keyTemplate, text: text}
+			if k.kind == keyRaws {
+				one.key.kind = keyRaw
+			}
+			key, err := fixedKey(one, where)
+			if err != nil {
+				return "", nil, err
+			}
+			keys[i] = key
+		}
+		return keys[0], keys, nil
+	}
+	key, err := fixedKey(w, where)
+	return key, nil, err
 }
 
 // fixedKey returns the key of Do or Run, which have no request to render one from.
@@ -243,7 +272,8 @@ type binding struct {
 // runner is what a decorator takes its locks from: a Locker's run primitive, under
 // its settings.
 type runner interface {
-	run(ctx context.Context, s *settings, key string, fn func(context.Context) error) (ran bool, err error)
+	// run takes key, or, when keys has more than one, keys as one lock (AcquireAll).
+	run(ctx context.Context, s *settings, key string, keys []string, fn func(context.Context) error) (ran bool, err error)
 	config() *settings
 }
 
@@ -298,13 +328,20 @@ func (d *decorator) binding() (*binding, error) {
 	return b, b.err
 }
 
-// run calls fn under the lock on key, acquired with s: the core of every guarded call.
-// ran reports whether fn was called.
-func (l *Locker) run(ctx context.Context, s *settings, key string, fn func(context.Context) error) (ran bool, err error) {
-	le, err := l.acquire(ctx, key, s, s.retry)
+// run calls fn under the lock on key, or, when keys has more than one, on keys as one
+// lock, acquired with s: the core of every guarded call. ran reports whether fn was
+// called.
+func (l *Locker) run(ctx context.Context, s *settings, key string, keys []string, fn func(context.Context) error) (ran bool, err error) {
+	var le *Lease
+	if len(keys) > 1 {
+		le, err = l.acquireSet(ctx, keys, s, s.retry)
+	} else {
+		le, err = l.acquire(ctx, key, s, s.retry)
+	}
 	if err != nil {
 		return false, err
 	}
+	key = le.Key()
 	acquired := time.Now()
 	fctx, cancel := le.Bind(ctx)
 	returned := false
@@ -444,4 +481,47 @@ func templateError(err error, hint string) error {
 func typeMismatch(field string, f any, want reflect.Type) error {
 	return &ConfigError{Field: field, Reason: fmt.Sprintf("takes a %s request, but the wrapped function's request is %s",
 		reflect.TypeOf(f).In(1), want)}
+}
+
+// wrapSet is WrapE for a decorator whose key option names several keys (Keys, RawKeys).
+func wrapSet[Req, Resp any](fn func(context.Context, Req) (Resp, error), d *decorator, skip func(context.Context, Req) bool) (func(context.Context, Req) (Resp, error), error) {
+	k := d.wrap.key
+	if len(k.texts) == 0 {
+		return nil, errNoKey
+	}
+	fns := make([]func(context.Context, Req) (string, error), len(k.texts))
+	for i, text := range k.texts {
+		one := keySpec{kind: keyTemplate, text: text}
+		if k.kind == keyRaws {
+			one.kind = keyRaw
+		}
+		f, err := keyOf[Req](one)
+		if err != nil {
+			return nil, err
+		}
+		fns[i] = f
+	}
+	return func(ctx context.Context, req Req) (Resp, error) {
+		if skip != nil && skip(ctx, req) {
+			return fn(ctx, req)
+		}
+		var resp Resp
+		keys := make([]string, len(fns))
+		for i, f := range fns {
+			key, err := f(ctx, req)
+			if err != nil {
+				return resp, err
+			}
+			keys[i] = key
+		}
+		b, err := d.binding()
+		if err != nil {
+			return resp, err
+		}
+		_, err = b.r.run(ctx, b.s, keys[0], keys, func(ctx context.Context) (err error) {
+			resp, err = fn(ctx, req)
+			return err
+		})
+		return resp, err
+	}, nil
 }
