@@ -84,7 +84,7 @@ type keySpec struct {
 	// texts are the templates (keyTemplates) or the keys (keyRaws) of a set of keys
 	// (Keys, RawKeys).
 	texts []string
-	fn   any    // func(context.Context, Req) (string, error), for keyFunc
+	fn    any // func(context.Context, Req) (string, error), for keyFunc
 }
 
 type keyKind uint8
