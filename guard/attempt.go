@@ -16,6 +16,10 @@ import (
 // deadlines it returns when ctx ends even if the Redis call does not: the call then goes
 // on aside and undoes itself if it turns out to have taken the lock.
 func (l *Locker) attempt(ctx context.Context, h *held, manner string, waited bool) (granted, error) {
+	if r := h.pre; r != nil {
+		h.pre = nil // made by a set's call (AcquireAll): its outcome is this attempt's
+		return l.settle(ctx, h, h.preNonce, h.preSent, *r)
+	}
 	nonce := l.attemptNonce(h)
 	sent := time.Now()
 	// An attempt after a wait is sent alone (urgent), and so is one that WAITs for

@@ -55,6 +55,12 @@ type held struct {
 	// that ends without one undoes it (Locker.settleUnsure). unsureErr is its error.
 	unsure    string
 	unsureErr error
+	// pre is the outcome of the hold's first attempt when a set's script call made it
+	// for several holds (AcquireAll), with its nonce and when it was sent: the first
+	// attempt of the hold's wait takes it instead of calling Redis.
+	pre      *store.Grant
+	preNonce string
+	preSent  time.Time
 
 	// Written under h.mu before ready is closed, read-only after (and sh.Token, sh.Q).
 	acquired time.Time // when the winning attempt was sent

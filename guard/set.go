@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
 // AcquireAll takes the locks named by keys as one lock: a transfer's two accounts, an
@@ -116,20 +117,167 @@ func (l *Locker) acquireSet(ctx context.Context, keys []string, s *settings, p R
 	ms := setSettings(s, len(order))
 	deadline := budgetEnd(p)
 	members := make([]*Lease, 0, len(order))
-	for _, k := range order {
-		a := acquisition{caller: ctx}
-		rctx := l.tel.startAcquire(ctx, &a, ms, k.key, string(owner))
-		le, err := l.acquireIn(ctx, rctx, &a, k.key, k.rk, owner, section, ms, p, deadline)
-		a.end(rctx, le, err, p)
-		if err != nil {
-			if rerr := releaseMembers(ctx, members); rerr != nil {
-				err = fmt.Errorf("%w (and giving back the keys taken before it: %w)", err, rerr)
-			}
-			return nil, err
+	for i := 0; i < len(order); {
+		j := l.groupEnd(order, i, ms)
+		var hs []*held
+		if j-i > 1 {
+			hs = l.acquireGroup(ctx, owner, section, order[i:j], ms, p, deadline)
 		}
-		members = append(members, le)
+		for k := i; k < j; k++ {
+			a := acquisition{caller: ctx}
+			rctx := l.tel.startAcquire(ctx, &a, ms, order[k].key, string(owner))
+			var le *Lease
+			if hs != nil {
+				le, err = l.acquireRemote(ctx, rctx, &a, hs[k-i], p, deadline)
+			} else {
+				le, err = l.acquireIn(ctx, rctx, &a, order[k].key, order[k].rk, owner, section, ms, p, deadline)
+			}
+			a.end(rctx, le, err, p)
+			if err != nil {
+				if hs != nil {
+					l.dropGroup(ctx, hs[k-i+1:])
+				}
+				if rerr := releaseMembers(ctx, members); rerr != nil {
+					err = fmt.Errorf("%w (and giving back the keys taken before it: %w)", err, rerr)
+				}
+				return nil, err
+			}
+			members = append(members, le)
+		}
+		i = j
 	}
 	return l.joinSet(ctx, section, members), nil
+}
+
+// groupEnd returns the end of the group of order that starts at i: the keys after it
+// that one script call may take with it (store.SetAcquirer), exclusive locks of one
+// server or, on a Cluster, of one slot. i+1 when it goes alone.
+func (l *Locker) groupEnd(order []setKey, i int, s *settings) int {
+	sa, ok := l.st.(store.SetAcquirer)
+	if !ok || s.spec != exclusiveSpec || s.syncReplicas > 0 {
+		return i + 1
+	}
+	switch sa.SetScope() {
+	case store.SetServer:
+		return len(order)
+	case store.SetSlot:
+		j := i + 1
+		for j < len(order) && order[j].slot == order[i].slot {
+			j++
+		}
+		return j
+	}
+	return i + 1
+}
+
+// acquireGroup makes the first attempt at the keys of ks, exclusive locks that one
+// script call may take, in that one call, all or none: it returns their holds, made for
+// section and in the table, each with the call's outcome as its first attempt's (held.pre)
+// when the call took them all or its outcome is unknown; without it when a key was not
+// free (nothing was taken: each wait then attempts by itself). Each hold is then
+// acquired by its own wait (acquireRemote), in order. It returns nil, taking nothing,
+// when a key is held or being acquired by the owner's chain in this process, when this
+// process queues for one: the keys then go one by one.
+func (l *Locker) acquireGroup(ctx context.Context, owner, section ctxid.ID, ks []setKey, s *settings, p RetryPolicy, deadline time.Time) []*held {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	for _, k := range ks {
+		if l.heldIn(k.key, owner, s.kind) != nil {
+			l.mu.Unlock()
+			return nil
+		}
+		if _, queued, yielding := l.waits.State(k.rk.Channel()); queued || yielding {
+			l.mu.Unlock()
+			return nil
+		}
+	}
+	hs := make([]*held, len(ks))
+	shs := make([]*store.Hold, len(ks))
+	label := l.labelArg(ctx, s)
+	for i, k := range ks {
+		h := &held{env: l.env, hk: holdKey{key: k.key, owner: section, kind: s.kind}, s: s}
+		h.sh = store.Hold{Keys: k.rk, Terms: &s.t, Section: string(section), Ref: h}
+		h.sh.Box(string(section), label)
+		l.held[h.hk] = h
+		hs[i], shs[i] = h, &h.sh
+	}
+	l.mu.Unlock()
+	nonces := make([]string, len(hs))
+	for i, h := range hs {
+		nonces[i] = l.attemptNonce(h)
+	}
+	manner := mannerWait
+	if p.limit == limitAttempts && p.attempts == 1 {
+		manner = mannerTry
+	}
+	actx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadlineCause(ctx, deadline.Add(attemptGrace), errBudgetSpent)
+		defer cancel()
+	}
+	sent := time.Now()
+	grants := l.setCall(actx, shs, nonces, manner)
+	for i, h := range hs {
+		if grants != nil {
+			h.pre, h.preNonce, h.preSent = &grants[i], nonces[i], sent
+		}
+	}
+	return hs
+}
+
+// setCall makes a set's script call (store.SetAcquirer) and returns its grants, nil
+// when a key was not free. On a client that does not honour context deadlines it
+// returns when ctx ends even if Redis has not answered, with that error as every
+// grant's: the outcome is unknown, and each key's wait sends its attempt again or undoes
+// it, as after any attempt of unknown outcome.
+func (l *Locker) setCall(ctx context.Context, hs []*store.Hold, nonces []string, manner string) []store.Grant {
+	sa := l.st.(store.SetAcquirer)
+	if ctx.Done() == nil || l.st.Inline(false) {
+		grants, _ := sa.AcquireSet(ctx, hs, nonces, manner)
+		return grants
+	}
+	replies := make(chan []store.Grant, 1)
+	if !l.background(func() {
+		grants, _ := sa.AcquireSet(context.WithoutCancel(ctx), hs, nonces, manner)
+		replies <- grants
+	}) {
+		return nil // closed: nothing sent, and each wait finds the Locker closed
+	}
+	select {
+	case grants := <-replies:
+		return grants
+	case <-ctx.Done():
+		err := cutByBudget(ctx, ctx.Err()) // settle names the key
+		out := make([]store.Grant, len(hs))
+		for i := range out {
+			out[i] = store.Grant{Err: err}
+		}
+		return out
+	}
+}
+
+// dropGroup gives up the holds of a group that no wait took up (an earlier key of the
+// set failed): each leaves the table, ends, and is undone in Redis when the group's call
+// took it or may have.
+func (l *Locker) dropGroup(ctx context.Context, hs []*held) {
+	for _, h := range hs {
+		l.mu.Lock()
+		if l.held[h.hk] == h {
+			delete(l.held, h.hk)
+		}
+		h.mu.Lock()
+		h.state = stateReleased
+		h.acquireEnded()
+		h.mu.Unlock()
+		l.mu.Unlock()
+		if r := h.pre; r != nil && (r.Err != nil && !store.IsServerError(r.Err) || r.Bad != nil || r.Err == nil && r.Acquired) {
+			l.compensate(ctx, h, h.preNonce, r.Err)
+		}
+	}
 }
 
 // setSettings returns s for the keys of a set of n keys: its label says that each hold

@@ -333,3 +333,44 @@ func TestSetWrapDoRun(t *testing.T) {
 		t.Fatalf("a bad template = %v, want ErrInvalidConfig", err)
 	}
 }
+
+// TestSetRoundTrips: on one server, AcquireAll of 10 free keys is one round trip (one
+// script call), and the lease's renewals are one round trip per interval, not per key.
+func TestSetRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	counter := redistest.NewCounter()
+	c.AddHook(counter)
+	l := lockerOn(t, c, guard.TTL(900*time.Millisecond), guard.Renewal(300*time.Millisecond, 0))
+	ctx := ctxTimeout(t, 10*time.Second)
+	warmUp(t, l, c, ctx)
+	keys := make([]string, 10)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("rt:%d", i)
+	}
+	// The script is loaded by a first call (NOSCRIPT, then EVAL): count the second.
+	le, err := l.AcquireAll(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, le)
+
+	counter.Reset()
+	le, err = l.AcquireAll(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.RoundTrips(); n != 1 {
+		t.Fatalf("AcquireAll of 10 free keys took %d round trips, want 1", n)
+	}
+	counter.Reset()
+	time.Sleep(1050 * time.Millisecond) // three renewal intervals, a little more
+	n := counter.RoundTrips()
+	if err := le.Err(); err != nil {
+		t.Fatalf("lease lost while held: %v", err)
+	}
+	mustRelease(t, le)
+	if n < 2 || n > 4 {
+		t.Fatalf("%d round trips in about three renewal intervals of a 10-key lease, want one per interval (3)", n)
+	}
+}

@@ -150,6 +150,12 @@ var (
 	Release = build(MayRunOOM, "release", common...)
 	Renew   = build(MayRunOOM, "renew", common...)
 
+	// AcquireSet takes several exclusive locks of one server or slot, all or none:
+	// acquire.lua made a function, one(KEYS, ARGV), put before acquire_set.lua.
+	AcquireSet = lazy("", func() string {
+		return "local function one(KEYS, ARGV)\n" + Acquire.Body() + "\nend\n" + link(Source("acquire_set"), common...)
+	})
+
 	// The read-write lock's, the semaphore's and the fair lock's.
 	ReadAcquire  = kind("", "read_acquire")
 	ReadRelease  = kind(MayRunOOM, "read_release")
