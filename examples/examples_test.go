@@ -36,6 +36,7 @@ var programs = map[string]struct {
 	"semaphore": {nil, "ok: ", false},
 	"service":   {nil, "ok: ", false},
 	"tracing":   {nil, "ok: ", false},
+	"transfer":  {nil, "ok: ", false},
 }
 
 // runDeadline bounds one run of one example.
