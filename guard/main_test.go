@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(cyclerEnv); spec != "" {
 		os.Exit(runCycler(spec)) // this binary is a process of a deadlock test
 	}
+	if spec := os.Getenv(setterEnv); spec != "" {
+		os.Exit(runSetter(spec)) // this binary is a set worker of TestSetProcessesOppositeOrders
+	}
 	if spec := os.Getenv(holderEnv); spec != "" {
 		os.Exit(runHolder(spec)) // this binary is a holder process of a kinds test
 	}
