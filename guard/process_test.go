@@ -37,6 +37,9 @@ type holderSpec struct {
 	// with that cause>". It runs with GOMAXPROCS=1, so that nothing else of the process —
 	// the lease's validity timer included — runs between the resumption and that check.
 	Freeze bool `json:"freeze"`
+	// Set, when not empty, makes the holder take these keys as one lock (AcquireAll)
+	// instead of Key.
+	Set []string `json:"set"`
 }
 
 func (s holderSpec) options() []guard.Option {
@@ -67,7 +70,12 @@ func runHolder(raw string) int {
 		return 2
 	}
 	ctx := ctxid.NewContext(context.Background(), ctxid.ID(s.Owner))
-	le, err := l.Acquire(ctx, s.Key, s.options()...)
+	var le *guard.Lease
+	if len(s.Set) > 0 {
+		le, err = l.AcquireAll(ctx, s.Set, s.options()...)
+	} else {
+		le, err = l.Acquire(ctx, s.Key, s.options()...)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "holder:", err)
 		return 1
