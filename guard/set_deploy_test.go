@@ -55,7 +55,7 @@ func TestSetClusterPrimaryKilled(t *testing.T) {
 	_ = le.Release(ctx) // frees the keys on the live primaries
 	c.WaitHealthy(t, 30*time.Second)
 	time.Sleep(700 * time.Millisecond) // the TTL of a hold the release could not reach
-	fresh := c.Client(t)                // one that knows the new primary
+	fresh := c.Client(t)               // one that knows the new primary
 	for _, k := range keys {
 		waitUntil(t, 10*time.Second, k+" free", func() bool {
 			h, err := redistest.ReadHolder(ctx, fresh, lockName(k))
