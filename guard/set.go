@@ -137,7 +137,7 @@ func (l *Locker) acquireSet(ctx context.Context, keys []string, s *settings, p R
 				if hs != nil {
 					l.dropGroup(ctx, hs[k-i+1:])
 				}
-				if rerr := releaseMembers(ctx, members); rerr != nil {
+				if rerr := l.giveBack(ctx, members, deadline); rerr != nil {
 					err = fmt.Errorf("%w (and giving back the keys taken before it: %w)", err, rerr)
 				}
 				return nil, err
@@ -360,19 +360,51 @@ func releaseSet(ctx context.Context, set *Lease, hs []*held) error {
 	return joinReleaseErrors(errs)
 }
 
-// releaseMembers releases the keys of a set whose acquisition failed, at once.
-func releaseMembers(ctx context.Context, members []*Lease) error {
-	errs := make([]error, len(members))
-	var wg sync.WaitGroup
-	for i, m := range members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = m.Release(ctx)
-		}()
+// giveBack releases the keys of a set whose acquisition failed, all at once, and waits
+// for their releases until the wait's deadline, or the end of ctx, plus the grace of an
+// attempt (attemptGrace), whichever comes first: on a healthy Redis the keys are free
+// when the call returns; on a stalled one the budget holds, and the releases go on
+// aside, each bounded by the ReleaseTimeout. It returns their errors when they ended in
+// time.
+func (l *Locker) giveBack(ctx context.Context, members []*Lease, deadline time.Time) error {
+	if len(members) == 0 {
+		return nil
 	}
-	wg.Wait()
-	return joinReleaseErrors(errs)
+	release := func() error {
+		errs := make([]error, len(members))
+		var wg sync.WaitGroup
+		for i, m := range members {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = m.Release(ctx)
+			}()
+		}
+		wg.Wait()
+		return joinReleaseErrors(errs)
+	}
+	done := make(chan error, 1)
+	if !l.background(func() { done <- release() }) {
+		return release() // closed: the holds are lost already, and release makes no call
+	}
+	until := deadline
+	if err := ctx.Err(); err != nil || until.IsZero() {
+		until = time.Now() // the caller left, or no budget: the grace alone
+	}
+	t := time.NewTimer(time.Until(until.Add(attemptGrace)))
+	defer t.Stop()
+	for ended := ctx.Done(); ; ended = nil {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+			return nil
+		case <-ended:
+			if time.Now().Add(attemptGrace).Before(until.Add(attemptGrace)) {
+				t.Reset(attemptGrace)
+			}
+		}
+	}
 }
 
 // joinReleaseErrors joins the errors of a set's releases: nil when all are nil, the

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/guardkit/guardkit/guard"
 	"github.com/guardkit/guardkit/internal/redistest"
 )
@@ -373,4 +375,68 @@ func TestSetRoundTrips(t *testing.T) {
 	if n < 2 || n > 4 {
 		t.Fatalf("%d round trips in about three renewal intervals of a 10-key lease, want one per interval (3)", n)
 	}
+}
+
+// TestSetFrozenRedis: a set's budget holds while Redis is frozen, and the set's script
+// call, written into the frozen server's socket and run when it wakes after the caller
+// gave up, leaves no key held — with and without ContextTimeoutEnabled. The same when
+// the first keys were taken before the freeze and a later one is waited for.
+func TestSetFrozenRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	const budget = time.Second
+	for _, deadlines := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%t", deadlines), func(t *testing.T) {
+			c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = deadlines })
+			l := lockerOn(t, c)
+			mustRelease(t, mustAcquire(t, l, ctxTimeout(t, 5*time.Second), "warm-up"))
+			keys := []string{fmt.Sprintf("fz%t:a", deadlines), fmt.Sprintf("fz%t:b", deadlines), fmt.Sprintf("fz%t:c", deadlines)}
+			mustRelease(t, must(l.AcquireAll(ctxTimeout(t, 5*time.Second), keys))) // loads the script
+
+			srv.Pause(t)
+			start := time.Now()
+			_, err := l.AcquireAll(context.Background(), keys, guard.Retry(guard.MaxWait(budget, nil)))
+			took := time.Since(start)
+			time.Sleep(2 * time.Second) // the call lies in the frozen server's socket
+			srv.Resume(t)
+			if !errors.Is(err, guard.ErrUnavailable) || took > budget+budgetSlack {
+				t.Fatalf("AcquireAll on a frozen Redis = %v after %s, want ErrUnavailable within %s", err, took, budget+budgetSlack)
+			}
+			for _, k := range keys {
+				waitUntil(t, 5*time.Second, k+" free after the freeze", func() bool { return lockHolder(t, c, lockName(k)) == "" })
+			}
+
+			// A later key busy: the first ones are taken, then Redis freezes during the wait.
+			other := lockerOn(t, srv.Client(t))
+			busy := mustAcquire(t, other, ctxTimeout(t, 5*time.Second), keys[2])
+			done := make(chan error, 1)
+			start = time.Now()
+			go func() {
+				_, err := l.AcquireAll(context.Background(), keys, guard.Retry(guard.MaxWait(budget, nil)))
+				done <- err
+			}()
+			waitQueued(t, c, keys[2], l)
+			srv.Pause(t)
+			err = <-done
+			if took := time.Since(start); took > budget+budgetSlack+3*time.Second {
+				t.Errorf("AcquireAll returned %s after it began, past its budget", took)
+			}
+			time.Sleep(time.Second)
+			srv.Resume(t)
+			if !errors.Is(err, guard.ErrLocked) && !errors.Is(err, guard.ErrUnavailable) {
+				t.Fatalf("AcquireAll = %v, want ErrLocked or ErrUnavailable", err)
+			}
+			mustRelease(t, busy)
+			for _, k := range keys {
+				waitUntil(t, 10*time.Second, k+" free", func() bool { return lockHolder(t, c, lockName(k)) == "" })
+			}
+		})
+	}
+}
+
+// must returns le, failing the test on err.
+func must(le *guard.Lease, err error) *guard.Lease {
+	if err != nil {
+		panic(err)
+	}
+	return le
 }
