@@ -45,6 +45,15 @@ type LockConfig struct {
 	// Required.
 	Key string
 
+	// MoreKeys are further key templates, with Key's sources: the request takes the
+	// lock of Key and those of MoreKeys as one lock (guard.Locker.AcquireAll): all or
+	// none, in one canonical order whatever order they are listed in, under one lease,
+	// each key with its own fencing token (guard.Lease.Tokens). A transfer between two
+	// accounts locks both: Key "account:{path.from}", MoreKeys
+	// []string{"account:{path.to}"}. Keys that render the same count once.
+	// Optional. Default value nil.
+	MoreKeys []string
+
 	// PathValue reads {path.name} placeholders. Set it to chi.URLParam for chi, or to a
 	// function over mux.Vars for gorilla/mux.
 	// Optional. Default value nil: (*http.Request).PathValue, the standard ServeMux's
@@ -187,9 +196,10 @@ func (config LockConfig) ToMiddleware() (func(http.Handler) http.Handler, error)
 		route:     config.Route,
 	}
 	var bad *httplock.Invalid
-	m.key, m.opts, bad = httplock.Prepare(httplock.Config{
+	m.key, m.more, m.opts, bad = httplock.Prepare(httplock.Config{
 		Locker:   config.Locker,
 		Key:      config.Key,
+		MoreKeys: config.MoreKeys,
 		TTL:      config.TTL,
 		MaxWait:  config.MaxWait,
 		Options:  config.Options,

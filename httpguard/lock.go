@@ -21,6 +21,7 @@ import (
 type lock struct {
 	skip      Skipper
 	key       *keyfunc.Template[*http.Request]
+	more      []*keyfunc.Template[*http.Request] // MoreKeys
 	locker    *guard.Locker
 	opts      *httplock.Options
 	signer    *ctxid.Signer
@@ -41,19 +42,27 @@ func (m *lock) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 	}
 	ctx := m.owner(r)
 	key, err := m.key.Render(r)
+	tpl := m.key
+	var more []string
+	if err == nil {
+		var bad *keyfunc.Template[*http.Request]
+		if more, bad, err = httplock.RenderMore(m.more, r); bad != nil {
+			tpl = bad
+		}
+	}
 	if err != nil {
 		var np *noParamError
 		if errors.As(err, &np) {
-			m.logOnce(r, *np)
+			m.logOnce(r, *np, tpl)
 		}
-		m.onError(w, r.WithContext(ctx), fmt.Errorf("%w: template %q: %w", guard.ErrInvalidKey, m.key.String(), err))
+		m.onError(w, r.WithContext(ctx), fmt.Errorf("%w: template %q: %w", guard.ErrInvalidKey, tpl.String(), err))
 		return
 	}
 	rw := &responseWriter{ResponseWriter: w}
 	ran, err := m.locker.Run(ctx, func(ctx context.Context) error {
 		next.ServeHTTP(rw, r.WithContext(ctx))
 		return nil
-	}, m.opts.For(m.route(r), key)...)
+	}, m.opts.For(m.route(r), key, more)...)
 	switch {
 	case err == nil:
 		return
@@ -82,12 +91,12 @@ func (m *lock) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 
 // logOnce logs, once per route and path value, that the route's key names a path value
 // the route lacks: every request to it is answered 500, and the fix is in the code.
-func (m *lock) logOnce(r *http.Request, np noParamError) {
+func (m *lock) logOnce(r *http.Request, np noParamError, tpl *keyfunc.Template[*http.Request]) {
 	if _, seen := m.logged.LoadOrStore(np, true); seen {
 		return
 	}
 	m.log.Error("httpguard: the key template names a path value the route lacks; its requests are answered 500",
-		"template", m.key.String(), "method", r.Method, "error", &np)
+		"template", tpl.String(), "method", r.Method, "error", &np)
 }
 
 // owner returns the request's context with a lock owner: the one it carries already,

@@ -48,6 +48,15 @@ type LockConfig struct {
 	// Required.
 	Key string
 
+	// MoreKeys are further key templates, with Key's sources: the request takes the
+	// lock of Key and those of MoreKeys as one lock (guard.Locker.AcquireAll): all or
+	// none, in one canonical order whatever order they are listed in, under one lease,
+	// each key with its own fencing token (guard.Lease.Tokens). A transfer between two
+	// accounts locks both: Key "account:{param.from}", MoreKeys
+	// []string{"account:{param.to}"}. Keys that render the same count once.
+	// Optional. Default value nil.
+	MoreKeys []string
+
 	// Extractors adds template sources: Extractors["user"] is read by the placeholder
 	// {user}. Names match [a-z][a-z0-9_]* and must differ from the built-in sources.
 	// An extractor's error fails the request's key (ErrorHandler; an *echo.HTTPError
@@ -186,9 +195,10 @@ func LockWithConfig(config LockConfig) echo.MiddlewareFunc {
 // template's *keyfunc.SyntaxError or *keyfunc.BindError, or guard's *guard.ConfigError,
 // in its chain.
 func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
-	tpl, opts, bad := httplock.Prepare(httplock.Config{
+	tpl, more, opts, bad := httplock.Prepare(httplock.Config{
 		Locker:   config.Locker,
 		Key:      config.Key,
+		MoreKeys: config.MoreKeys,
 		TTL:      config.TTL,
 		MaxWait:  config.MaxWait,
 		Options:  config.Options,
@@ -200,6 +210,7 @@ func (config LockConfig) ToMiddleware() (echo.MiddlewareFunc, error) {
 	m := &lock{
 		skip:     config.Skipper,
 		key:      tpl,
+		more:     more,
 		locker:   config.Locker,
 		opts:     opts,
 		signer:   config.Signer,

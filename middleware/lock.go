@@ -18,6 +18,7 @@ import (
 type lock struct {
 	skip     Skipper
 	key      *keyfunc.Template[echo.Context]
+	more     []*keyfunc.Template[echo.Context] // MoreKeys
 	locker   *guard.Locker
 	opts     *httplock.Options
 	signer   *ctxid.Signer
@@ -33,12 +34,20 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 	}
 	ctx := m.owner(c)
 	key, err := m.key.Render(c)
+	tpl := m.key
+	var more []string
+	if err == nil {
+		var bad *keyfunc.Template[echo.Context]
+		if more, bad, err = httplock.RenderMore(m.more, c); bad != nil {
+			tpl = bad
+		}
+	}
 	if err != nil {
 		var np *noParamError
 		if errors.As(err, &np) && !np.notFound {
-			m.logOnce(c, *np)
+			m.logOnce(c, *np, tpl)
 		}
-		return m.onError(c, fmt.Errorf("%w: template %q: %w", guard.ErrInvalidKey, m.key.String(), err))
+		return m.onError(c, fmt.Errorf("%w: template %q: %w", guard.ErrInvalidKey, tpl.String(), err))
 	}
 	// The handler's own error is kept aside, so that an error Run returns is guard's.
 	var herr error
@@ -46,7 +55,7 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 		c.SetRequest(c.Request().WithContext(ctx))
 		herr = next(c)
 		return nil
-	}, m.opts.For(c.Path(), key)...)
+	}, m.opts.For(c.Path(), key, more)...)
 	if err == nil {
 		return herr
 	}
@@ -77,12 +86,12 @@ func (m *lock) serve(c echo.Context, next echo.HandlerFunc) error {
 // logOnce logs, once per route and parameter, through Echo's logger, that the route's
 // key names a parameter the route lacks: every request to it is answered 500, and the
 // fix is in the code (the route, or the template).
-func (m *lock) logOnce(c echo.Context, np noParamError) {
+func (m *lock) logOnce(c echo.Context, np noParamError, tpl *keyfunc.Template[echo.Context]) {
 	if _, seen := m.logged.LoadOrStore(np, true); seen {
 		return
 	}
 	c.Logger().Errorf("guardkit middleware: the key template %q names the parameter %q, which route %s %s does not have: its requests are answered 500",
-		m.key.String(), np.name, c.Request().Method, np.route)
+		tpl.String(), np.name, c.Request().Method, np.route)
 }
 
 // owner returns the request's context with a lock owner: the one it carries already,

@@ -21,6 +21,7 @@ import (
 type Config struct {
 	Locker   *guard.Locker
 	Key      string
+	MoreKeys []string
 	TTL      time.Duration
 	MaxWait  time.Duration
 	Options  []guard.Option
@@ -40,11 +41,31 @@ type Invalid struct {
 }
 
 // Prepare checks c, in this order: Locker and Key are required, TTL is not negative,
-// the extractors' names are free (see [WithExtractors]), the key template parses against
-// builtin and the extractors, and guard accepts the options on the Locker (Redis is not
-// called). It returns the key template and every request's guard options, or what is
-// wrong.
-func Prepare[T any](c Config, builtin keyfunc.Sources[T], extractors map[string]func(T) (string, error)) (*keyfunc.Template[T], *Options, *Invalid) {
+// the extractors' names are free (see [WithExtractors]), the key templates (Key, then
+// MoreKeys) parse against builtin and the extractors, and guard accepts the options on
+// the Locker (Redis is not called). It returns the key template, those of MoreKeys and
+// every request's guard options, or what is wrong.
+func Prepare[T any](c Config, builtin keyfunc.Sources[T], extractors map[string]func(T) (string, error)) (*keyfunc.Template[T], []*keyfunc.Template[T], *Options, *Invalid) {
+	tpl, opts, bad := prepare(c, builtin, extractors)
+	if bad != nil {
+		return nil, nil, nil, bad
+	}
+	var more []*keyfunc.Template[T]
+	if len(c.MoreKeys) > 0 {
+		sources, _ := WithExtractors(builtin, extractors) // checked by prepare
+		for i, text := range c.MoreKeys {
+			t, err := keyfunc.Parse(text, sources)
+			if err != nil {
+				return nil, nil, nil, &Invalid{Field: fmt.Sprintf("MoreKeys[%d]", i), Reason: strings.TrimPrefix(err.Error(), "keyfunc: "), Err: err}
+			}
+			more = append(more, t)
+		}
+	}
+	return tpl, more, opts, nil
+}
+
+// prepare is Prepare for Key alone.
+func prepare[T any](c Config, builtin keyfunc.Sources[T], extractors map[string]func(T) (string, error)) (*keyfunc.Template[T], *Options, *Invalid) {
 	if c.Locker == nil {
 		return nil, nil, &Invalid{Field: "Locker", Reason: "required"}
 	}
@@ -128,6 +149,31 @@ func WithKey(opts []guard.Option, key string) []guard.Option {
 	return append(opts[:len(opts):len(opts)], guard.RawKey(key))
 }
 
+// WithKeys returns opts with the lock's keys added, key and more taken as one lock
+// (guard.RawKeys), or key alone when more is empty, leaving opts as it is.
+func WithKeys(opts []guard.Option, key string, more []string) []guard.Option {
+	if len(more) == 0 {
+		return WithKey(opts, key)
+	}
+	return append(opts[:len(opts):len(opts)], guard.RawKeys(append([]string{key}, more...)...))
+}
+
+// RenderMore renders the templates of MoreKeys for v: nil when there are none.
+func RenderMore[T any](more []*keyfunc.Template[T], v T) ([]string, *keyfunc.Template[T], error) {
+	if len(more) == 0 {
+		return nil, nil, nil
+	}
+	keys := make([]string, len(more))
+	for i, t := range more {
+		k, err := t.Render(v)
+		if err != nil {
+			return nil, t, err
+		}
+		keys[i] = k
+	}
+	return keys, nil, nil
+}
+
 // Options are every request's guard options but its key, shared by the routes of one
 // Lock middleware.
 type Options struct {
@@ -135,18 +181,19 @@ type Options struct {
 	routes sync.Map // route → opts naming the lock after route
 }
 
-// For returns the guard options of a request to route whose lock is key. Its lock's
+// For returns the guard options of a request to route whose lock is key, with more
+// (MoreKeys) taken with it as one lock. Its lock's
 // telemetry is named after route (guard.Name) unless the configuration's Options name it
 // otherwise; the options of each route are made once.
-func (o *Options) For(route, key string) []guard.Option {
+func (o *Options) For(route, key string, more []string) []guard.Option {
 	if route == "" {
-		return WithKey(o.opts, key)
+		return WithKeys(o.opts, key, more)
 	}
 	if r, ok := o.routes.Load(route); ok {
-		return WithKey(r.([]guard.Option), key)
+		return WithKeys(r.([]guard.Option), key, more)
 	}
 	r, _ := o.routes.LoadOrStore(route, append([]guard.Option{guard.Name(route)}, o.opts...))
-	return WithKey(r.([]guard.Option), key)
+	return WithKeys(r.([]guard.Option), key, more)
 }
 
 // sourceName is the syntax of a source name in a key template.
