@@ -113,6 +113,9 @@ func compileAnnotation(locker *guard.Locker, md protoreflect.MethodDescriptor, l
 	if r.key, err = keyfunc.Parse(text, templateSources(text, &r.paths)); err != nil {
 		return nil, fail("key", strings.TrimPrefix(err.Error(), "keyfunc: "), err)
 	}
+	if j, err := r.parseMore(lock.GetMoreKeys()); err != nil {
+		return nil, fail(fmt.Sprintf("more_keys[%d]", j), strings.TrimPrefix(err.Error(), "keyfunc: "), err)
+	}
 	for _, p := range r.paths {
 		var perr error
 		if md.IsStreamingClient() || md.IsStreamingServer() {

@@ -221,6 +221,7 @@ func TestAnnotationConfigErrors(t *testing.T) {
 	}{
 		{name: "no key", lock: &lockpb.Lock{}, field: "key", text: "required"},
 		{name: "bad template", lock: &lockpb.Lock{Key: "a:{from_account"}, field: "key", cause: keyfunc.ErrSyntax},
+		{name: "bad more_keys template", lock: &lockpb.Lock{Key: "a", MoreKeys: []string{"b", "c:{to.id"}}, field: "more_keys[1]", cause: keyfunc.ErrSyntax},
 		{name: "unknown bare field", lock: &lockpb.Lock{Key: "a:{order}"}, field: "key", text: `{req.order}: message ` + testPkg + `.Transfer has no field "order"`},
 		{name: "unknown req field", lock: &lockpb.Lock{Key: "a:{req.order}"}, field: "key", text: `has no field "order"`},
 		{name: "unknown nested field", lock: &lockpb.Lock{Key: "a:{to.number}"}, field: "key", text: `has no field "number"`},

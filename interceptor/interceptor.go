@@ -179,15 +179,15 @@ func (inv *invocation) handle(ctx context.Context) error {
 // inbound token that was refused, if any.
 func (s *server) guard(ctx context.Context, r *rule, c *call, rej *rejection, run func(context.Context) error) error {
 	m := mapping{method: c.method}
-	key, err := r.key.Render(c)
+	key, more, tpl, err := r.render(c)
 	if err != nil {
-		return recorded(ctx, m.keyStatus(r, err))
+		return recorded(ctx, m.keyStatus(r, tpl, err))
 	}
 	if s.o.exposeKey {
 		m.key = key
 	}
 	inv := &invocation{run: run}
-	ran, err := r.run(ctx, key, inv.handle)
+	ran, err := r.run(ctx, key, more, inv.handle)
 	switch {
 	case !ran:
 		if r.failOpen && errors.Is(err, guard.ErrUnavailable) {

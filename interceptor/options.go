@@ -81,6 +81,15 @@ type Rule struct {
 	// Required.
 	Key string
 
+	// MoreKeys are further key templates, with Key's sources: the call takes the lock
+	// of Key and those of MoreKeys as one lock (guard.Locker.AcquireAll): all or none,
+	// in one canonical order whatever order they are listed in, under one lease, each
+	// key with its own fencing token (guard.Lease.Tokens). A transfer locks both of its
+	// accounts: Key "account:{from_account}", MoreKeys []string{"account:{to_account}"}.
+	// The option's more_keys field is the same. Keys that render the same count once.
+	// Default: none.
+	MoreKeys []string
+
 	// Options are guard options for the lock: TTL, Renewal, Retry, MaxHold, MinHold. They are checked, against the Locker's settings, when the
 	// interceptor is built. Key, RawKey, KeyFunc and Use are overridden: the lock is
 	// named by Key and taken from the interceptor's Locker; SkipIf is refused.

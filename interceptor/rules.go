@@ -19,7 +19,8 @@ type rule struct {
 	method   string // as given: a full method name or a pattern
 	prefix   string // for patterns, the text before "*"
 	key      *keyfunc.Template[*call]
-	paths    []*protoPath // the {req...} placeholders of key
+	more     []*keyfunc.Template[*call] // further keys taken with key as one lock (MoreKeys)
+	paths    []*protoPath               // the {req...} placeholders of key and more
 	failOpen bool         // the rule's, or the interceptor's (WithFailOpen)
 	locker   *guard.Locker
 	opts     []guard.Option // the guard options of the rule's calls but their key
@@ -38,15 +39,51 @@ func (r *rule) build(locker *guard.Locker, opts []guard.Option) error {
 	// already: no Redis call.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := r.run(ctx, "check", func(context.Context) error { return nil }); !errors.Is(err, context.Canceled) {
+	if _, err := r.run(ctx, "check", nil, func(context.Context) error { return nil }); !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
 }
 
-// run calls fn under r's lock on key and reports whether fn ran.
-func (r *rule) run(ctx context.Context, key string, fn func(context.Context) error) (ran bool, err error) {
+// run calls fn under r's lock on key, with more (rendered from MoreKeys) as one lock,
+// and reports whether fn ran.
+func (r *rule) run(ctx context.Context, key string, more []string, fn func(context.Context) error) (ran bool, err error) {
+	if len(more) > 0 {
+		return r.locker.Run(ctx, fn, append(r.opts[:len(r.opts):len(r.opts)], guard.RawKeys(append([]string{key}, more...)...))...)
+	}
 	return r.locker.Run(ctx, fn, append(r.opts[:len(r.opts):len(r.opts)], guard.RawKey(key))...)
+}
+
+// parseMore parses the further key templates of a rule or an option into r, reporting
+// the index and the error of the first that does not parse.
+func (r *rule) parseMore(texts []string) (int, error) {
+	for i, text := range texts {
+		t, err := keyfunc.Parse(text, templateSources(text, &r.paths))
+		if err != nil {
+			return i, err
+		}
+		r.more = append(r.more, t)
+	}
+	return -1, nil
+}
+
+// render renders r's keys for c: the key, and those of MoreKeys (nil when none). On an
+// error it returns the template that failed.
+func (r *rule) render(c *call) (string, []string, *keyfunc.Template[*call], error) {
+	key, err := r.key.Render(c)
+	if err != nil {
+		return "", nil, r.key, err
+	}
+	if len(r.more) == 0 {
+		return key, nil, nil, nil
+	}
+	more := make([]string, len(r.more))
+	for i, t := range r.more {
+		if more[i], err = t.Render(c); err != nil {
+			return "", nil, t, err
+		}
+	}
+	return key, more, nil, nil
 }
 
 // ruleSet finds the rule of a method: a full method name first, then the longest pattern.
@@ -91,6 +128,9 @@ func compileRules(locker *guard.Locker, rules []Rule, files *protoregistry.Files
 		var err error
 		if r.key, err = keyfunc.Parse(rl.Key, templateSources(rl.Key, &r.paths)); err != nil {
 			return nil, fail("Key", strings.TrimPrefix(err.Error(), "keyfunc: "), err)
+		}
+		if j, err := r.parseMore(rl.MoreKeys); err != nil {
+			return nil, fail(fmt.Sprintf("MoreKeys[%d]", j), strings.TrimPrefix(err.Error(), "keyfunc: "), err)
 		}
 		// The lock is named after the rule's method (or pattern) in telemetry, unless the
 		// rule's options name it otherwise.

@@ -117,13 +117,13 @@ func (m mapping) status(code codes.Code, msg string, cause error, reason string,
 	return &statusError{st: st, err: cause}
 }
 
-// keyStatus maps a key template that could not be rendered.
-func (m mapping) keyStatus(r *rule, err error) error {
+// keyStatus maps a key template of r, tpl, that could not be rendered.
+func (m mapping) keyStatus(r *rule, tpl *keyfunc.Template[*call], err error) error {
 	if errors.Is(err, guard.ErrInvalidConfig) {
 		// The rule, not the request, is wrong: a {req...} path that the message type
 		// does not have, or a {req...} on a stream.
 		return m.status(codes.Internal, textInternal, fmt.Errorf("interceptor: %s: rule %q: template %q: %w",
-			m.method, r.method, r.key.String(), err), "")
+			m.method, r.method, tpl.String(), err), "")
 	}
 	msg := textInvalidKey
 	var re *keyfunc.RenderError
@@ -131,7 +131,7 @@ func (m mapping) keyStatus(r *rule, err error) error {
 		msg += fmt.Sprintf(" ({%s} is missing or empty)", re.Placeholder)
 	}
 	return m.status(codes.InvalidArgument, msg, fmt.Errorf("interceptor: %s: %w: template %q: %w",
-		m.method, guard.ErrInvalidKey, r.key.String(), err), ReasonInvalidKey)
+		m.method, guard.ErrInvalidKey, tpl.String(), err), ReasonInvalidKey)
 }
 
 // acquireStatus maps an error that kept the lock from being acquired. rej is the inbound

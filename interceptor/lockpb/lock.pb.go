@@ -136,7 +136,16 @@ type Lock struct {
 	Name string `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
 	// For KIND_SEMAPHORE, how many callers may hold the lock at once: must be ≥ 1.
 	// Must be left unset (0) for the other kinds.
-	Permits       uint32 `protobuf:"varint,8,opt,name=permits,proto3" json:"permits,omitempty"`
+	Permits uint32 `protobuf:"varint,8,opt,name=permits,proto3" json:"permits,omitempty"`
+	// Further key templates, in the syntax of key: the call takes the lock of key and
+	// those of more_keys as one lock (guard's Locker.AcquireAll): all of them or none, in
+	// one canonical order whatever order they are listed in, under one lease, each key
+	// with its own fencing token. A transfer locks both of its accounts:
+	//
+	//	key: "account:{from_account}" more_keys: ["account:{to_account}"]
+	//
+	// Keys that render the same count once. Default: none.
+	MoreKeys      []string `protobuf:"bytes,9,rep,name=more_keys,json=moreKeys,proto3" json:"more_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -238,6 +247,13 @@ func (x *Lock) GetPermits() uint32 {
 	return 0
 }
 
+func (x *Lock) GetMoreKeys() []string {
+	if x != nil {
+		return x.MoreKeys
+	}
+	return nil
+}
+
 type isLock_Wait interface {
 	isLock_Wait()
 }
@@ -288,7 +304,7 @@ var File_guardkit_v1_lock_proto protoreflect.FileDescriptor
 
 const file_guardkit_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x16guardkit/v1/lock.proto\x12\vguardkit.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\x96\x02\n" +
+	"\x16guardkit/v1/lock.proto\x12\vguardkit.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xb3\x02\n" +
 	"\x04Lock\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12%\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x11.guardkit.v1.KindR\x04kind\x12+\n" +
@@ -297,7 +313,8 @@ const file_guardkit_v1_lock_proto_rawDesc = "" +
 	"\tfail_fast\x18\x05 \x01(\bH\x00R\bfailFast\x12\x1b\n" +
 	"\tfail_open\x18\x06 \x01(\bR\bfailOpen\x12\x12\n" +
 	"\x04name\x18\a \x01(\tR\x04name\x12\x18\n" +
-	"\apermits\x18\b \x01(\rR\apermitsB\x06\n" +
+	"\apermits\x18\b \x01(\rR\apermits\x12\x1b\n" +
+	"\tmore_keys\x18\t \x03(\tR\bmoreKeysB\x06\n" +
 	"\x04wait*\\\n" +
 	"\x04Kind\x12\x12\n" +
 	"\x0eKIND_EXCLUSIVE\x10\x00\x12\r\n" +
