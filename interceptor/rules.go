@@ -21,7 +21,7 @@ type rule struct {
 	key      *keyfunc.Template[*call]
 	more     []*keyfunc.Template[*call] // further keys taken with key as one lock (MoreKeys)
 	paths    []*protoPath               // the {req...} placeholders of key and more
-	failOpen bool         // the rule's, or the interceptor's (WithFailOpen)
+	failOpen bool                       // the rule's, or the interceptor's (WithFailOpen)
 	locker   *guard.Locker
 	opts     []guard.Option // the guard options of the rule's calls but their key
 }
