@@ -440,3 +440,25 @@ func must(le *guard.Lease, err error) *guard.Lease {
 	}
 	return le
 }
+
+// TestSetInspect: Inspect shows each key of a set held by the set's one section, with a
+// label that says it is part of a set of that many keys (after the caller's own label).
+func TestSetInspect(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	le, err := l.AcquireAll(ctx, []string{"in:a", "in:b"}, guard.Label("transfer 17"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustRelease(t, le)
+	for _, k := range le.Keys() {
+		st, err := l.Inspect(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Holders) != 1 || st.Holders[0].Owner != le.Owner() || st.Holders[0].Label != "transfer 17 (set of 2 keys)" {
+			t.Fatalf("Inspect(%s) holders = %+v, want the set's section labelled %q", k, st.Holders, "transfer 17 (set of 2 keys)")
+		}
+	}
+}
