@@ -48,9 +48,11 @@ var scenarioVariants = map[string][]string{
 	"guarantees": {"raw", "ceiling", "floor", "scripts", "scripts/no-release-nonce", "scripts/no-token-rewrite",
 		"scripts/no-clock-floor", "scripts/no-acquire-nonce", "scripts/no-queue-pop", "scripts/no-guarantees"},
 	"semaphore": {"guardkit"},
+	// Several keys as one lock (sets.go): AcquireAll beside nested single-key acquisitions.
+	"sets": {"guardkit/set", "guardkit/nested"},
 }
 
-var scenarioOrder = []string{"uncontended", "guarantees", "contended", "reentrant", "many", "kinds-uncontended", "rw", "semaphore",
+var scenarioOrder = []string{"uncontended", "guarantees", "contended", "reentrant", "many", "kinds-uncontended", "rw", "semaphore", "sets",
 	"cluster-uncontended", "cluster-contended", "replicated-uncontended", "quorum-uncontended", "quorum-contended"}
 
 // uncontendedG are the cells of every uncontended scenario: goroutines.
@@ -282,7 +284,7 @@ func run(o options) error {
 		scenario, label string
 		values          []int
 		run             func(variant, int) (map[string]float64, serverDelta, error)
-	}{{"rw", "R", rwReaders, e.readWrite}, {"semaphore", "N", semPermits, e.semaphore}} {
+	}{{"rw", "R", rwReaders, e.readWrite}, {"semaphore", "N", semPermits, e.semaphore}, {"sets", "K", setSizes, e.sets}} {
 		if !want(k.scenario) {
 			continue
 		}

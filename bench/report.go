@@ -188,6 +188,7 @@ func (r *report) markdown() string {
 
 	r.replicatedSections(&b)
 	r.kindSections(&b)
+	r.setSections(&b)
 	r.quorumSection(&b)
 	r.guaranteesSection(&b)
 

@@ -133,6 +133,13 @@ func (s *Script) Body() string {
 	return s.body
 }
 
+// asFunction returns the text of lua/<name>.lua as the body of a function fn without
+// parameters, whose returns are the script's replies: the set scripts run it once per
+// lock, with KEYS and ARGV set to that lock's.
+func asFunction(fn, name string) string {
+	return "local function " + fn + "()\n" + Source(name) + "\nend\n"
+}
+
 // Gated returns s with the quorum's restart gate (gate.lua) put before it, keeping its
 // flags.
 func Gated(s *Script) *Script { return New(s.flags, Source("gate")+s.body) }
@@ -150,10 +157,12 @@ var (
 	Release = build(MayRunOOM, "release", common...)
 	Renew   = build(MayRunOOM, "renew", common...)
 
-	// AcquireSet takes several exclusive locks of one server or slot, all or none:
-	// acquire.lua made a function, one(KEYS, ARGV), put before acquire_set.lua.
-	AcquireSet = lazy("", func() string {
-		return "local function one(KEYS, ARGV)\n" + Acquire.Body() + "\nend\n" + link(Source("acquire_set"), common...)
+	// AcquireSet takes several exclusive locks of one server or slot, all or none, and
+	// ReleaseSet gives several holds back: acquire.lua and release.lua made functions,
+	// acquire_one and release_one, that the set scripts call once per lock.
+	AcquireSet = lazy("", func() string { return link(asFunction("acquire_one", "acquire")+Source("acquire_set"), common...) })
+	ReleaseSet = lazy(MayRunOOM, func() string {
+		return link(asFunction("release_one", "release")+Source("release_set"), common...)
 	})
 
 	// The read-write lock's, the semaphore's and the fair lock's.

@@ -9,16 +9,20 @@
 --
 -- Reads every lock first, writing nothing: when each is free, not written by another
 -- layout and not marked undone for its nonce, it takes each one exactly as acquire.lua
--- does (the function one, acquire.lua itself, put before this by the script package)
--- and returns {1, token1, token2, ...}. Otherwise it writes nothing and returns {0, i}:
--- the i-th lock is held (by another owner, or by the owner's chain, which a reentry
--- through acquire.lua counts), or its attempt was undone; the caller takes the locks one
--- by one. A key of another layout is acquire.lua's error.
+-- does — acquire_one, acquire.lua itself made a function by the script package, run
+-- with KEYS[1], KEYS[2] and ARGV[3] set to the lock's — and returns {1, token1, token2,
+-- ...}. Otherwise it writes nothing and returns {0, i}: the i-th lock is held (by
+-- another owner, or by the owner's chain, which a reentry through acquire.lua counts),
+-- or its attempt was undone; the caller takes the locks one by one. A key of another
+-- layout is acquire.lua's error.
+local keys, n = {}, #KEYS / 2
+for i = 1, #KEYS do
+  keys[i] = KEYS[i]
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n = #KEYS / 2
 for i = 1, n do
-  local v = redis.call('HMGET', KEYS[2 * i - 1], '#o', '#e', '#t', '#v', '#f')
+  local v = redis.call('HMGET', keys[2 * i - 1], '#o', '#e', '#t', '#v', '#f')
   if v[4] ~= '2' and (v[4] or v[3]) then
     return layout_error(v[4])
   end
@@ -31,7 +35,7 @@ for i = 1, n do
 end
 local out = {1}
 for i = 1, n do
-  out[i + 1] = one({KEYS[2 * i - 1], KEYS[2 * i]},
-    {ARGV[1], ARGV[2], ARGV[8 + i], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]})
+  KEYS[1], KEYS[2], ARGV[3] = keys[2 * i - 1], keys[2 * i], ARGV[8 + i]
+  out[i + 1] = acquire_one()
 end
 return out
