@@ -99,6 +99,9 @@ type holdEnv struct {
 	// the hold back to Redis with the last (Locker.releaseHold).
 	lose    func(h *held, reason string, err error)
 	release func(ctx context.Context, h *held, le *Lease) error
+	// releaseSet drops a set's handle from each of its holds and gives back to Redis
+	// those it was the last handle of (Locker.releaseSet).
+	releaseSet func(ctx context.Context, set *Lease) error
 }
 
 // section is the owner h's attempts were sent for.
@@ -528,7 +531,7 @@ func (le *Lease) Release(ctx context.Context) error {
 			le.err = le.h.env.release(ctx, le.h, le)
 			return
 		}
-		le.err = releaseSet(ctx, le, le.set)
+		le.err = le.h.env.releaseSet(ctx, le)
 	})
 	return le.err
 }

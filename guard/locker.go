@@ -121,7 +121,7 @@ func newLocker(st store.Store, where string, opts []Option) (*Locker, error) {
 	l.waits = newHub(l)
 	l.graph = newGraph(l)
 	l.dog = newWatchdog(l)
-	l.env = &holdEnv{nonce: l.newNonce, gone: l.gone, repaired: l.tel.repaired, lose: l.lose, release: l.releaseHold}
+	l.env = &holdEnv{nonce: l.newNonce, gone: l.gone, repaired: l.tel.repaired, lose: l.lose, release: l.releaseHold, releaseSet: l.releaseSet}
 	return l, nil
 }
 

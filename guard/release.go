@@ -48,9 +48,16 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 			r.err = ctx.Err()
 		}
 	}
-	if r.err != nil {
-		l.st.Refresh(r.err)
-		if !store.IsServerError(r.err) {
+	return l.settleRelease(h, r.code, r.err)
+}
+
+// settleRelease reads the reply of h's release in Redis, code or err: it wakes this
+// process's waiters or passes the turn on as the reply says, and returns the code
+// (releaseFreed for every freeing one) or the error.
+func (l *Locker) settleRelease(h *held, code releaseReply, err error) (releaseReply, error) {
+	if err != nil {
+		l.st.Refresh(err)
+		if !store.IsServerError(err) {
 			// The script may have run and freed the lock, and its reply, which says whom
 			// to wake, is lost: this process's waiters would then sleep until their
 			// backoff. Wake them anyway (one wasted attempt if the lock is still held),
@@ -60,9 +67,9 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 				l.waits.KeepTurn(h.sh.Keys.Channel())
 			}
 		}
-		return 0, redisError("release", h.hk.key, r.err)
+		return 0, redisError("release", h.hk.key, err)
 	}
-	switch r.code {
+	switch code {
 	case releaseFreed:
 		l.waits.Wake(h.sh.Keys.Channel())
 	case releaseOwnTurn:
@@ -71,18 +78,45 @@ func (l *Locker) releaseRemote(ctx context.Context, h *held) (releaseReply, erro
 		if !l.waits.Wake(h.sh.Keys.Channel()) {
 			l.waits.KeepTurn(h.sh.Keys.Channel())
 		}
-		r.code = releaseFreed
+		code = releaseFreed
 	case releaseHandedOn:
 		// Handed to another process: for a moment, this process's newcomers leave the
 		// free lock to it instead of taking it back at once.
 		l.waits.Yield(h.sh.Keys.Channel(), min(h.s.ttl/2, courtesyWindow))
-		r.code = releaseFreed
+		code = releaseFreed
 	}
-	return r.code, nil
+	return code, nil
 }
 
 // releaseHold drops the hold of handle le; the last one releases the lock in Redis.
 func (l *Locker) releaseHold(ctx context.Context, h *held, le *Lease) error {
+	r, cause := l.dropHandle(h, le)
+	if r.h == nil {
+		le.end(errReleased)
+		return cause
+	}
+	// The work is over: end its context before the Redis call, which may stall, so that
+	// nothing started under it runs past the validity deadline.
+	le.end(errReleased)
+	rctx, cancel := l.releaseCtx(ctx)
+	defer cancel()
+	l.dog.Remove(rctx, &h.renewal, true)
+	code, err := l.releaseRemote(rctx, h)
+	return l.released(r, code, err)
+}
+
+// ending is a hold whose last handle was dropped: its state and cause before, for the
+// reply of its release in Redis (Locker.released).
+type ending struct {
+	h    *held
+	prev heldState
+	lost error
+}
+
+// dropHandle drops handle le of h. When other handles remain it returns no ending (its h
+// nil) and h's cause; for the last one it ends h here (released, out of the table, its
+// timer stopped) and returns what released needs once Redis has answered.
+func (l *Locker) dropHandle(h *held, le *Lease) (ending, error) {
 	h.mu.Lock()
 	for i, x := range h.handles {
 		if x == le {
@@ -93,27 +127,25 @@ func (l *Locker) releaseHold(ctx context.Context, h *held, le *Lease) error {
 	if len(h.handles) > 0 {
 		cause := h.cause
 		h.mu.Unlock()
-		le.end(errReleased)
-		return cause
+		return ending{}, cause
 	}
-	prev := h.state
-	lost := h.cause
+	r := ending{h: h, prev: h.state, lost: h.cause}
 	h.state = stateReleased
 	h.due.Store(0)
-	if lost == nil {
+	if r.lost == nil {
 		h.cause = errReleased
 	}
 	h.timer.Stop()
 	h.mu.Unlock()
 	l.forget(h)
+	return r, nil
+}
 
-	// The work is over: end its context before the Redis call, which may stall, so that
-	// nothing started under it runs past the validity deadline.
-	le.end(errReleased)
-	rctx, cancel := l.releaseCtx(ctx)
-	defer cancel()
-	l.dog.Remove(rctx, &h.renewal, true)
-	code, err := l.releaseRemote(rctx, h)
+// released finishes the release of the hold of r once Redis replied code or err (the
+// outcome of releaseRemote, or settleRelease's): hold times, telemetry, and the error
+// Release returns.
+func (l *Locker) released(r ending, code releaseReply, err error) error {
+	h, prev, lost := r.h, r.prev, r.lost
 	if err == nil && freed(code) && h.Left() <= 0 {
 		// The reply came after the lease's validity ran out: the script, told the lease
 		// was valid when it was sent, did not read the server's clock, and may have run

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
+	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
@@ -343,21 +344,121 @@ func (l *Locker) joinSet(ctx context.Context, section ctxid.ID, members []*Lease
 // in one batch: the watchdog's batch window.
 const renewAlign = 5 * time.Millisecond
 
-// releaseSet releases the holds of set, each through its own release, at once (on a
-// client that batches, their calls share a pipeline), and joins their errors.
-func releaseSet(ctx context.Context, set *Lease, hs []*held) error {
+// releaseSet drops set's handle from each of its holds and gives back to Redis those it
+// was the last handle of: the exclusive holds of one server (or one Cluster slot) in
+// one script call (store.SetAcquirer), the others each by its own release, all at once.
+// It joins their errors, in the set's order.
+func (l *Locker) releaseSet(ctx context.Context, set *Lease) error {
+	hs := set.set
 	errs := make([]error, len(hs))
+	var ends []ending
+	var at []int // ends[j] is the hold hs[at[j]]
+	for i, h := range hs {
+		r, cause := l.dropHandle(h, set)
+		if r.h == nil {
+			errs[i] = cause
+			continue
+		}
+		ends, at = append(ends, r), append(at, i)
+	}
+	// The work is over: end its context before the Redis calls (see releaseHold).
+	set.end(errReleased)
+	if len(ends) == 0 {
+		return joinReleaseErrors(errs)
+	}
+	rctx, cancel := l.releaseCtx(ctx)
+	defer cancel()
+	for _, r := range ends {
+		l.dog.Remove(rctx, &r.h.renewal, true)
+	}
 	var wg sync.WaitGroup
-	for i := len(hs) - 1; i > 0; i-- {
+	for i := 0; i < len(ends); {
+		j := l.releaseGroupEnd(ends, i)
+		group, idx := ends[i:j], at[i:j]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = hs[i].env.release(ctx, hs[i], set)
+			codes, cerrs := l.releaseGroup(rctx, group)
+			for k, r := range group {
+				errs[idx[k]] = l.released(r, codes[k], cerrs[k])
+			}
 		}()
+		i = j
 	}
-	errs[0] = hs[0].env.release(ctx, hs[0], set)
 	wg.Wait()
 	return joinReleaseErrors(errs)
+}
+
+// releaseGroupEnd returns the end of the group of ends that starts at i: the holds after
+// it that one release call may give back with it (see groupEnd).
+func (l *Locker) releaseGroupEnd(ends []ending, i int) int {
+	sa, ok := l.st.(store.SetAcquirer)
+	if !ok || ends[i].h.s.spec != exclusiveSpec {
+		return i + 1
+	}
+	switch sa.SetScope() {
+	case store.SetServer:
+		return len(ends)
+	case store.SetSlot:
+		slot := hashSlot(ends[i].h.sh.Keys.Lock)
+		j := i + 1
+		for j < len(ends) && hashSlot(ends[j].h.sh.Keys.Lock) == slot {
+			j++
+		}
+		return j
+	}
+	return i + 1
+}
+
+// releaseGroup gives the holds of group back to Redis, in one call when there are
+// several, and returns each one's code and error as releaseRemote would (settleRelease).
+// The call returns by ctx's deadline even when the client does not honour deadlines.
+func (l *Locker) releaseGroup(ctx context.Context, group []ending) ([]releaseReply, []error) {
+	codes, errs := make([]releaseReply, len(group)), make([]error, len(group))
+	if len(group) == 1 {
+		codes[0], errs[0] = l.releaseRemote(ctx, group[0].h)
+		return codes, errs
+	}
+	sa := l.st.(store.SetAcquirer)
+	shs, nonces := make([]*store.Hold, len(group)), make([]string, len(group))
+	urgent := false
+	for k, r := range group {
+		shs[k], nonces[k] = &r.h.sh, r.h.finalNonce()
+		if l.st.AutoPipelined() {
+			_, q, _ := l.waits.State(r.h.sh.Keys.Channel())
+			urgent = urgent || q // this process's waiters are next
+		}
+	}
+	type reply struct {
+		codes []script.Released
+		err   error
+	}
+	call := func() reply {
+		cs, err := sa.ReleaseSet(ctx, shs, nonces, urgent)
+		return reply{cs, err}
+	}
+	var r reply
+	if l.st.Inline(urgent) {
+		r = call()
+	} else {
+		replies := make(chan reply, 1)
+		if !l.background(func() { replies <- call() }) {
+			replies <- call()
+		}
+		select {
+		case r = <-replies:
+		case <-ctx.Done():
+			r.err = ctx.Err()
+		}
+	}
+	for k, e := range group {
+		var c releaseReply
+		if r.err == nil {
+			c = releaseReply(r.codes[k])
+		}
+		codes[k], errs[k] = l.settleRelease(e.h, c, r.err)
+	}
+	return codes, errs
 }
 
 // giveBack releases the keys of a set whose acquisition failed, all at once, and waits

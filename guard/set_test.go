@@ -337,7 +337,8 @@ func TestSetWrapDoRun(t *testing.T) {
 }
 
 // TestSetRoundTrips: on one server, AcquireAll of 10 free keys is one round trip (one
-// script call), and the lease's renewals are one round trip per interval, not per key.
+// script call), the lease's renewals are one round trip per interval, not per key, and
+// its release is one round trip.
 func TestSetRoundTrips(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
@@ -371,9 +372,18 @@ func TestSetRoundTrips(t *testing.T) {
 	if err := le.Err(); err != nil {
 		t.Fatalf("lease lost while held: %v", err)
 	}
-	mustRelease(t, le)
 	if n < 2 || n > 4 {
 		t.Fatalf("%d round trips in about three renewal intervals of a 10-key lease, want one per interval (3)", n)
+	}
+	counter.Reset()
+	mustRelease(t, le)
+	if n := counter.RoundTrips(); n != 1 {
+		t.Fatalf("the release of a 10-key set took %d round trips, want 1", n)
+	}
+	for _, k := range keys {
+		if got := lockHolder(t, c, lockName(k)); got != "" {
+			t.Fatalf("%s still held by %q after the set's release", k, got)
+		}
 	}
 }
 

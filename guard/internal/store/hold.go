@@ -209,17 +209,26 @@ func (c callArgs) release(h *Hold, nonce, undo string) []any {
 // fence.lua's keep_for), so its TTL need not be touched.
 func (c callArgs) releaseLive(h *Hold, nonce string) []any {
 	args := c.release(h, nonce, "")
+	if f := liveFlag(h); f != argNoLabel {
+		return append(args, argNoWon, f)
+	}
+	return args
+}
+
+// liveFlag is release.lua's ARGV[8] for h (see releaseLive): "2", "1", or "" when the
+// engine's clock says nothing of the hold.
+func liveFlag(h *Hold) any {
 	if h.Ref == nil {
-		return args
+		return argNoLabel
 	}
 	left := h.Ref.Left()
 	switch {
 	case left <= 0:
-		return args
+		return argNoLabel
 	case left+max(h.Terms.Retention-h.Terms.TTL, 0)+h.Terms.Retention/8 >= h.Terms.Retention:
-		return append(args, argNoWon, argKept)
+		return argKept
 	}
-	return append(args, argNoWon, argFlag[1])
+	return argFlag[1]
 }
 
 // releaseAs is release for owner.

@@ -31,6 +31,10 @@ type SetAcquirer interface {
 	// error, Err or Bad, and the outcome is unknown as for Acquire); nil and i when hold
 	// i was not free for the owner and nothing was written.
 	AcquireSet(ctx context.Context, hs []*Hold, nonces []string, manner string) ([]Grant, int)
+	// ReleaseSet drops one hold of each of hs, exclusive and within one scope, each with
+	// its release nonce, in one call, and returns each one's reply as Release does; on an
+	// error the outcome of every release is unknown.
+	ReleaseSet(ctx context.Context, hs []*Hold, nonces []string, urgent bool) ([]script.Released, error)
 }
 
 // SetScope is SetSlot on a Cluster, SetNone on a Ring, else SetServer.
@@ -80,6 +84,36 @@ func (s *Single) AcquireSet(ctx context.Context, hs []*Hold, nonces []string, ma
 		out[i] = decode(r[i+1], nil)
 	}
 	return out, -1
+}
+
+// ReleaseSet runs release_set.lua (see SetAcquirer).
+func (s *Single) ReleaseSet(ctx context.Context, hs []*Hold, nonces []string, urgent bool) ([]script.Released, error) {
+	h0 := hs[0]
+	args := make([]any, 0, 3+5*len(hs)+6)
+	args = append(args, nil, nil, 2*len(hs))
+	for _, h := range hs {
+		args = append(args, h.args.lock, h.args.queue)
+	}
+	args = append(args, "", "", "", h0.args.retention, s.cfg.ID, s.shardedArg())
+	for i, h := range hs {
+		args = append(args, h.args.owner, nonces[i], liveFlag(h))
+	}
+	v, err := s.RunScript(ctx, script.ReleaseSet, args, urgent).Result()
+	if err != nil {
+		return nil, err
+	}
+	r, _ := v.([]any)
+	if len(r) != len(hs) {
+		return nil, fmt.Errorf("unexpected release reply %v", v)
+	}
+	out := make([]script.Released, len(hs))
+	for i := range hs {
+		n, _ := r[i].(int64)
+		if out[i], err = script.ParseRelease(n, nil); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // sameGrant returns n copies of g.
