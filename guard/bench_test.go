@@ -267,3 +267,56 @@ func portOf(tb testing.TB, addr string) int {
 	}
 	return n
 }
+
+// BenchmarkAcquireAll: uncontended AcquireAll → Release of K keys on one server, beside
+// K nested TryAcquires of the same keys released in reverse.
+func BenchmarkAcquireAll(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client(b)
+	counter := redistest.NewCounter()
+	c.AddHook(counter)
+	l := lockerOn(b, c)
+	ctx := context.Background()
+	for _, k := range []int{2, 10} {
+		keys := make([]string, k)
+		for i := range keys {
+			keys[i] = "set-bench:" + strconv.Itoa(i)
+		}
+		mustRelease(b, must(l.AcquireAll(ctx, keys)))
+		b.Run("K="+strconv.Itoa(k)+"/set", func(b *testing.B) {
+			b.ReportAllocs()
+			counter.Reset()
+			for range b.N {
+				le, err := l.AcquireAll(ctx, keys)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := le.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportRoundTrips(b, counter, b.N)
+		})
+		b.Run("K="+strconv.Itoa(k)+"/nested", func(b *testing.B) {
+			b.ReportAllocs()
+			counter.Reset()
+			held := make([]*guard.Lease, k)
+			for range b.N {
+				inner := ctx
+				for i, key := range keys {
+					le, err := l.TryAcquire(inner, key)
+					if err != nil {
+						b.Fatal(err)
+					}
+					held[i], inner = le, le.Context()
+				}
+				for i := k - 1; i >= 0; i-- {
+					if err := held[i].Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			reportRoundTrips(b, counter, b.N)
+		})
+	}
+}
