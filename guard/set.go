@@ -462,11 +462,13 @@ func (l *Locker) releaseGroup(ctx context.Context, group []ending) ([]releaseRep
 }
 
 // giveBack releases the keys of a set whose acquisition failed, all at once, and waits
-// for their releases until the wait's deadline, or the end of ctx, plus the grace of an
-// attempt (attemptGrace), whichever comes first: on a healthy Redis the keys are free
-// when the call returns; on a stalled one the budget holds, and the releases go on
-// aside, each bounded by the ReleaseTimeout. It returns their errors when they ended in
-// time.
+// for their releases until the call's own deadline — the wait budget's end plus the
+// grace of its last attempt (attemptGrace), or ctx's deadline if sooner, or now once ctx
+// has ended — and giveBackGrace at least: on a healthy Redis, which answers within
+// that, the keys are free when the call returns; on a stalled one the call's deadline
+// holds, and the releases go on aside, each bounded by the ReleaseTimeout (a release
+// that reaches the server when it wakes still frees its key). Without any deadline it
+// waits for the releases. It returns their errors when they ended in time.
 func (l *Locker) giveBack(ctx context.Context, members []*Lease, deadline time.Time) error {
 	if len(members) == 0 {
 		return nil
@@ -488,25 +490,43 @@ func (l *Locker) giveBack(ctx context.Context, members []*Lease, deadline time.T
 	if !l.background(func() { done <- release() }) {
 		return release() // closed: the holds are lost already, and release makes no call
 	}
-	until := deadline
-	if err := ctx.Err(); err != nil || until.IsZero() {
-		until = time.Now() // the caller left, or no budget: the grace alone
+	var until time.Time // zero: no deadline
+	if !deadline.IsZero() {
+		until = deadline.Add(attemptGrace)
 	}
-	t := time.NewTimer(time.Until(until.Add(attemptGrace)))
-	defer t.Stop()
-	for ended := ctx.Done(); ; ended = nil {
+	if d, ok := ctx.Deadline(); ok && (until.IsZero() || d.Before(until)) {
+		until = d
+	}
+	if ctx.Err() != nil {
+		until = time.Now()
+	}
+	var timeout <-chan time.Time
+	if !until.IsZero() {
+		t := time.NewTimer(max(time.Until(until), giveBackGrace))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-timeout:
+	case <-ctx.Done():
+		// The caller left: wait the grace, not the rest of the deadline.
+		t := time.NewTimer(giveBackGrace)
+		defer t.Stop()
 		select {
 		case err := <-done:
 			return err
 		case <-t.C:
-			return nil
-		case <-ended:
-			if time.Now().Add(attemptGrace).Before(until.Add(attemptGrace)) {
-				t.Reset(attemptGrace)
-			}
+		case <-timeout:
 		}
 	}
+	return nil
 }
+
+// giveBackGrace is how long a failed set waits for its keys' releases past the call's
+// deadline at most: a healthy Redis answers well within it.
+const giveBackGrace = 20 * time.Millisecond
 
 // joinReleaseErrors joins the errors of a set's releases: nil when all are nil, the
 // one error when one failed.

@@ -153,6 +153,11 @@ type load struct {
 	// Keys[i], and runs the section on one of the keys after it, inside the outer
 	// lease's section — locks taken in one order, which can never form a deadlock.
 	Ordered bool `json:"ordered,omitempty"`
+	// Set makes every section a hold of Set keys drawn from Keys, listed in a random
+	// order and taken as one lock (guard's AcquireAll): each key is recorded as a
+	// section of its own, with its own token, so that exclusion and fencing are judged
+	// per key, and a canonical order means no cycle of waits can form.
+	Set int `json:"set,omitempty"`
 }
 
 // kindOf draws the kind of one section: its options and whether it writes the register.
@@ -230,7 +235,13 @@ type worker struct {
 
 func (w *worker) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		if !w.maybeOrdered(ctx) {
+		ok := false
+		if w.load.Set > 0 {
+			ok = w.setSection(ctx)
+		} else {
+			ok = w.maybeOrdered(ctx)
+		}
+		if !ok {
 			// Redis unavailable: back off, as a service would, instead of spinning.
 			sleepCtx(ctx, 50*time.Millisecond+between(w.rng, 0, 50*time.Millisecond))
 		}
@@ -420,6 +431,88 @@ func (w *worker) maybeOrdered(ctx context.Context) bool {
 		w.sink.Untyped("release", outer, err)
 	}
 	return ok
+}
+
+// setSection runs one critical section over load.Set keys taken as one lock (see
+// load.Set); it reports false as section does.
+func (w *worker) setSection(ctx context.Context) bool {
+	keys := make([]string, w.load.Set)
+	for i, p := range w.rng.Perm(len(w.load.Keys))[:w.load.Set] {
+		keys[i] = w.load.Keys[p]
+	}
+	w.seq++
+	label := w.id + "/" + strconv.Itoa(w.seq)
+	actx, cancel := context.WithTimeout(ctx, w.load.acquireTimeout(w.rng))
+	deadline, _ := actx.Deadline()
+	seen := watchDeadline(actx)
+	start := chaos.Now()
+	le, err := w.locker.AcquireAll(actx, keys)
+	enter := chaos.Now()
+	fired := seen()
+	cancel()
+	if err != nil {
+		for _, k := range keys {
+			w.sink.AddCall(chaos.Call{Op: "acquire", Key: k, Worker: w.id, Start: start, Deadline: chaos.MonoOf(deadline), Return: enter, Fired: fired, Err: errText(err)})
+		}
+		if !typed(err) {
+			w.sink.Untyped("acquire", keys[0], err)
+		}
+		w.falseDeadlock(keys[0], start, err)
+		return errors.Is(err, guard.ErrLocked) || ctx.Err() != nil
+	}
+	keys, tokens := le.Keys(), le.Tokens()
+	for i, k := range keys {
+		w.sink.AddCall(chaos.Call{Op: "acquire", Key: k, Worker: w.id, Token: tokens[i], Start: start, Deadline: chaos.MonoOf(deadline), Return: enter, Fired: fired})
+	}
+	stop := context.AfterFunc(le.Context(), func() {
+		noticed := chaos.Now()
+		if cause := context.Cause(le.Context()); errors.Is(cause, guard.ErrLeaseLost) {
+			for i, k := range keys { // lost as one: every key's lease ended
+				w.sink.AddLoss(chaos.Loss{Key: k, Worker: w.id, Token: tokens[i], Valid: chaos.MonoOf(le.ValidUntil()), Noticed: noticed, Reason: cause.Error()})
+			}
+		}
+	})
+	defer stop()
+	lctx := le.Context()
+	sctx, scancel := context.WithTimeout(lctx, 5*time.Second+w.load.HoldMax)
+	defer scancel()
+	regs := make([]*chaos.Register, len(keys))
+	vals := make([]int64, len(keys))
+	readOK := make([]bool, len(keys))
+	for i, k := range keys {
+		regs[i] = chaos.NewRegister(w.store, k)
+		vals[i], readOK[i], err = regs[i].Read(sctx, tokens[i], label)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			w.sink.Untyped("register read", k, err)
+		}
+	}
+	sleepCtx(lctx, w.load.hold(w.rng))
+	acked := make([]bool, len(keys))
+	for i, k := range keys {
+		if readOK[i] && le.Err() == nil {
+			ok, err := regs[i].Write(sctx, tokens[i], vals[i]+1, label)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				w.sink.Untyped("register write", k, err)
+			}
+			acked[i] = ok
+		}
+	}
+	exit, valid, lost := chaos.Now(), chaos.MonoOf(le.ValidUntil()), le.Err() != nil
+	for i, k := range keys {
+		w.sink.AddSection(chaos.Section{Key: k, Worker: w.id, Token: tokens[i], Enter: enter, Exit: exit, Valid: valid,
+			Lost: lost, Acked: acked[i], Owner: string(le.Owner())})
+	}
+	releaseStart := time.Now()
+	err = le.Release(ctx)
+	returned := chaos.Now()
+	for i, k := range keys {
+		w.sink.AddCall(chaos.Call{Op: "release", Key: k, Worker: w.id, Token: tokens[i], Start: chaos.MonoOf(releaseStart),
+			Deadline: chaos.MonoOf(releaseStart.Add(w.cfg.ReleaseTimeout)), Return: returned, Err: errText(err)})
+	}
+	if err != nil && !typed(err) {
+		w.sink.Untyped("release", keys[0], err)
+	}
+	return true
 }
 
 // falseDeadlock reports an acquisition of key, begun at start, that failed with
@@ -1095,7 +1188,7 @@ const (
 	setup chaos.Invariant = "setup"
 	// noFalseDeadlock: no acquisition fails with guard.ErrDeadlock where no cycle of
 	// waits can form — in none of the loads here: a section holds one key, reenters it,
-	// or takes two in key order (load.Ordered).
+	// takes two in key order (load.Ordered), or takes several as one lock (load.Set).
 	noFalseDeadlock chaos.Invariant = "no false deadlock"
 )
 

@@ -77,6 +77,8 @@ var scenarios = []scenario{
 	{name: "budget-bound calls: redis paused > MaxWait, < TTL", smoke: true, run: frozenBudget(time.Second)},
 	{name: "budget-bound calls: redis paused > TTL", run: frozenBudget(6 * time.Second)},
 	{name: "deadlock detection: ordered two-key holds, redis paused, connections reset", run: deadlockFalseAlarms},
+	{name: "several keys as one lock: redis paused > TTL", smoke: true, run: setsPaused},
+	{name: "several keys as one lock: connection resets, redis paused < TTL", run: setsResets},
 	{name: "auto-pipelined: redis paused > TTL", run: withAutoPipeline(pausedLong)},
 	{name: "auto-pipelined: latency above read timeout", run: withAutoPipeline(latency)},
 	{name: "auto-pipelined: context-cancel storm", smoke: true, run: withAutoPipeline(cancelStorm)},
@@ -537,6 +539,68 @@ func resets(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	})
 	stop()
 	return w.finish("", fmt.Sprintf("%d× TCP reset of every connection", n), sc.slack)
+}
+
+// setLoad is the load of the several-keys rows: every section takes three of four keys,
+// listed in a random order, as one lock (load.Set), so that each worker's sets overlap
+// every other's on two keys at least, in every listing order.
+func setLoad(sc scale) load {
+	return load{Keys: []string{"s0", "s1", "s2", "s3"}, Set: 3, Workers: sc.workers,
+		AcquireMin: time.Second, AcquireMax: time.Second,
+		HoldMin: time.Millisecond, HoldMax: 5 * time.Millisecond}
+}
+
+// setsPaused stops the lock Redis past the TTL now and then while two Lockers take sets
+// of keys as one lock: each key excludes as a key of its own would, its token fences its
+// register, a set lost is lost on every key, and no set fails with ErrDeadlock.
+func setsPaused(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+	cfg := sc.tune(baseConfig())
+	w := newWorld(t, cfg)
+	w.addNode("a", false)
+	w.addNode("b", false)
+	stop := w.run(setLoad(sc))
+	d := 2 * cfg.TTL
+	n := w.faultLoop(sc.run, d+700*time.Millisecond, func(int) {
+		w.fault("SIGSTOP redis", func() {
+			w.lock.Pause(w.tb)
+			time.Sleep(d)
+			w.lock.Resume(w.tb)
+		})
+	})
+	stop()
+	return w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s (TTL %s); sets of 3 of 4 keys in any order", n, d, cfg.TTL), sc.slack)
+}
+
+// setsResets resets every connection and pauses Redis for half a TTL, in turn, while two
+// Lockers take sets of keys as one lock: the set's one script call, its waits for a
+// later key and its one release call meet lost replies and frozen servers.
+func setsResets(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
+	cfg := sc.tune(baseConfig())
+	w := newWorld(t, cfg)
+	a := w.addNode("a", true)
+	b := w.addNode("b", true)
+	stop := w.run(setLoad(sc))
+	pause := cfg.TTL / 2
+	pauses, resets := 0, 0
+	n := w.faultLoop(sc.run, 500*time.Millisecond, func(i int) {
+		if i%2 == 0 {
+			pauses++
+			w.fault("SIGSTOP redis", func() {
+				w.lock.Pause(w.tb)
+				time.Sleep(pause)
+				w.lock.Resume(w.tb)
+			})
+			return
+		}
+		resets++
+		w.fault("reset", func() {
+			a.proxy.ResetConns()
+			b.proxy.ResetConns()
+		})
+	})
+	stop()
+	return w.finish("", fmt.Sprintf("%d faults: %d× SIGSTOP redis %s, %d× TCP reset of every connection; sets of 3 of 4 keys in any order",
+		n, pauses, pause, resets), sc.slack)
 }
 
 // deadlockFalseAlarms: every section holds two keys of eight, taken in key order, so
