@@ -202,6 +202,45 @@
 // *redis.ClusterClient itself, or guard falls back to classic Pub/Sub and cannot reload
 // the client's slot map after a failover.
 //
+// # Several keys as one lock
+//
+// A transfer locks two accounts; a batch locks a set of keys. Locker.AcquireAll (and
+// TryAcquireAll), the Keys and RawKeys options of Wrap, Do and Locker.Run, the adapters'
+// MoreKeys (Echo, net/http, gRPC rules; more_keys in the proto option) take several keys
+// as one lock:
+//
+//	transfer := guard.Wrap(svc.Transfer, guard.Keys("account:{req.From}", "account:{req.To}"))
+//
+// Such a lock is:
+//
+//   - All or nothing: the call returns a Lease that holds every key, or an error and no
+//     key held: keys taken before a failure are released before it returns — on a
+//     stalled Redis, within the call's deadline, the releases going on aside. Errors are
+//     Acquire's; a *LockedError names the key that stayed busy.
+//   - One canonical order, whatever order the caller lists the keys in: by the Redis
+//     Cluster hash slot of each lock, then by key (Lease.Keys). Two callers that list
+//     {a, b} and {b, a} never wait for each other in a cycle, so no deadlock and no
+//     ErrDeadlock between them. On one server or a Sentinel group, exclusive keys that
+//     are all free are taken in one script call (one round trip, all or none); a key
+//     found busy leaves the set to wait for it, holding the keys before it, as
+//     canonical-order locking does. On a Cluster each key is its own hash slot (its name
+//     is its hash tag), so the keys are taken slot by slot, in order; a quorum takes them
+//     key by key, in order, each on a majority.
+//   - One lease: one TTL, renewed as one (the keys' renewals share one pipeline per
+//     server, one round trip per renewal interval however many keys), lost as one (any
+//     key lost ends the lease's Context with the *LeaseLostError that names it), released
+//     as one (one script call per server). Each key keeps its own fencing token:
+//     Lease.Tokens, in the order of Lease.Keys; Lease.Token is the first key's.
+//   - Reentry per key: a call inside the lease for any of its keys reenters at once. A
+//     call for a superset takes only the keys it lacks, in canonical order, while holding
+//     the others: when a missing key sorts before one already held, that breaks the
+//     canonical order — a cycle with another owner is then possible, and deadlock
+//     detection ends it as any other. Refusing such a call would make correct code fail
+//     by how its keys happen to sort; take the whole set at the outermost call instead.
+//   - The kind (Read, Write, Permits, Fair) applies to every key; only exclusive sets
+//     take the one-call path. Inspect and the guardkit command show each key held by the
+//     set's one section, labelled "set of N keys" after the Label option's text.
+//
 // # Deadlocks
 //
 // Reentry along the call chain removes the deadlock of a call waiting for its own
@@ -312,6 +351,8 @@
 // (internal/script/lua/kinds/lib.lua describes them). Each acquire, release and renewal is
 // one script call; an uncontended acquire and release make 8 Redis commands between them
 // (a release sent near the end of its lease, or after it, adds a clock read and a TTL).
+// A set (AcquireAll) uses the same hashes: one script reads every key of the set,
+// then runs the acquire script for each; its release runs the release script for each.
 // Scripts carry a nonce so that a call the client retries after a timeout takes effect
 // once (a final release appends its nonce to the fence record, which keeps the newest
 // ones). An acquire whose outcome is unknown (a network error) is undone in the

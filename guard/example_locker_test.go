@@ -119,3 +119,34 @@ func ExampleBackoff() {
 	_ = patient // given to Acquire, Wrap, Do or New
 	// Output: 10ms 40ms 50ms
 }
+
+// A transfer locks both accounts as one lock: all or none, in one canonical order
+// whatever order they are listed in (so two transfers in opposite directions never
+// deadlock), under one lease, with a fencing token per account.
+func ExampleLocker_AcquireAll() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locker, err := guard.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	ctx := context.Background()
+	lease, err := locker.AcquireAll(ctx, []string{"account:B", "account:A"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lease.Release(ctx)
+	tokens := lease.Tokens()
+	fmt.Println(lease.Keys(), len(tokens), tokens[0] > 0 && tokens[1] > 0)
+
+	// The other direction waits for this one instead of deadlocking with it.
+	_, err = locker.TryAcquireAll(context.Background(), []string{"account:A", "account:B"})
+	fmt.Println(errors.Is(err, guard.ErrLocked))
+	// Output:
+	// [account:A account:B] 2 true
+	// true
+}

@@ -77,7 +77,8 @@ type wrapSettings struct {
 	minHold time.Duration
 }
 
-// keySpec is how a decorator names its lock: the last of Key, RawKey and KeyFunc given.
+// keySpec is how a decorator names its lock: the last of Key, Keys, RawKey, RawKeys and
+// KeyFunc given.
 type keySpec struct {
 	kind keyKind
 	text string // the template (keyTemplate) or the key (keyRaw)
@@ -403,8 +404,8 @@ func FenceRetention(d time.Duration) Option {
 // have no request, so their template must have no placeholders. Never build the text from request data: it
 // is parsed as a template; use a {req...} placeholder, KeyFunc or RawKey.
 //
-// Applies to Wrap, WrapE, Do and Locker.Run, which need exactly one key: the last of Key,
-// RawKey and KeyFunc given wins. No default.
+// Applies to Wrap, WrapE, Do and Locker.Run, which need a key: the last of Key, Keys,
+// RawKey, RawKeys and KeyFunc given wins. No default.
 func Key(template string) Option {
 	return Option{name: "Key", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyTemplate, text: template} }}
 }
@@ -412,8 +413,8 @@ func Key(template string) Option {
 // RawKey names the lock of a decorated call with key exactly as given: braces are not
 // placeholders. It is how Do and Locker.Run take a key computed in code, such as
 // "order:" + id.
-// Applies to Wrap, WrapE, Do and Locker.Run; the last of Key, RawKey and KeyFunc given
-// wins. No default.
+// Applies to Wrap, WrapE, Do and Locker.Run; the last of Key, Keys, RawKey, RawKeys and
+// KeyFunc given wins. No default.
 func RawKey(key string) Option {
 	return Option{name: "RawKey", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyRaw, text: key} }}
 }
@@ -449,7 +450,8 @@ func RawKeys(keys ...string) Option {
 // request, for keys a template cannot express. Req must be the wrapped function's
 // request type; Wrap checks it. An error from f fails the call with an error matching
 // ErrInvalidKey, with f's error in its chain. A nil f is ignored.
-// Applies to Wrap and WrapE; the last of Key, RawKey and KeyFunc given wins. No default.
+// Applies to Wrap and WrapE; the last of Key, Keys, RawKey, RawKeys and KeyFunc given
+// wins. No default.
 func KeyFunc[Req any](f func(ctx context.Context, req Req) (string, error)) Option {
 	if f == nil {
 		return Option{}

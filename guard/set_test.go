@@ -472,3 +472,34 @@ func TestSetInspect(t *testing.T) {
 		}
 	}
 }
+
+// TestSetKinds: the kind applies to every key of a set: two sets of read locks on the
+// same keys are held at once, and a set of write locks waits for both.
+func TestSetKinds(t *testing.T) {
+	srv := redistest.Start(t)
+	l1, _ := newLocker(t, srv)
+	l2, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	keys := []string{"rwset:a", "rwset:b"}
+	r1, err := l1.AcquireAll(ctx, keys, guard.Read())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := l2.AcquireAll(ctx, []string{"rwset:b", "rwset:a"}, guard.Read())
+	if err != nil {
+		t.Fatalf("a second set of readers: %v", err)
+	}
+	if _, err := l2.TryAcquireAll(ctx, keys, guard.Write()); !errors.Is(err, guard.ErrLocked) {
+		t.Fatalf("a set of writers beside readers = %v, want ErrLocked", err)
+	}
+	mustRelease(t, r1)
+	mustRelease(t, r2)
+	w, err := l2.TryAcquireAll(ctx, keys, guard.Write())
+	if err != nil {
+		t.Fatalf("a set of writers once the readers left: %v", err)
+	}
+	if w.Kind() != guard.KindWrite {
+		t.Fatalf("Kind = %v", w.Kind())
+	}
+	mustRelease(t, w)
+}
