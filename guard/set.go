@@ -473,26 +473,35 @@ func (l *Locker) giveBack(ctx context.Context, members []*Lease, deadline time.T
 	if len(members) == 0 {
 		return nil
 	}
-	release := func() error {
-		errs := make([]error, len(members))
-		var wg sync.WaitGroup
-		for i, m := range members {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = m.Release(ctx)
-			}()
-		}
-		wg.Wait()
-		return joinReleaseErrors(errs)
-	}
 	done := make(chan error, 1)
-	if !l.background(func() { done <- release() }) {
-		return release() // closed: the holds are lost already, and release makes no call
+	if !l.background(func() { done <- releaseAll(ctx, members) }) {
+		return releaseAll(ctx, members) // closed: the holds are lost already, and release makes no call
 	}
-	var until time.Time // zero: no deadline
-	if !deadline.IsZero() {
-		until = deadline.Add(attemptGrace)
+	return awaitGiveBack(ctx, done, callDeadline(ctx, deadline))
+}
+
+// releaseAll releases members at once and joins their errors.
+func releaseAll(ctx context.Context, members []*Lease) error {
+	errs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.Release(ctx)
+		}()
+	}
+	wg.Wait()
+	return joinReleaseErrors(errs)
+}
+
+// callDeadline is the deadline of a call whose wait budget ends at budget (zero: none)
+// under ctx: the budget plus the grace of its last attempt, or ctx's deadline if sooner,
+// or now once ctx has ended; zero when there is none.
+func callDeadline(ctx context.Context, budget time.Time) time.Time {
+	var until time.Time
+	if !budget.IsZero() {
+		until = budget.Add(attemptGrace)
 	}
 	if d, ok := ctx.Deadline(); ok && (until.IsZero() || d.Before(until)) {
 		until = d
@@ -500,6 +509,12 @@ func (l *Locker) giveBack(ctx context.Context, members []*Lease, deadline time.T
 	if ctx.Err() != nil {
 		until = time.Now()
 	}
+	return until
+}
+
+// awaitGiveBack waits for done until until (zero: no limit), giveBackGrace at least, or
+// giveBackGrace after ctx ends, and returns what done delivered in time.
+func awaitGiveBack(ctx context.Context, done <-chan error, until time.Time) error {
 	var timeout <-chan time.Time
 	if !until.IsZero() {
 		t := time.NewTimer(max(time.Until(until), giveBackGrace))
@@ -510,16 +525,17 @@ func (l *Locker) giveBack(ctx context.Context, members []*Lease, deadline time.T
 	case err := <-done:
 		return err
 	case <-timeout:
+		return nil
 	case <-ctx.Done():
-		// The caller left: wait the grace, not the rest of the deadline.
-		t := time.NewTimer(giveBackGrace)
-		defer t.Stop()
-		select {
-		case err := <-done:
-			return err
-		case <-t.C:
-		case <-timeout:
-		}
+	}
+	// The caller left: wait the grace, not the rest of the deadline.
+	t := time.NewTimer(giveBackGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	case <-timeout:
 	}
 	return nil
 }
