@@ -165,7 +165,9 @@ func (g *graph) waitsKey(root ctxid.ID) string {
 // section's), so nothing that the waiter's chain holds can keep another owner waiting.
 // Nothing is sent to Redis before the delay.
 func (l *Locker) watchDeadlock(h *held) *detector {
-	if l.cfg.deadlockDelay <= 0 || h.s.kind == KindSemaphore || h.section().Depth() < 2 {
+	// A wait directly in a request's root is made by a section that holds nothing yet,
+	// unless it waits for a later key of a set, whose section holds the earlier ones.
+	if l.cfg.deadlockDelay <= 0 || h.s.kind == KindSemaphore || h.section().Depth() < 2 && !h.s.inSet {
 		return nil
 	}
 	d := &detector{

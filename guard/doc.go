@@ -250,7 +250,8 @@
 // (DeadlockDetection, default 1s; 0 turns it off): until then a wait costs what it
 // always did, and a wait directly in a request's root is never watched: a section holds
 // only what was taken within it, so a cycle can pass only through a wait nested in a
-// section that holds a lock. Take a second lock while holding a first with the first
+// section that holds a lock — or through a set's wait for a later key (AcquireAll),
+// whose section holds the earlier ones, which is watched. Take a second lock while holding a first with the first
 // lease's context (Lease.Context, or the context Wrap and Do hand fn), as nested Wrap and
 // Do calls do: l1, _ := Acquire(ctx, "a") followed by Acquire(ctx, "b") makes the second a
 // sibling section of the request, which is neither inside "a"'s section nor seen to

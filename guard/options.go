@@ -34,6 +34,9 @@ const (
 
 // settings is the resolved configuration of a Locker or of one call.
 type settings struct {
+	// inSet marks the settings of the keys of a set (AcquireAll): their section holds
+	// the set's other keys while it waits for one.
+	inSet           bool
 	prefix          string
 	ttl             time.Duration
 	renewEvery      time.Duration // Renewal's every, when renewSet; else ttl/3

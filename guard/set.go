@@ -285,6 +285,7 @@ func (l *Locker) dropGroup(ctx context.Context, hs []*held) {
 // is part of one (Inspect, the guardkit command).
 func setSettings(s *settings, n int) *settings {
 	ms := *s
+	ms.inSet = true
 	tag := "set of " + strconv.Itoa(n) + " keys"
 	if ms.label == "" {
 		ms.label = tag

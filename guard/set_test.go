@@ -503,3 +503,53 @@ func TestSetKinds(t *testing.T) {
 	}
 	mustRelease(t, w)
 }
+
+// TestSetDeadlockWithNestedCaller: a set waiting for a key held by a caller that takes
+// the set's keys one by one in the other order forms a real cycle with another owner:
+// deadlock detection ends it with one ErrDeadlock, and the other side completes.
+func TestSetDeadlockWithNestedCaller(t *testing.T) {
+	srv := redistest.Start(t)
+	l1, _ := newLocker(t, srv, guard.DeadlockDetection(200*time.Millisecond))
+	l2, _ := newLocker(t, srv, guard.DeadlockDetection(200*time.Millisecond))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := canonicalOrder([]string{"dl:a", "dl:b"})
+	first, second := keys[0], keys[1]
+
+	probe := srv.Client(t)
+	// The nested caller holds the second key and will ask for the first inside it.
+	outer := mustAcquire(t, l2, ctx, second)
+	inSet := make(chan struct{})
+	setErr := make(chan error, 1)
+	go func() {
+		le, err := l1.AcquireAll(ctx, keys, guard.Retry(guard.MaxWait(10*time.Second, nil)))
+		if err == nil {
+			err = le.Release(ctx)
+		}
+		setErr <- err
+	}()
+	go func() {
+		waitUntil(t, 10*time.Second, "the set to hold "+first, func() bool {
+			h, err := redistest.ReadHolder(ctx, probe, lockName(first))
+			return err == nil && h != ""
+		})
+		close(inSet)
+	}()
+	<-inSet
+	inner, nestedErr := l2.Acquire(outer.Context(), first, guard.Retry(guard.MaxWait(10*time.Second, nil)))
+	if nestedErr == nil {
+		mustRelease(t, inner)
+	}
+	mustRelease(t, outer)
+	err := <-setErr
+	deadlocks := 0
+	for _, e := range []error{nestedErr, err} {
+		if errors.Is(e, guard.ErrDeadlock) {
+			deadlocks++
+		} else if e != nil {
+			t.Fatalf("unexpected error: %v", e)
+		}
+	}
+	if deadlocks != 1 {
+		t.Fatalf("nested: %v; set: %v; want exactly one ErrDeadlock", nestedErr, err)
+	}
+}
