@@ -498,6 +498,7 @@ func (r *report) summary() string {
 	}
 	b.WriteString("\nRT = client round trips (go-redis hook; — for rueidis). The peers' rows use their best blocking settings; their shipped defaults, a Locker per worker, and the reentrant scenario are in RESULTS.md.\n")
 	b.WriteString(r.clusterSummary())
+	b.WriteString(r.setSummary())
 	return b.String()
 }
 

@@ -121,6 +121,26 @@ func (r *report) setSections(b *strings.Builder) {
 	})
 }
 
+// setSummary is the several-keys line of the summary: AcquireAll beside nested
+// single-key acquisitions, per set size; "" when the scenario did not run.
+func (r *report) setSummary() string {
+	if len(r.cells("sets")) == 0 {
+		return ""
+	}
+	r.addSetRatios()
+	var parts []string
+	for _, c := range r.cells("sets") {
+		sets, ok1 := r.metric("sets", c, "guardkit/set", "sets_per_s")
+		ratio, ok2 := r.metric("sets", c, "guardkit/set", "ratio_nested")
+		rt, ok3 := r.metric("sets", c, "guardkit/set", "rt_per_set_hook")
+		nrt, ok4 := r.metric("sets", c, "guardkit/nested", "rt_per_set_hook")
+		parts = append(parts, fmt.Sprintf("%s %s sets/s (%s× nested, %s round trips against %s)",
+			c, num(sets, ok1, -1), num(ratio, ok2, 2), num(rt, ok3, 0), num(nrt, ok4, 0)))
+	}
+	return "\nSeveral keys as one lock (`Locker.AcquireAll`, one goroutine, free keys on one server) beside the same keys taken by nested single-key acquisitions: " +
+		strings.Join(parts, "; ") + ". Section 7b of RESULTS.md.\n"
+}
+
 // addSetRatios adds "ratio_nested" (sets/s over guardkit/nested's in the cell) to sets.
 func (r *report) addSetRatios() {
 	for i := range r.sums {
