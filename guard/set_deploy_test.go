@@ -131,3 +131,33 @@ func TestSetKilledHolderFreesAtTTL(t *testing.T) {
 	}
 	mustRelease(t, le)
 }
+
+// TestSetAutoPipelinedCluster: on go-redis's auto-pipelining client over a Cluster, whose
+// keys one script call cannot take across slots, a set is taken key by key, in order.
+func TestSetAutoPipelinedCluster(t *testing.T) {
+	c := cluster.Get(t)
+	ap, err := c.Client(t).AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lockerOn(t, ap)
+	ctx := ctxTimeout(t, 30*time.Second)
+	ps := c.Primaries()
+	keys := []string{keyOn(t, c, ps[0], "ap-set"), keyOn(t, c, ps[1], "ap-set"), keyOn(t, c, ps[2], "ap-set")}
+	le, err := l.AcquireAll(ctx, keys)
+	if err != nil {
+		t.Fatalf("AcquireAll: %v", err)
+	}
+	cc := c.Client(t)
+	for _, k := range keys {
+		if got := lockHolder(t, cc, lockName(k)); got != string(le.Owner()) {
+			t.Fatalf("%s held by %q, want the set's %q", k, got, le.Owner())
+		}
+	}
+	mustRelease(t, le)
+	for _, k := range keys {
+		if got := lockHolder(t, cc, lockName(k)); got != "" {
+			t.Fatalf("%s still held by %q", k, got)
+		}
+	}
+}

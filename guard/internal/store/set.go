@@ -37,15 +37,18 @@ type SetAcquirer interface {
 	ReleaseSet(ctx context.Context, hs []*Hold, nonces []string, urgent bool) ([]script.Released, error)
 }
 
-// SetScope is SetSlot on a Cluster, SetNone on a Ring, else SetServer.
+// SetScope is SetServer on a *redis.Client (a server, or a Sentinel group's primary),
+// SetSlot on a Cluster, and SetNone on any other client: a Ring picks a shard per key,
+// and an auto-pipelining client may wrap a Cluster, whose keys of different slots one
+// call cannot take.
 func (s *Single) SetScope() SetScope {
 	switch s.client.(type) {
+	case *redis.Client:
+		return SetServer
 	case *redis.ClusterClient:
 		return SetSlot
-	case *redis.Ring:
-		return SetNone
 	}
-	return SetServer
+	return SetNone
 }
 
 // AcquireSet runs acquire_set.lua (see SetAcquirer).
