@@ -161,6 +161,11 @@ func (hb *Hub) confirm(f *feed, m *redis.Subscription) {
 	case k == nil:
 	case subscribed:
 		k.live = true
+		// A release may have been announced before the subscription took effect: wake
+		// the key's waiters, before a goroutine that waits for the confirmation
+		// (AwaitSubscribed) can go on and drain its wake-ups, so that it sees this one
+		// done, never arriving after its drain.
+		k.Signal()
 		if !k.okOnce {
 			k.okOnce = true
 			close(k.ok)
@@ -176,10 +181,7 @@ func (hb *Hub) confirm(f *feed, m *redis.Subscription) {
 	}
 	hb.mu.Unlock()
 	switch {
-	case k == nil:
-	case subscribed:
-		// A release may have been announced before the subscription took effect.
-		k.Signal()
+	case k == nil, subscribed:
 	case moved:
 		hb.cfg.Source.Refresh(ErrSlotMoved)
 		hb.replace(f, reconnectWait)
