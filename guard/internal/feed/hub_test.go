@@ -201,7 +201,8 @@ func received(c <-chan struct{}) bool {
 }
 
 // A notification wakes the key's waiters only when it names this process or "*"; the
-// subscription is confirmed before (its confirmation wakes them once, before it counts as confirmed).
+// subscription is confirmed before (its confirmation wakes them once, before it counts as
+// confirmed).
 func TestDispatch(t *testing.T) {
 	src := &fakeSource{}
 	hb := newHub(t, src)
