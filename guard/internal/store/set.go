@@ -13,8 +13,9 @@ import (
 // (SetAcquirer).
 type SetScope uint8
 
+// The scopes of a store's set calls.
 const (
-	SetNone   SetScope = iota // one by one only (a Ring, whose shards are chosen by key)
+	SetNone   SetScope = iota // one by one only (a Ring, an auto-pipelining client)
 	SetSlot                   // those of one Cluster hash slot
 	SetServer                 // any: one server, or a Sentinel group's primary
 )
