@@ -97,11 +97,9 @@ type holdEnv struct {
 	repaired func(h *held, server string)
 	// lose ends a held lease (Locker.lose); release drops one of its handles and gives
 	// the hold back to Redis with the last (Locker.releaseHold).
-	lose    func(h *held, reason string, err error)
-	release func(ctx context.Context, h *held, le *Lease) error
-	// releaseSet drops a set's handle from each of its holds and gives back to Redis
-	// those it was the last handle of (Locker.releaseSet).
-	releaseSet func(ctx context.Context, set *Lease) error
+	lose       func(h *held, reason string, err error)
+	release    func(ctx context.Context, h *held, le *Lease) error
+	releaseSet func(ctx context.Context, set *Lease) error // a set's Release (Locker.releaseSet)
 }
 
 // section is the owner h's attempts were sent for.
@@ -301,10 +299,8 @@ type Lease struct {
 	h         *held
 	parent    context.Context // the context acquired with: its values are the lease's
 	reentrant bool
-	// set is the holds of a lease on several keys (AcquireAll), in canonical order, h
-	// the first; sec the section they were acquired for. nil for a lease on one key.
-	set []*held
-	sec ctxid.ID
+	set       []*held  // a set's holds (AcquireAll), in canonical order, h first; nil for one key
+	sec       ctxid.ID // the section a set's holds were acquired for
 
 	// The lease's context is made on the first call of Context or Bind: a Lease used
 	// only to hold and release a lock never needs one.
@@ -319,34 +315,6 @@ type Lease struct {
 
 // Key returns the lock key; of a lease on several keys (AcquireAll), the first of Keys.
 func (le *Lease) Key() string { return le.h.hk.key }
-
-// Keys returns the keys the lease holds: the one key, or those of a lease acquired with
-// AcquireAll (or the Keys and RawKeys options), without duplicates and in the canonical
-// order they were acquired in (see AcquireAll).
-func (le *Lease) Keys() []string {
-	if le.set == nil {
-		return []string{le.h.hk.key}
-	}
-	keys := make([]string, len(le.set))
-	for i, h := range le.set {
-		keys[i] = h.hk.key
-	}
-	return keys
-}
-
-// Tokens returns the fencing token of each key of Keys, in the same order: each key
-// keeps its own token (see Token), and storage that a set's work writes checks each
-// record against the token of the key that guards it.
-func (le *Lease) Tokens() []int64 {
-	if le.set == nil {
-		return []int64{le.h.sh.Token}
-	}
-	tokens := make([]int64, len(le.set))
-	for i, h := range le.set {
-		tokens[i] = h.sh.Token
-	}
-	return tokens
-}
 
 // Kind returns the lock's kind: KindExclusive unless the lease was acquired with Read,
 // Write, Permits or Fair.
@@ -452,20 +420,6 @@ func (le *Lease) Err() error {
 	return le.ended()
 }
 
-// lostNow returns the cause of the loss of the lease's hold (held.lostNow), of the first
-// of a set's holds lost; nil while they are held.
-func (le *Lease) lostNow() *LeaseLostError {
-	if le.set == nil {
-		return le.h.lostNow()
-	}
-	for _, h := range le.set {
-		if lost := h.lostNow(); lost != nil {
-			return lost
-		}
-	}
-	return nil
-}
-
 // ended returns why the lease ended, nil while it is held.
 func (le *Lease) ended() error {
 	le.mu.Lock()
@@ -523,8 +477,8 @@ func (le *Lease) Bind(ctx context.Context) (context.Context, context.CancelFunc)
 // Redis, ErrNotHeld when another owner holds it now, ErrUnavailable when Redis could not
 // be reached (the lock then expires after its TTL).
 //
-// A lease on several keys releases them all, the last first, and returns their errors
-// joined (errors.Join): the first error matching ErrLeaseLost names the key that was lost.
+// A lease on several keys releases them all at once and returns their errors joined
+// (errors.Join): an error matching ErrLeaseLost names the key that was lost.
 func (le *Lease) Release(ctx context.Context) error {
 	le.once.Do(func() {
 		if le.set == nil {

@@ -34,9 +34,7 @@ const (
 
 // settings is the resolved configuration of a Locker or of one call.
 type settings struct {
-	// inSet marks the settings of the keys of a set (AcquireAll): their section holds
-	// the set's other keys while it waits for one.
-	inSet           bool
+	inSet           bool // a set's keys (AcquireAll): their section holds the others as it waits
 	prefix          string
 	ttl             time.Duration
 	renewEvery      time.Duration // Renewal's every, when renewSet; else ttl/3
@@ -420,33 +418,6 @@ func Key(template string) Option {
 // KeyFunc given wins. No default.
 func RawKey(key string) Option {
 	return Option{name: "RawKey", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyRaw, text: key} }}
-}
-
-// Keys names several locks that a decorated call takes as one, with key templates (see
-// Key): a transfer locks both of its accounts,
-//
-//	svc.Transfer = guard.Wrap(svc.Transfer, guard.Keys("account:{req.From}", "account:{req.To}"))
-//
-// The call takes them all or none, in canonical order whatever order they are listed
-// in, under one lease (see Locker.AcquireAll); keys that render the same count once, and
-// a template list that renders to one key is that one lock. The function's context
-// carries the lease: Lease.Tokens has a fencing token per key.
-// Applies to Wrap, WrapE, Do and Locker.Run; the last of Key, Keys, RawKey, RawKeys and
-// KeyFunc given wins. An empty list fails like a missing key.
-func Keys(templates ...string) Option {
-	texts := append([]string(nil), templates...)
-	return Option{name: "Keys", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyTemplates, texts: texts} }}
-}
-
-// RawKeys is Keys with keys exactly as given (see RawKey), for keys computed in code:
-//
-//	err := guard.Do(ctx, move, guard.RawKeys("bin:"+from, "bin:"+to))
-//
-// Applies to Wrap, WrapE, Do and Locker.Run; the last of Key, Keys, RawKey, RawKeys and
-// KeyFunc given wins.
-func RawKeys(keys ...string) Option {
-	texts := append([]string(nil), keys...)
-	return Option{name: "RawKeys", scope: scopeWrap, apply: func(s *settings) { s.wrap.key = keySpec{kind: keyRaws, texts: texts} }}
 }
 
 // KeyFunc names the lock of a decorated call with a function of the call's context and

@@ -3,15 +3,12 @@ package guard
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/guardkit/guardkit/ctxid"
-	"github.com/guardkit/guardkit/guard/internal/script"
 	"github.com/guardkit/guardkit/guard/internal/store"
 )
 
@@ -99,41 +96,28 @@ func (l *Locker) acquireSet(ctx context.Context, keys []string, s *settings, p R
 	if len(order) == 1 {
 		return l.acquire(ctx, order[0].key, s, p)
 	}
-	if s != &l.cfg {
-		if err := l.st.Admits(&s.t); err != nil {
-			return nil, configError(err)
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(order[0].key), err)
-	}
-	owner, err := ownerOf(ctx, order[0].key)
+	owner, section, err := l.setOwner(ctx, order[0].key, s)
 	if err != nil {
 		return nil, err
-	}
-	section, err := ctxid.Section(owner)
-	if err != nil {
-		return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(order[0].key), err)
 	}
 	ms := setSettings(s, len(order))
 	deadline := budgetEnd(p)
 	members := make([]*Lease, 0, len(order))
 	for i := 0; i < len(order); {
-		j := l.groupEnd(order, i, ms)
+		j := i + 1
+		if ms.syncReplicas == 0 { // an acquisition that WAITs for replicas goes alone
+			j = l.oneCallEnd(i, len(order), ms, func(k int) uint16 { return order[k].slot })
+		}
 		var hs []*held
 		if j-i > 1 {
 			hs = l.acquireGroup(ctx, owner, section, order[i:j], ms, p, deadline)
 		}
 		for k := i; k < j; k++ {
-			a := acquisition{caller: ctx}
-			rctx := l.tel.startAcquire(ctx, &a, ms, order[k].key, string(owner))
-			var le *Lease
+			var h *held
 			if hs != nil {
-				le, err = l.acquireRemote(ctx, rctx, &a, hs[k-i], p, deadline)
-			} else {
-				le, err = l.acquireIn(ctx, rctx, &a, order[k].key, order[k].rk, owner, section, ms, p, deadline)
+				h = hs[k-i]
 			}
-			a.end(rctx, le, err, p)
+			le, err := l.acquireMember(ctx, order[k], h, owner, section, ms, p, deadline)
 			if err != nil {
 				if hs != nil {
 					l.dropGroup(ctx, hs[k-i+1:])
@@ -150,20 +134,56 @@ func (l *Locker) acquireSet(ctx context.Context, keys []string, s *settings, p R
 	return l.joinSet(ctx, section, members), nil
 }
 
-// groupEnd returns the end of the group of order that starts at i: the keys after it
-// that one script call may take with it (store.SetAcquirer), exclusive locks of one
-// server or, on a Cluster, of one slot. i+1 when it goes alone.
-func (l *Locker) groupEnd(order []setKey, i int, s *settings) int {
+// setOwner checks a set's call before any Redis call — its terms, ctx, the owner in ctx
+// — and returns the owner (a fresh one when ctx has none) and a new section in it, for
+// the set's holds. first is the set's first key, for errors.
+func (l *Locker) setOwner(ctx context.Context, first string, s *settings) (owner, section ctxid.ID, err error) {
+	if s != &l.cfg {
+		if err := l.st.Admits(&s.t); err != nil {
+			return "", "", configError(err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return "", "", fmt.Errorf("guard: acquire %s: %w", quoteKey(first), err)
+	}
+	if owner, err = ownerOf(ctx, first); err != nil {
+		return "", "", err
+	}
+	if section, err = ctxid.Section(owner); err != nil {
+		return "", "", fmt.Errorf("guard: acquire %s: %w", quoteKey(first), err)
+	}
+	return owner, section, nil
+}
+
+// acquireMember acquires key k of a set for section: through its hold h made by its
+// group's script call, or by itself when h is nil (acquireIn).
+func (l *Locker) acquireMember(ctx context.Context, k setKey, h *held, owner, section ctxid.ID, s *settings, p RetryPolicy, deadline time.Time) (le *Lease, err error) {
+	a := acquisition{caller: ctx}
+	rctx := l.tel.startAcquire(ctx, &a, s, k.key, string(owner))
+	if h != nil {
+		le, err = l.acquireRemote(ctx, rctx, &a, h, p, deadline)
+	} else {
+		le, err = l.acquireIn(ctx, rctx, &a, k.key, k.rk, owner, section, s, p, deadline)
+	}
+	a.end(rctx, le, err, p)
+	return le, err
+}
+
+// oneCallEnd returns the end of the run of n items, from item i on, that one set script
+// call may take or give back together (store.SetAcquirer): exclusive locks of one
+// server, or on a Cluster of one hash slot (slot(j) is item j's). i+1 when item i goes
+// alone.
+func (l *Locker) oneCallEnd(i, n int, s *settings, slot func(int) uint16) int {
 	sa, ok := l.st.(store.SetAcquirer)
-	if !ok || s.spec != exclusiveSpec || s.syncReplicas > 0 {
+	if !ok || s.spec != exclusiveSpec {
 		return i + 1
 	}
 	switch sa.SetScope() {
 	case store.SetServer:
-		return len(order)
+		return n
 	case store.SetSlot:
 		j := i + 1
-		for j < len(order) && order[j].slot == order[i].slot {
+		for j < n && slot(j) == slot(i) {
 			j++
 		}
 		return j
@@ -345,261 +365,44 @@ func (l *Locker) joinSet(ctx context.Context, section ctxid.ID, members []*Lease
 // in one batch: the watchdog's batch window.
 const renewAlign = 5 * time.Millisecond
 
-// releaseSet drops set's handle from each of its holds and gives back to Redis those it
-// was the last handle of: the exclusive holds of one server (or one Cluster slot) in
-// one script call (store.SetAcquirer), the others each by its own release, all at once.
-// It joins their errors, in the set's order.
-func (l *Locker) releaseSet(ctx context.Context, set *Lease) error {
-	hs := set.set
-	errs := make([]error, len(hs))
-	var ends []ending
-	var at []int // ends[j] is the hold hs[at[j]]
-	for i, h := range hs {
-		r, cause := l.dropHandle(h, set)
-		if r.h == nil {
-			errs[i] = cause
-			continue
-		}
-		ends, at = append(ends, r), append(at, i)
+// Keys returns the keys the lease holds: the one key, or those of a lease acquired with
+// AcquireAll (or the Keys and RawKeys options), without duplicates and in the canonical
+// order they were acquired in (see AcquireAll).
+func (le *Lease) Keys() []string {
+	if le.set == nil {
+		return []string{le.h.hk.key}
 	}
-	// The work is over: end its context before the Redis calls (see releaseHold).
-	set.end(errReleased)
-	if len(ends) == 0 {
-		return joinReleaseErrors(errs)
+	keys := make([]string, len(le.set))
+	for i, h := range le.set {
+		keys[i] = h.hk.key
 	}
-	rctx, cancel := l.releaseCtx(ctx)
-	defer cancel()
-	for _, r := range ends {
-		l.dog.Remove(rctx, &r.h.renewal, true)
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < len(ends); {
-		j := l.releaseGroupEnd(ends, i)
-		group, idx := ends[i:j], at[i:j]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			codes, cerrs := l.releaseGroup(rctx, group)
-			for k, r := range group {
-				errs[idx[k]] = l.released(r, codes[k], cerrs[k])
-			}
-		}()
-		i = j
-	}
-	wg.Wait()
-	return joinReleaseErrors(errs)
+	return keys
 }
 
-// releaseGroupEnd returns the end of the group of ends that starts at i: the holds after
-// it that one release call may give back with it (see groupEnd).
-func (l *Locker) releaseGroupEnd(ends []ending, i int) int {
-	sa, ok := l.st.(store.SetAcquirer)
-	if !ok || ends[i].h.s.spec != exclusiveSpec {
-		return i + 1
+// Tokens returns the fencing token of each key of Keys, in the same order: each key
+// keeps its own token (see Token), and storage that a set's work writes checks each
+// record against the token of the key that guards it.
+func (le *Lease) Tokens() []int64 {
+	if le.set == nil {
+		return []int64{le.h.sh.Token}
 	}
-	switch sa.SetScope() {
-	case store.SetServer:
-		return len(ends)
-	case store.SetSlot:
-		slot := hashSlot(ends[i].h.sh.Keys.Lock)
-		j := i + 1
-		for j < len(ends) && hashSlot(ends[j].h.sh.Keys.Lock) == slot {
-			j++
-		}
-		return j
+	tokens := make([]int64, len(le.set))
+	for i, h := range le.set {
+		tokens[i] = h.sh.Token
 	}
-	return i + 1
+	return tokens
 }
 
-// releaseGroup gives the holds of group back to Redis, in one call when there are
-// several, and returns each one's code and error as releaseRemote would (settleRelease).
-// The call returns by ctx's deadline even when the client does not honour deadlines.
-func (l *Locker) releaseGroup(ctx context.Context, group []ending) ([]releaseReply, []error) {
-	codes, errs := make([]releaseReply, len(group)), make([]error, len(group))
-	if len(group) == 1 {
-		codes[0], errs[0] = l.releaseRemote(ctx, group[0].h)
-		return codes, errs
+// lostNow returns the cause of the loss of the lease's hold (held.lostNow), of the first
+// of a set's holds lost; nil while they are held.
+func (le *Lease) lostNow() *LeaseLostError {
+	if le.set == nil {
+		return le.h.lostNow()
 	}
-	sa := l.st.(store.SetAcquirer)
-	shs, nonces := make([]*store.Hold, len(group)), make([]string, len(group))
-	urgent := false
-	for k, r := range group {
-		shs[k], nonces[k] = &r.h.sh, r.h.finalNonce()
-		if l.st.AutoPipelined() {
-			_, q, _ := l.waits.State(r.h.sh.Keys.Channel())
-			urgent = urgent || q // this process's waiters are next
+	for _, h := range le.set {
+		if lost := h.lostNow(); lost != nil {
+			return lost
 		}
-	}
-	type reply struct {
-		codes []script.Released
-		err   error
-	}
-	call := func() reply {
-		cs, err := sa.ReleaseSet(ctx, shs, nonces, urgent)
-		return reply{cs, err}
-	}
-	var r reply
-	if l.st.Inline(urgent) {
-		r = call()
-	} else {
-		replies := make(chan reply, 1)
-		if !l.background(func() { replies <- call() }) {
-			replies <- call()
-		}
-		select {
-		case r = <-replies:
-		case <-ctx.Done():
-			r.err = ctx.Err()
-		}
-	}
-	for k, e := range group {
-		var c releaseReply
-		if r.err == nil {
-			c = releaseReply(r.codes[k])
-		}
-		codes[k], errs[k] = l.settleRelease(e.h, c, r.err)
-	}
-	return codes, errs
-}
-
-// giveBack releases the keys of a set whose acquisition failed, all at once, and waits
-// for their releases until the call's own deadline — the wait budget's end plus the
-// grace of its last attempt (attemptGrace), or ctx's deadline if sooner, or now once ctx
-// has ended — and giveBackGrace at least: on a healthy Redis, which answers within
-// that, the keys are free when the call returns; on a stalled one the call's deadline
-// holds, and the releases go on aside, each bounded by the ReleaseTimeout (a release
-// that reaches the server when it wakes still frees its key). Without any deadline it
-// waits for the releases. It returns their errors when they ended in time.
-func (l *Locker) giveBack(ctx context.Context, members []*Lease, deadline time.Time) error {
-	if len(members) == 0 {
-		return nil
-	}
-	done := make(chan error, 1)
-	if !l.background(func() { done <- releaseAll(ctx, members) }) {
-		return releaseAll(ctx, members) // closed: the holds are lost already, and release makes no call
-	}
-	return awaitGiveBack(ctx, done, callDeadline(ctx, deadline))
-}
-
-// releaseAll releases members at once and joins their errors.
-func releaseAll(ctx context.Context, members []*Lease) error {
-	errs := make([]error, len(members))
-	var wg sync.WaitGroup
-	for i, m := range members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = m.Release(ctx)
-		}()
-	}
-	wg.Wait()
-	return joinReleaseErrors(errs)
-}
-
-// callDeadline is the deadline of a call whose wait budget ends at budget (zero: none)
-// under ctx: the budget plus the grace of its last attempt, or ctx's deadline if sooner,
-// or now once ctx has ended; zero when there is none.
-func callDeadline(ctx context.Context, budget time.Time) time.Time {
-	var until time.Time
-	if !budget.IsZero() {
-		until = budget.Add(attemptGrace)
-	}
-	if d, ok := ctx.Deadline(); ok && (until.IsZero() || d.Before(until)) {
-		until = d
-	}
-	if ctx.Err() != nil {
-		until = time.Now()
-	}
-	return until
-}
-
-// awaitGiveBack waits for done until until (zero: no limit), giveBackGrace at least, or
-// giveBackGrace after ctx ends, and returns what done delivered in time.
-func awaitGiveBack(ctx context.Context, done <-chan error, until time.Time) error {
-	var timeout <-chan time.Time
-	if !until.IsZero() {
-		t := time.NewTimer(max(time.Until(until), giveBackGrace))
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-timeout:
-		return nil
-	case <-ctx.Done():
-	}
-	// The caller left: wait the grace, not the rest of the deadline.
-	t := time.NewTimer(giveBackGrace)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-t.C:
-	case <-timeout:
 	}
 	return nil
 }
-
-// giveBackGrace is how long a failed set waits for its keys' releases past the call's
-// deadline at most: a healthy Redis answers well within it.
-const giveBackGrace = 20 * time.Millisecond
-
-// joinReleaseErrors joins the errors of a set's releases: nil when all are nil, the
-// one error when one failed.
-func joinReleaseErrors(errs []error) error {
-	var out []error
-	for _, err := range errs {
-		if err != nil {
-			out = append(out, err)
-		}
-	}
-	switch len(out) {
-	case 0:
-		return nil
-	case 1:
-		return out[0]
-	}
-	return errors.Join(out...)
-}
-
-// hashSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag,
-// the part between the first '{' and the next '}' when not empty, else of the whole key,
-// modulo 16384.
-func hashSlot(key string) uint16 {
-	for i := 0; i < len(key); i++ {
-		if key[i] != '{' {
-			continue
-		}
-		for j := i + 1; j < len(key); j++ {
-			if key[j] == '}' {
-				if j > i+1 {
-					key = key[i+1 : j]
-				}
-				break
-			}
-		}
-		break
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[i]]
-	}
-	return crc % 16384
-}
-
-// crcTable is the CRC16 (XMODEM: polynomial 0x1021, no reflection) of each byte value.
-var crcTable = func() (t [256]uint16) {
-	for b := range t {
-		crc := uint16(b) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-		t[b] = crc
-	}
-	return t
-}()

@@ -201,32 +201,6 @@ func (l *Locker) Run(ctx context.Context, fn func(context.Context) error, opts .
 	return l.run(ctx, &s, key, keys, fn)
 }
 
-// fixedKeys returns the key of Do or Run, which have no request to render it from, or,
-// for Keys and RawKeys, their first key and the keys.
-func fixedKeys(w wrapSettings, where string) (string, []string, error) {
-	if k := w.key; k.kind == keyTemplates || k.kind == keyRaws {
-		if len(k.texts) == 0 {
-			return "", nil, errNoKey
-		}
-		keys := make([]string, len(k.texts))
-		for i, text := range k.texts {
-			one := w
-			one.key = keySpec{kind: keyTemplate, text: text}
-			if k.kind == keyRaws {
-				one.key.kind = keyRaw
-			}
-			key, err := fixedKey(one, where)
-			if err != nil {
-				return "", nil, err
-			}
-			keys[i] = key
-		}
-		return keys[0], keys, nil
-	}
-	key, err := fixedKey(w, where)
-	return key, nil, err
-}
-
 // fixedKey returns the key of Do or Run, which have no request to render one from.
 func fixedKey(w wrapSettings, where string) (key string, err error) {
 	switch k := w.key; k.kind {
@@ -481,47 +455,4 @@ func templateError(err error, hint string) error {
 func typeMismatch(field string, f any, want reflect.Type) error {
 	return &ConfigError{Field: field, Reason: fmt.Sprintf("takes a %s request, but the wrapped function's request is %s",
 		reflect.TypeOf(f).In(1), want)}
-}
-
-// wrapSet is WrapE for a decorator whose key option names several keys (Keys, RawKeys).
-func wrapSet[Req, Resp any](fn func(context.Context, Req) (Resp, error), d *decorator, skip func(context.Context, Req) bool) (func(context.Context, Req) (Resp, error), error) {
-	k := d.wrap.key
-	if len(k.texts) == 0 {
-		return nil, errNoKey
-	}
-	fns := make([]func(context.Context, Req) (string, error), len(k.texts))
-	for i, text := range k.texts {
-		one := keySpec{kind: keyTemplate, text: text}
-		if k.kind == keyRaws {
-			one.kind = keyRaw
-		}
-		f, err := keyOf[Req](one)
-		if err != nil {
-			return nil, err
-		}
-		fns[i] = f
-	}
-	return func(ctx context.Context, req Req) (Resp, error) {
-		if skip != nil && skip(ctx, req) {
-			return fn(ctx, req)
-		}
-		var resp Resp
-		keys := make([]string, len(fns))
-		for i, f := range fns {
-			key, err := f(ctx, req)
-			if err != nil {
-				return resp, err
-			}
-			keys[i] = key
-		}
-		b, err := d.binding()
-		if err != nil {
-			return resp, err
-		}
-		_, err = b.r.run(ctx, b.s, keys[0], keys, func(ctx context.Context) (err error) {
-			resp, err = fn(ctx, req)
-			return err
-		})
-		return resp, err
-	}, nil
 }
