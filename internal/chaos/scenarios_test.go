@@ -254,20 +254,48 @@ func baseline(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 
 // pausedFor stops the lock Redis for d, every gap, while two Lockers contend.
 func pausedFor(t *testing.T, sc scale, d time.Duration) (chaos.Row, []chaos.Report) {
+	return pausedUnder(t, sc, d, contended(sc), "")
+}
+
+// pausedUnder stops the lock Redis for d, every gap, while two Lockers run ld; more is
+// added to the row's description of the faults.
+func pausedUnder(t *testing.T, sc scale, d time.Duration, ld load, more string) (chaos.Row, []chaos.Report) {
 	cfg := sc.tune(baseConfig())
 	w := newWorld(t, cfg)
 	w.addNode("a", false)
 	w.addNode("b", false)
-	stop := w.run(contended(sc))
-	n := w.faultLoop(sc.run, d+700*time.Millisecond, func(int) {
-		w.fault("SIGSTOP redis", func() {
-			w.lock.Pause(w.tb)
-			time.Sleep(d)
-			w.lock.Resume(w.tb)
+	stop := w.run(ld)
+	n := w.faultLoop(sc.run, d+700*time.Millisecond, func(int) { w.pause(d) })
+	stop()
+	return w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s (TTL %s)%s", n, d, cfg.TTL, more), sc.slack)
+}
+
+// pause stops the lock Redis for d, as a fault.
+func (w *world) pause(d time.Duration) {
+	w.fault("SIGSTOP redis", func() {
+		w.lock.Pause(w.tb)
+		time.Sleep(d)
+		w.lock.Resume(w.tb)
+	})
+}
+
+// pausesAndResets makes the fault loop's faults, every gap for the run: in turn a pause
+// of the lock Redis for pause, and a TCP reset of every connection of nodes a and b. It
+// returns the number of faults, of pauses and of resets.
+func (w *world) pausesAndResets(run, gap, pause time.Duration, a, b *node) (n, pauses, resets int) {
+	n = w.faultLoop(run, gap, func(i int) {
+		if i%2 == 0 {
+			pauses++
+			w.pause(pause)
+			return
+		}
+		resets++
+		w.fault("reset", func() {
+			a.proxy.ResetConns()
+			b.proxy.ResetConns()
 		})
 	})
-	stop()
-	return w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s (TTL %s)", n, d, cfg.TTL), sc.slack)
+	return n, pauses, resets
 }
 
 // frozenBudget freezes Redis for d now and then while the workers acquire with a wait
@@ -554,21 +582,7 @@ func setLoad(sc scale) load {
 // of keys as one lock: each key excludes as a key of its own would, its token fences its
 // register, a set lost is lost on every key, and no set fails with ErrDeadlock.
 func setsPaused(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
-	cfg := sc.tune(baseConfig())
-	w := newWorld(t, cfg)
-	w.addNode("a", false)
-	w.addNode("b", false)
-	stop := w.run(setLoad(sc))
-	d := 2 * cfg.TTL
-	n := w.faultLoop(sc.run, d+700*time.Millisecond, func(int) {
-		w.fault("SIGSTOP redis", func() {
-			w.lock.Pause(w.tb)
-			time.Sleep(d)
-			w.lock.Resume(w.tb)
-		})
-	})
-	stop()
-	return w.finish("", fmt.Sprintf("%d× SIGSTOP redis %s (TTL %s); sets of 3 of 4 keys in any order", n, d, cfg.TTL), sc.slack)
+	return pausedUnder(t, sc, 2*baseConfig().TTL, setLoad(sc), "; sets of 3 of 4 keys in any order")
 }
 
 // setsResets resets every connection and pauses Redis for half a TTL, in turn, while two
@@ -581,23 +595,7 @@ func setsResets(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 	b := w.addNode("b", true)
 	stop := w.run(setLoad(sc))
 	pause := cfg.TTL / 2
-	pauses, resets := 0, 0
-	n := w.faultLoop(sc.run, 500*time.Millisecond, func(i int) {
-		if i%2 == 0 {
-			pauses++
-			w.fault("SIGSTOP redis", func() {
-				w.lock.Pause(w.tb)
-				time.Sleep(pause)
-				w.lock.Resume(w.tb)
-			})
-			return
-		}
-		resets++
-		w.fault("reset", func() {
-			a.proxy.ResetConns()
-			b.proxy.ResetConns()
-		})
-	})
+	n, pauses, resets := w.pausesAndResets(sc.run, 500*time.Millisecond, pause, a, b)
 	stop()
 	return w.finish("", fmt.Sprintf("%d faults: %d× SIGSTOP redis %s, %d× TCP reset of every connection; sets of 3 of 4 keys in any order",
 		n, pauses, pause, resets), sc.slack)
@@ -619,23 +617,7 @@ func deadlockFalseAlarms(t *testing.T, sc scale) (chaos.Row, []chaos.Report) {
 		AcquireMin: 2 * time.Second, AcquireMax: 3 * time.Second,
 		HoldMin: time.Millisecond, HoldMax: 20 * time.Millisecond})
 	pause := cfg.TTL / 2
-	pauses, resets := 0, 0
-	n := w.faultLoop(sc.run, 700*time.Millisecond, func(i int) {
-		if i%2 == 0 {
-			pauses++
-			w.fault("SIGSTOP redis", func() {
-				w.lock.Pause(w.tb)
-				time.Sleep(pause)
-				w.lock.Resume(w.tb)
-			})
-			return
-		}
-		resets++
-		w.fault("reset", func() {
-			a.proxy.ResetConns()
-			b.proxy.ResetConns()
-		})
-	})
+	n, pauses, resets := w.pausesAndResets(sc.run, 700*time.Millisecond, pause, a, b)
 	stop()
 	// The inner acquisitions are the ones recorded (the outer ones are not sections of
 	// the history): those that waited past the delay were watched.
