@@ -355,8 +355,9 @@
 // A set (AcquireAll) uses the same hashes: one script reads every key of the set,
 // then runs the acquire script for each; its release runs the release script for each.
 // Scripts carry a nonce so that a call the client retries after a timeout takes effect
-// once (a final release appends its nonce to the fence record, which keeps the newest
-// ones). An acquire whose outcome is unknown (a network error) is undone in the
+// once (a final release appends its nonce to the hash's release record, field #x, which
+// keeps the newest few dozen; the fence record, field #f, keeps the last token and the
+// attempts undone, so an acquisition reads and writes a token, not the release history). An acquire whose outcome is unknown (a network error) is undone in the
 // background if it took effect. The hash carries its layout's version (field #v): a
 // version of guardkit that keeps its data otherwise fails on it with a *LayoutError, and
 // the versions before this layout see its locks as held. A hold made with the Label

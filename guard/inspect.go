@@ -321,7 +321,7 @@ func leadingNumber(reply any) int64 {
 }
 
 // holdersOfHash returns the holder of an exclusive or fair lock's hash (its fields #o,
-// #e, #n, #t, #tq, #l and #g, see acquire.lua) at the server's time nowMs: none once the
+// #e, #n, #t, #l and #g, see acquire.lua) at the server's time nowMs: none once the
 // hold's lease (#e) has run out.
 func holdersOfHash(fields map[string]string, k Kind, nowMs int64) []Holder {
 	o := fields["#o"]
@@ -329,10 +329,7 @@ func holdersOfHash(fields map[string]string, k Kind, nowMs int64) []Holder {
 	if o == "" || until <= nowMs {
 		return nil
 	}
-	token := fields["#t"]
-	if c := fields["#tq"]; c != "" {
-		token = c
-	}
+	token := fields["#t"] // a quorum's confirmed token (#tq) is written here too (raise.lua)
 	h := Holder{Owner: ctxid.ID(o), Kind: k, TTL: time.Duration(until-nowMs) * time.Millisecond, Granted: fields["#g"] == o}
 	h.Holds, _ = strconv.Atoi(fields["#n"])
 	h.Token, _ = strconv.ParseInt(token, 10, 64)

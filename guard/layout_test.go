@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -57,8 +58,8 @@ func TestMixedLayoutsFailLoudly(t *testing.T) {
 	}
 	_, err := l.TryAcquire(ctx, "old")
 	var le *guard.LayoutError
-	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "1" || le.Want != "2" || le.Key != "old" {
-		t.Fatalf("TryAcquire of a lock the old version holds: %v; want a *LayoutError, found 1, want 2", err)
+	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "1" || le.Want != "3" || le.Key != "old" {
+		t.Fatalf("TryAcquire of a lock the old version holds: %v; want a *LayoutError, found 1, want 3", err)
 	}
 	t.Logf("the new version meets an old hold: %v", err)
 	if _, err := l.ForceRelease(ctx, "old"); !errors.Is(err, guard.ErrLayout) {
@@ -92,4 +93,72 @@ func TestMixedLayoutsFailLoudly(t *testing.T) {
 	}
 	// And the new version takes its own lock again.
 	mustRelease(t, mustAcquire(t, l, ctx, "new"))
+}
+
+// TestLayout2FailsLoudly: the version before the release record (data layout 2, whose
+// fence record held the release nonces) and this one never share a lock silently. A
+// lock layout 2 holds gives this version's acquire and force release a *LayoutError
+// naming layouts 2 and 3, and stays as it was (its own release still frees it); a lock
+// this version wrote, held or released, gives layout 2's scripts their layout error
+// ("GUARDKIT_LAYOUT 3 2"), never a grant or a release.
+func TestLayout2FailsLoudly(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	ctx := context.Background()
+	oldAcquire, oldRelease := oldScript2(t, "acquire"), oldScript2(t, "release")
+	keys := func(key string) []string { return []string{lockName(key), lockName(key) + ":queue"} }
+	const oldOwner = "AAAAAAAAAAAAAAAAAAAAAA/old00002"
+	// Layout 2's arguments: owner, TTL ms, nonce, retention ms, manner ("2": try), Locker;
+	// of a release: owner, nonce, undo nonce, retention ms, Locker, sharded, quorum attempt,
+	// validity.
+	oldTake := func(key string) (any, error) {
+		return oldAcquire.Run(ctx, c, keys(key), oldOwner, 30000, oldOwner+".a", 10000, "2", "old-locker").Result()
+	}
+	oldFree := func(key string) (any, error) {
+		return oldRelease.Run(ctx, c, keys(key), oldOwner, oldOwner+".r", "", 10000, "old-locker", "0", "", "").Result()
+	}
+
+	if v, err := oldTake("old"); err != nil {
+		t.Fatalf("layout 2's script did not take the free lock: %v, %v", v, err)
+	}
+	_, err := l.TryAcquire(ctx, "old")
+	var le *guard.LayoutError
+	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "2" || le.Want != "3" || le.Key != "old" {
+		t.Fatalf("TryAcquire of a lock layout 2 holds: %v; want a *LayoutError, found 2, want 3", err)
+	}
+	if _, err := l.ForceRelease(ctx, "old"); !errors.Is(err, guard.ErrLayout) {
+		t.Fatalf("ForceRelease of a lock layout 2 holds: %v; want ErrLayout", err)
+	}
+	if o := c.HGet(ctx, lockName("old"), "#o").Val(); o != oldOwner {
+		t.Fatalf("layout 2's hold after this version's calls: holder %q, want %q", o, oldOwner)
+	}
+	if v, err := oldFree("old"); err != nil || v != int64(1) {
+		t.Fatalf("layout 2's release of its own hold: %v, %v; want 1", v, err)
+	}
+
+	le1 := mustAcquire(t, l, ctx, "new")
+	for _, call := range []func(string) (any, error){oldTake, oldFree} {
+		if v, err := call("new"); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 3 2") {
+			t.Fatalf("layout 2's script on a lock this version holds: %v, %v; want its layout error", v, err)
+		}
+	}
+	if err := le1.Err(); err != nil {
+		t.Fatalf("this version's hold after layout 2's calls: %v", err)
+	}
+	mustRelease(t, le1)
+	if v, err := oldTake("new"); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 3 2") {
+		t.Fatalf("layout 2's acquire on a lock this version released: %v, %v; want its layout error", v, err)
+	}
+	mustRelease(t, mustAcquire(t, l, ctx, "new"))
+}
+
+// oldScript2 returns the exclusive lock's script of data layout 2, as that version linked
+// and ran it.
+func oldScript2(t *testing.T, name string) *redis.Script {
+	t.Helper()
+	b, err := os.ReadFile("testdata/layout2_" + name + ".lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return redis.NewScript(string(b))
 }

@@ -1,6 +1,6 @@
 -- acquire.lua: take a lock, reenter it for the same owner, or report the holder's TTL.
 --
--- KEYS[1] lock hash (layout 2): #v = "2", the layout version; #o = the holder, the owner
+-- KEYS[1] lock hash (layout 3): #v = "3", the layout version; #o = the holder, the owner
 --                     that holds the lock ("" for none); #e = until when (server time,
 --                     ms) its hold lasts: the lock is free once it passed; #n = its hold
 --                     count; #a = nonces of its last applied acquires, newest first,
@@ -8,9 +8,10 @@
 --                     left it holding; #l = its label ("<Locker ID> <text>", option
 --                     Label; "" for none); #t = its fencing token ("" once released; #tq:
 --                     the same, once a quorum Locker confirmed it, see raise.lua; #tp: the
---                     same, when it is the quorum Locker's proposal, ARGV[8]); #f = the
---                     fence record (fence.lua): the last token issued, the last final
---                     releases and the attempts undone; #w = "1" while Lockers may be
+--                     same, when it is the quorum Locker's proposal, ARGV[8]; each counts
+--                     only while equal to #t); #f = the fence record (fence.lua): the last
+--                     token issued and the attempts undone; #x = the release record
+--                     (fence.lua): the last final releases; #w = "1" while Lockers may be
 --                     queued (someone had to wait; "" or absent otherwise).
 --                     The hash outlives the holds, so the fence record needs no key of
 --                     its own: a grant or a renewal makes it live as long as the lease,
@@ -42,13 +43,13 @@
 --                           the owner reenters that hold, counted as holder's,
 --         {0, pttl[, token]} when another owner holds it (pttl -1: free, left to others),
 --                           with the holder's token (a string),
---         an error "GUARDKIT_LAYOUT <found> 2" when the key was written by another layout.
+--         an error "GUARDKIT_LAYOUT <found> 3" when the key was written by another layout.
 --
 -- The common case, a free lock nobody waits for, is four commands: HMGET, TIME, HSET and
 -- PEXPIRE.
 local lock, owner = KEYS[1], ARGV[1]
 local v = redis.call('HMGET', lock, '#o', '#e', '#t', '#n', '#a', '#f', '#w', '#v')
-if v[8] ~= '2' and (v[8] or v[3]) then
+if v[8] ~= '3' and (v[8] or v[3]) then
   return layout_error(v[8])
 end
 local t = redis.call('TIME')
@@ -64,7 +65,7 @@ end
 if ARGV[5] == '1' then
   -- Polite: the lock is free but others are ahead; queue behind them to be woken (#w
   -- makes the next release pop the queue), and keep the hash that says so.
-  redis.call('HSET', lock, '#w', '1', '#v', '2')
+  redis.call('HSET', lock, '#w', '1', '#v', '3')
   extend_to(lock, ARGV[4])
   enqueue()
   return {0, -1}
@@ -73,18 +74,17 @@ if undone(f) then
   return {0, -1} -- undone already: the caller left
 end
 local token, record = new_token(f, t, ARGV[8])
-local proposed = ''
-if token == ARGV[8] then
-  proposed = token
-end
 local ttl = tonumber(ARGV[2])
-if v[7] == '1' and redis.call('LLEN', KEYS[2]) == 0 then
-  -- The Lockers that waited were woken and none is queued: a release need not look.
-  redis.call('HSET', lock, '#v', '2', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
-    '#r', '', '#l', ARGV[7] or '', '#t', token, '#tq', '', '#tp', proposed, '#f', record, '#w', '')
-else
-  redis.call('HSET', lock, '#v', '2', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
-    '#r', '', '#l', ARGV[7] or '', '#t', token, '#tq', '', '#tp', proposed, '#f', record)
-end
+-- One HSET writes the hold: the fields every hold has, then those only some need — the
+-- layout version on a hash that lacks it, the token as the proposal it is (#tp), and
+-- #w cleared when the Lockers that waited were woken and none is queued (a release then
+-- need not look). The hold's other fields need no clearing: #tq and #tp count only
+-- while equal to #t (quorum.lua), and a nonce in #r, of a release that left an earlier
+-- hold held, is never sent again but by a retry of that release.
+redis.call('HSET', lock, '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
+  '#l', ARGV[7] or '', '#t', token, '#f', record,
+  also(v[8] ~= '3', '#v', '3',
+  also(token == ARGV[8], '#tp', token,
+  also(v[7] == '1' and redis.call('LLEN', KEYS[2]) == 0, '#w', ''))))
 redis.call('PEXPIRE', lock, digits(keep_for(ttl)))
 return tonumber(token)

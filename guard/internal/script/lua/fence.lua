@@ -1,11 +1,14 @@
 -- fence.lua: the fence record of a lock, a fragment of every script (see doc.go): the
--- field #f of the lock hash (KEYS[1]), "<last token>" followed by ":<nonce>" for each of
--- the last final releases and ":!<nonce>" for each attempt undone before it was applied,
--- oldest first. The record outlives the holds: the hash lives FenceRetention past the
--- last hold's lease, so a retried release still finds its nonce, an undone attempt
--- still finds its mark, and the next token still exceeds every one issued. The
--- functions here work on the record's text; the caller writes it back in the HSET that
--- writes the hold (one command). The arguments are those of acquire.lua and release.lua:
+-- field #f of the lock hash (KEYS[1]), "<last token>" followed by ":!<nonce>" for each
+-- attempt undone before it was applied, oldest first; and the release record, the field
+-- #x, ":<nonce>" for each of the last final releases, oldest first. Both outlive the
+-- holds: the hash lives FenceRetention past the last hold's lease, so a retried release
+-- still finds its nonce, an undone attempt still finds its mark, and the next token
+-- still exceeds every one issued. The releases have a field of their own (layout 3) so
+-- that an acquisition, which reads and rewrites the fence record, handles a token and
+-- the rare undo marks, not the nonces of the last few dozen releases: only a release
+-- reads #x. The functions here work on the records' text; the caller writes them back
+-- in the HSET that writes the hold (one command). The arguments are those of acquire.lua and release.lua:
 -- ARGV[3] the attempt's (or undo's) nonce, ARGV[4] the fence retention, ARGV[7] of a
 -- release the attempt that won the hold on a quorum.
 
@@ -13,12 +16,13 @@
 -- wrote (found: its #v; nil for the first layout, which had none): stop every process of
 -- the old version before starting the new one. The key is left as it is.
 local function layout_error(found)
-  return redis.error_reply('GUARDKIT_LAYOUT ' .. (found or '1') .. ' 2')
+  return redis.error_reply('GUARDKIT_LAYOUT ' .. (found or '1') .. ' 3')
 end
 
--- noted returns the record f with entry appended: ":<nonce>" for a final release,
--- ":!<nonce>" for an attempt undone before it was applied. Past 800 bytes it keeps the
--- token and the newest entries within about 400.
+-- noted returns the record f with entry appended: ":<nonce>" to the release record for a
+-- final release, ":!<nonce>" to the fence record for an attempt undone before it was
+-- applied. Past 800 bytes it keeps the token (the fence record's) and the newest entries
+-- within about 400.
 local function noted(f, entry)
   f = (f or '') .. entry
   if #f > 800 then
@@ -55,7 +59,7 @@ end
 -- keeps the hash for the fence retention at least: for the rarer paths that write
 -- nothing else.
 local function note(f, entry)
-  redis.call('HSET', KEYS[1], '#f', noted(f, entry), '#v', '2')
+  redis.call('HSET', KEYS[1], '#f', noted(f, entry), '#v', '3')
   extend_to(KEYS[1], ARGV[4])
 end
 
@@ -70,9 +74,9 @@ local function refuse_late(f)
   return false
 end
 
--- released reports whether a final release with this nonce is in the record f.
-local function released(f, nonce)
-  return f and string.find(f .. ':', ':' .. nonce .. ':', 1, true)
+-- released reports whether a final release with this nonce is in the release record x.
+local function released(x, nonce)
+  return x and string.find(x .. ':', ':' .. nonce .. ':', 1, true)
 end
 
 -- undone reports whether this attempt (ARGV[3]) was undone before it reached the server

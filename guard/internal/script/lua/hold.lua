@@ -13,6 +13,15 @@ local function digits(x)
   return string.format('%d%06d', math.floor(x / 1000000), x % 1000000)
 end
 
+-- also returns k and v followed by the rest (...) when cond holds, the rest alone
+-- otherwise: the optional fields of one HSET, without a table.
+local function also(cond, k, v, ...)
+  if cond then
+    return k, v, ...
+  end
+  return ...
+end
+
 -- listed reports whether the space-separated list holds x.
 local function listed(list, x)
   return list and string.find(' ' .. list .. ' ', ' ' .. x .. ' ', 1, true)
@@ -78,11 +87,11 @@ end
 -- attempt with this nonce took effect) of the hold counted in field count, with nonces
 -- and dropped its fields of applied attempts and of releases that left it held. holds,
 -- applied and drops are their values (holds false when the caller holds nothing here),
--- f the fence record (fence.lua). absent is the reply for a caller that holds nothing
--- (-1, or -2 when another owner holds the lock). Returns release.lua's reply, or nil and
--- the record with the final release in it when the hold ended: the caller writes that
--- record and frees what it held.
-local function drop_hold(count, nonces, dropped, holds, applied, drops, f, absent)
+-- f the fence record and x the release record (fence.lua). absent is the reply for a
+-- caller that holds nothing (-1, or -2 when another owner holds the lock). Returns
+-- release.lua's reply, or nil and the release record with the final release in it when
+-- the hold ended: the caller writes that record (#x) and frees what it held.
+local function drop_hold(count, nonces, dropped, holds, applied, drops, f, absent, x)
   local nonce, undo = ARGV[2], ARGV[3]
   if undo ~= '' then
     if not holds or not listed(applied, undo) then
@@ -98,7 +107,7 @@ local function drop_hold(count, nonces, dropped, holds, applied, drops, f, absen
   end
   if not holds then
     refuse_late(f)
-    if released(f, nonce) then
+    if released(x, nonce) then
       return 1 -- a retry of a release that ended the hold
     end
     return absent
@@ -111,7 +120,7 @@ local function drop_hold(count, nonces, dropped, holds, applied, drops, f, absen
     redis.call('HSET', KEYS[1], count, digits(tonumber(holds) - 1), dropped, remember(drops, nonce))
     return 2
   end
-  return nil, noted(f, ':' .. nonce)
+  return nil, noted(x, ':' .. nonce)
 end
 
 -- rehold is a reentry through Redis of the exclusive or the fair lock: the owner, or a

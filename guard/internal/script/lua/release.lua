@@ -1,9 +1,9 @@
 -- release.lua: drop one hold of a lock, only for its owner; free it at zero and wake waiters.
 --
 -- KEYS[1] lock hash (see acquire.lua): a final release frees the hold and appends
---         ":<nonce>" to the fence record (#f), so that a retry of the call, even after
+--         ":<nonce>" to the release record (#x), so that a retry of the call, even after
 --         other owners took and freed the lock, reports it released; an undo appends
---         ":!<undo nonce>", whether it found its attempt applied or not, so that the
+--         ":!<undo nonce>" to the fence record (#f), whether it found its attempt applied or not, so that the
 --         attempt, should a copy of it reach the server later (resent after a timeout, or
 --         from a connection or a server that was slow), is refused
 -- KEYS[2] queue (see acquire.lua)
@@ -37,8 +37,8 @@
 -- The common case, the owner's last hold released well within its lease, nobody waiting,
 -- is two commands: HMGET and HSET.
 local lock, owner = KEYS[1], ARGV[1]
-local v = redis.call('HMGET', lock, '#o', '#n', '#a', '#r', '#f', '#e', '#w', '#v', '#t')
-if v[8] ~= '2' and (v[8] or v[9]) then
+local v = redis.call('HMGET', lock, '#o', '#n', '#a', '#r', '#f', '#e', '#w', '#v', '#t', '#x')
+if v[8] ~= '3' and (v[8] or v[9]) then
   return layout_error(v[8])
 end
 local holder = v[1]
@@ -54,13 +54,13 @@ local absent = -1
 if live and not mine then
   absent = -2
 end
-local r, record = drop_hold('#n', '#a', '#r', mine and v[2], v[3], v[4], v[5], absent)
+local r, record = drop_hold('#n', '#a', '#r', mine and v[2], v[3], v[4], v[5], absent, v[10])
 if r then
   return r
 end
 -- The hold ended (its release is in the record): free the lock, and when someone waited,
 -- wake the first Locker in the wait queue, or every Locker ('*') when none is queued.
-redis.call('HSET', lock, '#o', '', '#t', '', '#e', '0', '#f', record)
+redis.call('HSET', lock, '#o', '', '#t', '', '#e', '0', '#x', record)
 if ARGV[8] ~= '2' then
   extend_to(lock, ARGV[4])
 end

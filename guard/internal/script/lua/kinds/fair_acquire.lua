@@ -10,7 +10,7 @@
 -- claimed passes to the next owner. A try (ARGV[5] "2") never jumps the queue.
 local lock, owner, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local v = redis.call('HMGET', lock, '#o', '#e', '#t', '#n', '#a', '#f', '#w', '#v', '#g')
-if v[8] ~= '2' and (v[8] or v[3]) then
+if v[8] ~= '3' and (v[8] or v[3]) then
   return layout_error(v[8])
 end
 local now, t = clock()
@@ -47,7 +47,7 @@ if not held then
       redis.call('HDEL', KEYS[4], owner)
     end
     local token, record = new_token(f, t)
-    redis.call('HSET', lock, '#v', '2', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
+    redis.call('HSET', lock, '#v', '3', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
       '#r', '', '#l', ARGV[9] or '', '#t', token, '#tq', '', '#tp', '', '#g', '', '#f', record)
     extend_to(lock, digits(keep_for(ttl)))
     return tonumber(token)

@@ -16,7 +16,7 @@
 -- once.
 --
 -- Returns {the lock's state before (lock_state), the raised token as a string}, or an
--- error "GUARDKIT_LAYOUT <found> 2" when another layout wrote the lock (acquire.lua).
+-- error "GUARDKIT_LAYOUT <found> 3" when another layout wrote the lock (acquire.lua).
 local state = lock_state(ARGV[1])
 local fields = state[2]
 if #fields > 0 then
@@ -26,7 +26,7 @@ if #fields > 0 then
       version = fields[i + 1]
     end
   end
-  if version ~= '2' then
+  if version ~= '3' then
     return layout_error(version) -- another version's holds are its own to end
   end
 end
@@ -36,7 +36,7 @@ if ARGV[7] == 'z' then
 end
 local fence, record = new_token(redis.call('HGET', KEYS[1], '#f'), t)
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], '#v', '2', '#f', record)
+redis.call('HSET', KEYS[1], '#v', '3', '#f', record)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 if ARGV[7] == 'f' then
   grant_next(ARGV[8], now, t, record)

@@ -3,7 +3,7 @@
 -- layout and the replies are those of acquire.lua, release.lua and renew.lua (see
 -- kind.go), with every kind's keys:
 --
--- KEYS[1] lock hash:   #v = "2", the layout version; #f = the fence record (fence.lua);
+-- KEYS[1] lock hash:   #v = "3", the layout version; #f = the fence record (fence.lua);
 --                      #w = present while Lockers may be queued (someone had to wait).
 --                      The read-write lock and the semaphore: <owner> = the owner's hold
 --                      count; <owner>#a = nonces of its last applied acquires,
@@ -86,7 +86,7 @@ local function begin(a, b)
   local _, top = prune(now)
   local holder, _, v, n = read_chain(ARGV[1], '#f', '#v', a, b)
   local f, version = v[n + 1], v[n + 2]
-  if version ~= '2' and (version or top > 0) then
+  if version ~= '3' and (version or top > 0) then
     return false, layout_error(version)
   end
   if undone(f) then
@@ -175,7 +175,7 @@ end
 
 -- share_left ends a release of a share (release_share) that others may still hold, or
 -- a writer keep: it drops the share's fields (ended: the share ended in this call, and
--- record is the fence record to write), the holders whose leases ran out, and tidies the
+-- record is the release record to write, #x), the holders whose leases ran out, and tidies the
 -- keys (finish). A permit freed wakes the first queued Locker; the last reader leaving a
 -- read-write lock nobody writes wakes it too, or every Locker when a writer waits (#ww),
 -- since the queue does not say which of them the writer is in. rw and v as for
@@ -184,7 +184,7 @@ local function share_left(rw, owner, nonces, dropped, token, v, ended, record)
   if ended then
     redis.call('ZREM', KEYS[3], owner)
     redis.call('HDEL', KEYS[1], owner, nonces, dropped, token, token .. 'q', token .. 'p', owner .. '#l')
-    redis.call('HSET', KEYS[1], '#f', record)
+    redis.call('HSET', KEYS[1], '#x', record)
   end
   local now = clock()
   local writer_gone, top = prune(now)
@@ -206,8 +206,8 @@ end
 
 -- release_share makes one release or undo of the caller's share: a reader's hold (rw:
 -- the lock is a read-write lock) or a permit. It reads with the share's fields #w (v[5])
--- and, for a reader, the writer's #W (v[6]) and #ww (v[7]), then the fence record and
--- the layout version. When the share ends and leaves nobody holding (the holders' first
+-- and, for a reader, the writer's #W (v[6]) and #ww (v[7]), then the fence record, the
+-- layout version and the release record (v[10]). When the share ends and leaves nobody holding (the holders' first
 -- two tell), and no writer holds or waits, the holders go at once, the hash keeps the
 -- fence record, and the first queued Locker is woken. Returns release.lua's reply (-1
 -- for a share not held).
@@ -216,15 +216,15 @@ local function release_share(rw)
   local nonces, dropped, token = owner .. '#a', owner .. '#r', owner .. '#t'
   local v
   if rw then
-    v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', '#W', '#ww', '#f', '#v')
+    v = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', '#W', '#ww', '#f', '#v', '#x')
   else
-    local x = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', '#f', '#v')
-    v = {x[1], x[2], x[3], x[4], x[5], false, false, x[6], x[7]}
+    local x = redis.call('HMGET', lock, owner, nonces, dropped, token, '#w', '#f', '#v', '#x')
+    v = {x[1], x[2], x[3], x[4], x[5], false, false, x[6], x[7], x[8]}
   end
-  if v[9] ~= '2' and (v[9] or v[1]) then
+  if v[9] ~= '3' and (v[9] or v[1]) then
     return layout_error(v[9])
   end
-  local r, record = drop_hold(owner, nonces, dropped, v[1], v[2], v[3], v[8], -1)
+  local r, record = drop_hold(owner, nonces, dropped, v[1], v[2], v[3], v[8], -1, v[10])
   if r ~= nil and r ~= 1 then
     return r
   end
@@ -234,7 +234,7 @@ local function release_share(rw)
     redis.call('DEL', KEYS[3])
     if r == nil then
       redis.call('HDEL', lock, owner, nonces, dropped, token, token .. 'q', token .. 'p', owner .. '#l')
-      redis.call('HSET', lock, '#f', record)
+      redis.call('HSET', lock, '#x', record)
     end
     extend_to(lock, retention())
     return wake_next(v[5])
@@ -244,13 +244,13 @@ end
 
 -- writer_left ends a release of the write hold (release_write) that readers may still
 -- hold, or a writer's mark keep: it drops the writer's fields (ended: the hold ended in
--- this call, record the fence record to write), the holders whose leases ran out, tidies
+-- this call, record the release record to write, #x), the holders whose leases ran out, tidies
 -- the keys (finish) and wakes every waiting Locker. v as for release_write.
 local function writer_left(v, ended, record)
   if ended then
     redis.call('ZREM', KEYS[3], '#W')
     redis.call('HDEL', KEYS[1], '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#tp', '#Wl')
-    redis.call('HSET', KEYS[1], '#f', record)
+    redis.call('HSET', KEYS[1], '#x', record)
   else
     redis.call('HDEL', KEYS[1], '#W')
   end
@@ -262,12 +262,12 @@ end
 
 -- release_write makes one release or undo of the write hold of ARGV[1]. When the writer
 -- leaves, every waiting Locker is woken: all waiting readers may enter together. It reads
--- the writer's fields, then #W (v[5]), #ww (v[6]), #w (v[7]), the fence record (v[8]) and
--- the layout version (v[9]). Returns release.lua's reply (-1 for a write hold not held).
+-- the writer's fields, then #W (v[5]), #ww (v[6]), #w (v[7]), the fence record (v[8]), the
+-- layout version (v[9]) and the release record (v[10]). Returns release.lua's reply (-1 for a write hold not held).
 local function release_write()
   local lock, owner = KEYS[1], ARGV[1]
-  local v = redis.call('HMGET', lock, '#Wn', '#Wa', '#Wr', '#t', '#W', '#ww', '#w', '#f', '#v')
-  if v[9] ~= '2' and (v[9] or v[5]) then
+  local v = redis.call('HMGET', lock, '#Wn', '#Wa', '#Wr', '#t', '#W', '#ww', '#w', '#f', '#v', '#x')
+  if v[9] ~= '3' and (v[9] or v[5]) then
     return layout_error(v[9])
   end
   local writer = v[5]
@@ -278,7 +278,7 @@ local function release_write()
   if writer ~= owner then
     holds = false -- no write hold of the caller's
   end
-  local r, record = drop_hold('#Wn', '#Wa', '#Wr', holds, v[2], v[3], v[8], -1)
+  local r, record = drop_hold('#Wn', '#Wa', '#Wr', holds, v[2], v[3], v[8], -1, v[10])
   if r ~= nil and r ~= 1 or writer ~= owner then
     return r
   end
@@ -291,7 +291,7 @@ local function release_write()
     if last then
       if r == nil then
         redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#tp', '#Wl')
-        redis.call('HSET', lock, '#f', record)
+        redis.call('HSET', lock, '#x', record)
       end
       extend_to(lock, retention())
       return wake_all(v[7], redis.call('DEL', KEYS[3], KEYS[2]) > members)
@@ -335,7 +335,7 @@ local function grant_next(sharded, now, t, f)
   redis.call('HDEL', KEYS[4], o)
   local ttl, id = string.match(e, '^%d+ (%d+) (.*)$')
   local token, record = new_token(f, t)
-  redis.call('HSET', KEYS[1], '#v', '2', '#o', o, '#e', digits(now + tonumber(ttl)), '#n', '1', '#a', '',
+  redis.call('HSET', KEYS[1], '#v', '3', '#o', o, '#e', digits(now + tonumber(ttl)), '#n', '1', '#a', '',
     '#r', '', '#l', '', '#t', token, '#tq', '', '#tp', '', '#g', o, '#f', record)
   extend_to(KEYS[1], digits(keep_for(tonumber(ttl))))
   publish(id, sharded)

@@ -21,6 +21,6 @@ if refused then
   return busy(math.max(top, mark) - now) -- until the last lease or the writer's mark ends
 end
 local token, record = new_token(f, t, ARGV[10])
-put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3], '#f', record, '#v', '2')
+put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3], '#f', record, '#v', '3')
 lease(owner, now, mark, top)
 return tonumber(token)

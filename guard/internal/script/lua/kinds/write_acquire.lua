@@ -33,7 +33,7 @@ if ARGV[5] == '1' then
   return {0, -1}
 end
 local token, record = new_token(f, t, ARGV[10])
-put_new_hold(ARGV[9], '#Wl', '#t', token, ARGV[10], '#W', owner, '#Wn', '1', '#Wa', ARGV[3], '#f', record, '#v', '2')
+put_new_hold(ARGV[9], '#Wl', '#t', token, ARGV[10], '#W', owner, '#Wn', '1', '#Wa', ARGV[3], '#f', record, '#v', '3')
 if v[n + 4] then
   redis.call('HDEL', lock, '#ww')
 end
