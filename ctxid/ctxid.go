@@ -42,13 +42,28 @@ const (
 // random source fails, which Go (since 1.24) treats as fatal anyway: an owner
 // ID that is not random could collide and break mutual exclusion.
 func New() ID {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	var s [idLen]byte
+	newRoot(s[:])
+	return ID(s[:])
+}
+
+// NewSection returns a new section directly in a new root: what Section(New()) returns,
+// made in one allocation. The root is the section's Parent (or Root).
+func NewSection() ID {
+	var s [idLen + 1 + segLen]byte
+	newRoot(s[:idLen])
+	s[idLen] = sep
+	newSegment(s[idLen+1:])
+	return ID(s[:])
+}
+
+// newRoot fills b, idLen bytes, with a new root: 16 bytes of crypto/rand in base64url.
+func newRoot(b []byte) {
+	var r [16]byte
+	if _, err := rand.Read(r[:]); err != nil {
 		panic(fmt.Sprintf("ctxid: crypto/rand failed: %v", err))
 	}
-	var s [idLen]byte
-	base64.RawURLEncoding.Encode(s[:], b[:])
-	return ID(s[:])
+	base64.RawURLEncoding.Encode(b, r[:])
 }
 
 // Parse returns s as an ID when it is canonical: a root of exactly 22
@@ -106,16 +121,21 @@ func Section(parent ID) (ID, error) {
 	if parent.Depth() >= MaxDepth {
 		return "", fmt.Errorf("%w: %d sections", ErrTooDeep, MaxDepth)
 	}
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 	b := make([]byte, len(parent)+1+segLen)
 	copy(b, parent)
 	b[len(parent)] = sep
+	newSegment(b[len(parent)+1:])
+	return ID(b), nil
+}
+
+// newSegment fills b, segLen bytes, with a section's random base64url segment.
+func newSegment(b []byte) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 	r := mrand.Uint64()
-	for i := len(parent) + 1; i < len(b); i++ {
+	for i := range b {
 		b[i] = alphabet[r&63]
 		r >>= 6
 	}
-	return ID(b), nil
 }
 
 // b64val maps a base64url character to its 6-bit value, or to 0xFF.

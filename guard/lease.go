@@ -72,6 +72,8 @@ type held struct {
 	cause      error       // why the lease ended, once lost or released
 	handles    []*Lease    // handles not yet released
 	handle0    [1]*Lease   // handles' first backing array
+	lease0     Lease       // the first handle, made with h: no allocation of its own
+	made0      bool        // lease0 was handed out
 	validUntil time.Time   // local validity deadline
 	timer      *time.Timer // fires at validUntil
 	// due is validUntil as a monoNow reading while the hold is held, 0 after: read
@@ -269,7 +271,12 @@ func (h *held) lostCause() error {
 
 // newLease makes a Lease handle on h. h.mu is held and h is held.
 func (h *held) newLease(parent context.Context, reentrant bool) *Lease {
-	le := &Lease{h: h, parent: parent, reentrant: reentrant}
+	le := &h.lease0
+	if h.made0 {
+		le = &Lease{}
+	}
+	h.made0 = true
+	le.h, le.parent, le.reentrant = h, parent, reentrant
 	if h.handles == nil {
 		h.handles = h.handle0[:0]
 	}

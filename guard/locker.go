@@ -222,29 +222,31 @@ func (l *Locker) acquire(ctx context.Context, key string, s *settings, p RetryPo
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("guard: acquire %s: %w", quoteKey(key), err)
 	}
-	owner, err := ownerOf(ctx, key)
+	owner, section, err := ownerOf(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	a := acquisition{caller: ctx}
 	rctx := l.tel.startAcquire(ctx, &a, s, key, string(owner))
-	le, err := l.acquireIn(ctx, rctx, &a, key, rk, owner, "", s, p, budgetEnd(p))
+	le, err := l.acquireIn(ctx, rctx, &a, key, rk, owner, section, s, p, budgetEnd(p))
 	a.end(rctx, le, err, p)
 	return le, err
 }
 
-// ownerOf returns the owner in ctx, or a fresh one when ctx carries none. A fresh owner
-// is put in a context only when the lease's Context is asked for: a caller that just
-// holds and releases the lock never needs one.
-func ownerOf(ctx context.Context, key string) (ctxid.ID, error) {
+// ownerOf returns the owner in ctx, or a fresh one when ctx carries none, with, for a
+// fresh one, its first section (made with it, in one allocation; "" otherwise). A fresh
+// owner is put in a context only when the lease's Context is asked for: a caller that
+// just holds and releases the lock never needs one.
+func ownerOf(ctx context.Context, key string) (owner, section ctxid.ID, err error) {
 	owner, ok := ctxid.FromContext(ctx)
 	if !ok {
-		owner = ctxid.New()
+		section = ctxid.NewSection()
+		owner = section.Root()
 	}
 	if owner == "" || len(owner) > maxOwnerLen || strings.IndexByte(string(owner), '#') >= 0 {
-		return "", fmt.Errorf("guard: acquire %s: owner %q: %w", quoteKey(key), owner, ctxid.ErrInvalid)
+		return "", "", fmt.Errorf("guard: acquire %s: owner %q: %w", quoteKey(key), owner, ctxid.ErrInvalid)
 	}
-	return owner, nil
+	return owner, section, nil
 }
 
 // budgetEnd is when a wait under p gives up, zero when p has no time limit.

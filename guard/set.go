@@ -146,8 +146,8 @@ func (l *Locker) setOwner(ctx context.Context, first string, s *settings) (owner
 	if err := ctx.Err(); err != nil {
 		return "", "", fmt.Errorf("guard: acquire %s: %w", quoteKey(first), err)
 	}
-	if owner, err = ownerOf(ctx, first); err != nil {
-		return "", "", err
+	if owner, section, err = ownerOf(ctx, first); err != nil || section != "" {
+		return owner, section, err
 	}
 	if section, err = ctxid.Section(owner); err != nil {
 		return "", "", fmt.Errorf("guard: acquire %s: %w", quoteKey(first), err)

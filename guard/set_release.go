@@ -35,8 +35,8 @@ func (l *Locker) releaseSet(ctx context.Context, set *Lease) error {
 	if len(ends) == 0 {
 		return joinReleaseErrors(errs)
 	}
-	rctx, cancel := l.releaseCtx(ctx)
-	defer cancel()
+	rctx := l.releaseCtx(ctx)
+	defer rctx.stop()
 	for _, r := range ends {
 		l.dog.Remove(rctx, &r.h.renewal, true)
 	}
