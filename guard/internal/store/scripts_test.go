@@ -503,3 +503,59 @@ func TestDeadWriterFieldsIgnored(t *testing.T) {
 		}
 	})
 }
+
+// TestStaleQuorumTokensIgnored: a new hold does not clear the quorum's token fields of
+// the hold before it (#tq, the token a quorum confirmed; #tp, the proposal a grant took:
+// layout 3 writes a grant's 7 fields and no more), so quorum.lua counts each only while
+// it equals the hold's token (#t). A reentry through Redis of a hold whose fields are an
+// earlier hold's gets neither; of a hold whose quorum confirmed its token, that token.
+func TestStaleQuorumTokensIgnored(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	q := &Quorum{scripts: map[*script.Script]*script.Script{}}
+	quorumAcquire := redis.NewScript(q.wrap(script.Acquire).Body())
+	acquire, release := redis.NewScript(script.Acquire.Body()), redis.NewScript(script.Release.Body())
+	keys := []string{"guard:{stale}", "guard:{stale}:queue"}
+	const owner = "req/s1"
+	// acquire.lua's ARGV: owner, TTL, nonce, retention, manner, Locker, label, proposal.
+	args := func(owner, nonce, proposal string) []any {
+		return []any{owner, "10000", nonce, "60000", MannerTry, "L", "", proposal}
+	}
+
+	// The first hold takes the quorum's proposal (#tp), and its quorum confirms it (#tq).
+	p := strconv.FormatInt(time.Now().UnixMicro(), 10)
+	if v, err := quorumAcquire.Run(ctx, c, keys, args(owner, "n.1", p)...).Slice(); err != nil || len(v) != 1 {
+		t.Fatalf("first hold: %v, %v", v, err)
+	}
+	c.HSet(ctx, keys[0], "#tq", p)
+	if n, err := release.Run(ctx, c, keys, owner, "r.1", "", "60000", "L", "0").Int64(); err != nil || n != 1 {
+		t.Fatalf("release: %d, %v", n, err)
+	}
+	// The second hold takes no proposal: #tq and #tp still name the first hold's token.
+	second, err := acquire.Run(ctx, c, keys, args(owner, "n.2", "")...).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := c.HMGet(ctx, keys[0], "#tq", "#tp").Val(); f[0] != p || f[1] != p {
+		t.Fatalf("the first hold's #tq and #tp = %v, want them left (%s)", f, p)
+	}
+	reenter := func(nonce string) []any {
+		t.Helper()
+		v, err := quorumAcquire.Run(ctx, c, keys, args(owner+"/x", nonce, "")...).Slice()
+		if err != nil || len(v) != 3 {
+			t.Fatalf("reentry: %v, %v; want {reply, confirmed, proposed}", v, err)
+		}
+		return v
+	}
+	if v := reenter("n.3"); v[1] != nil || v[2] != nil {
+		t.Fatalf("reentry of a hold with token %d: confirmed %v, proposed %v; want neither (the first hold's)", second, v[1], v[2])
+	}
+	// Once the quorum confirms the second hold's token (raise.lua writes #t and #tq), a
+	// reentry reads it.
+	tok := strconv.FormatInt(second, 10)
+	c.HSet(ctx, keys[0], "#t", tok, "#tq", tok)
+	if v := reenter("n.4"); v[1] != tok || v[2] != nil {
+		t.Fatalf("reentry after the write-back: confirmed %v, proposed %v; want %s and none", v[1], v[2], tok)
+	}
+}
