@@ -63,6 +63,16 @@ func ExampleSection() {
 	// 2 true
 }
 
+func ExampleNewSection() {
+	// A section of a request that has no owner yet: its root is the section's Root.
+	x := ctxid.NewSection()
+	root := x.Root()
+	sibling, _ := ctxid.Section(root)
+	fmt.Println(x.Depth(), x.Within(root), sibling.Within(x))
+	// Output:
+	// 1 true false
+}
+
 func ExampleParse() {
 	_, err := ctxid.Parse("AAAAAAAAAAAAAAAAAAAAAA")
 	fmt.Println(err)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/guardkit/guardkit/guard/internal/script"
@@ -89,6 +90,30 @@ type Hold struct {
 	Q       *QuorumHold // a quorum's record of the hold: Grant.Q of the attempt that won it
 	Token   int64       // the hold's fencing token, once granted
 	args    holdArgs
+	// lines are the storage of the command lines of the hold's first acquire call and
+	// its first release call, the two calls every hold makes, so that neither costs an
+	// allocation of its own. Each is handed out once (taken, a bit per line, set by
+	// compare-and-swap: attempts may overlap), never rewritten while a call may read it.
+	lines [2][lineCap]any
+	taken uint32
+}
+
+// lineCap is the longest command line of acquire.lua, release.lua and the kinds' (with a
+// label, the quorum's slots and four keys).
+const lineCap = 17
+
+// line returns an empty command line with room for lineCap arguments: the hold's own
+// storage i (0: acquire, 1: release) the first time it is asked for, a new slice after.
+func (h *Hold) line(i int) []any {
+	for {
+		t := atomic.LoadUint32(&h.taken)
+		if t&(1<<i) != 0 {
+			return make([]any, 0, lineCap)
+		}
+		if atomic.CompareAndSwapUint32(&h.taken, t, t|1<<i) {
+			return h.lines[i][:0]
+		}
+	}
 }
 
 // holdArgs are the arguments that stay the same for every call about one hold, boxed
@@ -180,13 +205,14 @@ type callArgs struct {
 // The label comes last, when the hold has one (a quorum adds the slot when it has none).
 func (c callArgs) acquire(h *Hold, nonce, manner string) []any {
 	a := &h.args
+	args := h.line(0)
 	if a.aux != nil {
-		args := h.keyArgs(make([]any, 2, 16))
+		args = h.keyArgs(append(args, nil, nil))
 		args = append(args, a.owner, h.Terms.ttlArg, nonce, a.retention, argManner[manner], c.id, a.limit, c.conn.shardedArg())
 		return withLabel(h, args)
 	}
-	return withLabel(h, []any{nil, nil, argNumKeys, a.lock, a.queue,
-		a.owner, h.Terms.ttlArg, nonce, a.retention, argManner[manner], c.id})
+	return withLabel(h, append(args, nil, nil, argNumKeys, a.lock, a.queue,
+		a.owner, h.Terms.ttlArg, nonce, a.retention, argManner[manner], c.id))
 }
 
 // withLabel appends the label argument to args when it is sent (see acquire).
@@ -234,11 +260,12 @@ func liveFlag(h *Hold) any {
 // releaseAs is release for owner.
 func (c callArgs) releaseAs(h *Hold, owner any, nonce, undo string) []any {
 	a := &h.args
+	args := h.line(1)
 	if a.aux != nil {
-		args := h.keyArgs(make([]any, 2, 16))
+		args = h.keyArgs(append(args, nil, nil))
 		return append(args, owner, nonce, undo, a.retention, c.id, c.conn.shardedArg())
 	}
-	return append(make([]any, 0, 13), nil, nil, argNumKeys, a.lock, a.queue,
+	return append(args, nil, nil, argNumKeys, a.lock, a.queue,
 		owner, nonce, undo, a.retention, c.id, c.conn.shardedArg())
 }
 
