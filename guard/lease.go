@@ -174,15 +174,6 @@ func (h *held) renewFailed(err error) {
 	h.mu.Unlock()
 }
 
-// monoBase is the origin of monoNow's readings.
-var monoBase = time.Now()
-
-// monoNow reads the monotonic clock as nanoseconds since monoBase (never 0).
-func monoNow() int64 { return int64(time.Since(monoBase)) + 1 }
-
-// monoAt is t as a monoNow reading.
-func monoAt(t time.Time) int64 { return int64(t.Sub(monoBase)) + 1 }
-
 // overdue ends the lease at once when its validity deadline has passed, without waiting
 // for the validity timer: a process that was stopped (SIGSTOP, a VM pause, a long GC)
 // past the deadline runs code before it runs timers, and whatever it asks the lease then
