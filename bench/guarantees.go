@@ -49,7 +49,7 @@ var guaranteeCuts = []struct {
 }{
 	{"scripts", "none: guardkit's scripts as they are", nil},
 	{"scripts/no-release-nonce", "a retried release reports the truth", []scriptEdit{{
-		file: "hold", re: regexp.MustCompile(`return nil, noted\(x, ':' \.\. nonce\)`), with: "return nil, x",
+		file: "hold", re: regexp.MustCompile(`return nil, noted\(x, ':' \.\. nonce\)`), with: "return nil, x or ''",
 		describe: "the release nonce appended to the release record"}}},
 	{"scripts/no-token-rewrite", "tokens rise per key while the fence record lives, whatever the clock", []scriptEdit{{
 		file: "fence", re: regexp.MustCompile(`(?s)  if last ~= '' and \(#last > #s or .*?\n  end\n`),
