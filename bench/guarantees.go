@@ -260,6 +260,16 @@ func (e *env) guarantees(vs []variant, rounds, pairs int, record func(measuremen
 	if err != nil {
 		return err
 	}
+	// A row whose pairs failed prices nothing: a cut that no longer leaves working
+	// scripts (the text it edits changed meaning) must fail the run, as one that no
+	// longer applies does, not print a figure.
+	for r, ms := range byRound {
+		for _, m := range ms {
+			if n := m.Metrics["errors"]; n > 0 {
+				return fmt.Errorf("guarantees: %s failed %.0f pairs in round %d: fix its cut in bench/guarantees.go", m.Variant, n, r+1)
+			}
+		}
+	}
 	var all []measurement
 	for _, ms := range byRound {
 		for i := range ms {
