@@ -41,11 +41,19 @@ type releaseContext struct {
 	err      error
 }
 
+// Deadline is ReleaseTimeout after the release began.
 func (c *releaseContext) Deadline() (time.Time, bool) { return c.deadline, true }
-func (c *releaseContext) Done() <-chan struct{}       { return c.done }
-func (c *releaseContext) Value(key any) any           { return c.values.Value(key) }
-func (c *releaseContext) String() string              { return "guard.releaseContext" }
 
+// Done is closed when the timeout passes or the release is over (stop).
+func (c *releaseContext) Done() <-chan struct{} { return c.done }
+
+// Value is the caller's context's value: trace spans and the like reach the Redis calls.
+func (c *releaseContext) Value(key any) any { return c.values.Value(key) }
+
+// String names the context for printing.
+func (c *releaseContext) String() string { return "guard.releaseContext" }
+
+// Err is nil until Done is closed, then why (see releaseContext).
 func (c *releaseContext) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -61,6 +69,7 @@ func (c *releaseContext) stop() {
 	c.finish(context.Canceled)
 }
 
+// finish ends c with err unless it has ended.
 func (c *releaseContext) finish(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
