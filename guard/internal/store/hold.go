@@ -92,8 +92,8 @@ type Hold struct {
 	args    holdArgs
 	// lines are the storage of the command lines of the hold's first acquire call and
 	// its first release call, the two calls every hold makes, so that neither costs an
-	// allocation of its own. Each is handed out once (taken, a bit per line, set by
-	// compare-and-swap: attempts may overlap), never rewritten while a call may read it.
+	// allocation of its own. Each is handed out once (taken, a bit per line, set with
+	// an atomic OR: attempts may overlap), never rewritten while a call may read it.
 	lines [2][lineCap]any
 	taken uint32
 }
@@ -105,15 +105,10 @@ const lineCap = 17
 // line returns an empty command line with room for lineCap arguments: the hold's own
 // storage i (0: acquire, 1: release) the first time it is asked for, a new slice after.
 func (h *Hold) line(i int) []any {
-	for {
-		t := atomic.LoadUint32(&h.taken)
-		if t&(1<<i) != 0 {
-			return make([]any, 0, lineCap)
-		}
-		if atomic.CompareAndSwapUint32(&h.taken, t, t|1<<i) {
-			return h.lines[i][:0]
-		}
+	if atomic.OrUint32(&h.taken, 1<<i)&(1<<i) != 0 {
+		return make([]any, 0, lineCap)
 	}
+	return h.lines[i][:0]
 }
 
 // holdArgs are the arguments that stay the same for every call about one hold, boxed
