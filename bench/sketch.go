@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -157,14 +158,37 @@ if v[3] == '1' then
 end
 return 1`
 
+// sketchCommandsAcquire and sketchCommandsRelease are the sketch's common pair with
+// nothing between its commands: the same commands on the same fields, with values of the
+// same sizes written as constants (a constant string is made once, when the script is
+// compiled). Not a lock (it grants whatever it finds): the commands' share of the
+// sketch's time, against the Lua work around them.
+var (
+	sketchCommandsAcquire = `redis.call('HMGET', KEYS[1], '#h', '#f', '#w', '#v', '#o')
+redis.call('TIME')
+redis.call('HSET', KEYS[1], '#h', 'Ab3dE6gH9jK2mN5pQ8sT.1a2 1764400000123 1 1764400000123456', '#a', ARGV[3], '#f', '1764400000123456')
+redis.call('PEXPIRE', KEYS[1], '4050000')
+return 1`
+	sketchCommandsRelease = "redis.call('HMGET', KEYS[1], '#h', '#r', '#w', '#v', '#x', '#o')\n" +
+		"redis.call('HSET', KEYS[1], '#h', '', '#x', '" + strings.Repeat(":Ab3dE6gH9jK2mN5pQ8sT.1a2", 24) + "')\n" +
+		"return 1"
+)
+
 // newSketch runs the packed sketch's scripts as the scripts rows run guardkit's: the
 // same arguments, the same client settings.
 func newSketch(cfg libConfig) (Lib, error) {
-	var b [9]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+	return newSketchOf(sketchAcquire, sketchRelease)(cfg)
+}
+
+// newSketchOf runs the sketch's acquire and release script texts acq and rel.
+func newSketchOf(acq, rel string) func(libConfig) (Lib, error) {
+	return func(cfg libConfig) (Lib, error) {
+		var b [9]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		return scriptsLib{goRedis: newGoRedis(cfg, false), acquire: redis.NewScript(acq), release: redis.NewScript(rel),
+			locker: base64.RawURLEncoding.EncodeToString(b[:]), ttl: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
+			seq: new(atomic.Uint64)}, nil
 	}
-	return scriptsLib{goRedis: newGoRedis(cfg, false), acquire: redis.NewScript(sketchAcquire), release: redis.NewScript(sketchRelease),
-		locker: base64.RawURLEncoding.EncodeToString(b[:]), ttl: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
-		seq: new(atomic.Uint64)}, nil
 }
