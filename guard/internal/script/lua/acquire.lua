@@ -55,36 +55,38 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local holder, f = v[1], v[6]
-if holder and holder ~= '' and tonumber(v[2]) > now then
+local held = holder and holder ~= '' and tonumber(v[2]) > now
+if not held and ARGV[5] ~= '1' then
+  -- A free lock, the common case, first: the helper functions only the other paths call
+  -- are then not made on this one (a script makes its functions again on every call).
+  if undone(f) then
+    return {0, -1} -- undone already: the caller left
+  end
+  local token, record = new_token(f, t, ARGV[8])
+  local ttl = tonumber(ARGV[2])
+  -- One HSET writes the hold: the fields every hold has, then those only some need —
+  -- the layout version on a hash that lacks it, the token as the proposal it is (#tp),
+  -- and #w cleared when the Lockers that waited were woken and none is queued (a release
+  -- then need not look). The hold's other fields need no clearing: #tq and #tp count
+  -- only while equal to #t (quorum.lua), and a nonce in #r, of a release that left an
+  -- earlier hold held, is never sent again but by a retry of that release.
+  redis.call('HSET', lock, '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
+    '#l', ARGV[7] or '', '#t', token, '#f', record,
+    also(v[8] ~= '3', '#v', '3',
+    also(token == ARGV[8], '#tp', token,
+    also(v[7] == '1' and redis.call('LLEN', KEYS[2]) == 0, '#w', ''))))
+  redis.call('PEXPIRE', lock, digits(keep_for(ttl)))
+  return tonumber(token)
+end
+if held then
   if not within(owner, holder) then
     return busy(tonumber(v[2]) - now, v[7], v[3])
   end
   return rehold(v, holder, owner, now)
 end
-
-if ARGV[5] == '1' then
-  -- Polite: the lock is free but others are ahead; queue behind them to be woken (#w
-  -- makes the next release pop the queue), and keep the hash that says so.
-  redis.call('HSET', lock, '#w', '1', '#v', '3')
-  extend_to(lock, ARGV[4])
-  enqueue()
-  return {0, -1}
-end
-if undone(f) then
-  return {0, -1} -- undone already: the caller left
-end
-local token, record = new_token(f, t, ARGV[8])
-local ttl = tonumber(ARGV[2])
--- One HSET writes the hold: the fields every hold has, then those only some need — the
--- layout version on a hash that lacks it, the token as the proposal it is (#tp), and
--- #w cleared when the Lockers that waited were woken and none is queued (a release then
--- need not look). The hold's other fields need no clearing: #tq and #tp count only
--- while equal to #t (quorum.lua), and a nonce in #r, of a release that left an earlier
--- hold held, is never sent again but by a retry of that release.
-redis.call('HSET', lock, '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
-  '#l', ARGV[7] or '', '#t', token, '#f', record,
-  also(v[8] ~= '3', '#v', '3',
-  also(token == ARGV[8], '#tp', token,
-  also(v[7] == '1' and redis.call('LLEN', KEYS[2]) == 0, '#w', ''))))
-redis.call('PEXPIRE', lock, digits(keep_for(ttl)))
-return tonumber(token)
+-- Polite: the lock is free but others are ahead; queue behind them to be woken (#w makes
+-- the next release pop the queue), and keep the hash that says so.
+redis.call('HSET', lock, '#w', '1', '#v', '3')
+extend_to(lock, ARGV[4])
+enqueue()
+return {0, -1}

@@ -19,14 +19,15 @@ local function layout_error(found)
   return redis.error_reply('GUARDKIT_LAYOUT ' .. (found or '1') .. ' 3')
 end
 
--- noted returns the record f with entry appended: ":<nonce>" to the release record for a
--- final release, ":!<nonce>" to the fence record for an attempt undone before it was
--- applied. Past 800 bytes it keeps the token (the fence record's) and the newest entries
--- within about 400.
-local function noted(f, entry)
-  f = (f or '') .. entry
+-- noted returns the record f with the entry mark .. nonce appended: ":" and a final
+-- release's nonce to the release record, ":!" and the nonce of an attempt undone before
+-- it was applied to the fence record (one concatenation: every string a script makes is
+-- allocated and hashed). Past 800 bytes it keeps the token (the fence record's) and the
+-- newest entries within about 400.
+local function noted(f, mark, nonce)
+  f = (f or '') .. mark .. nonce
   if #f > 800 then
-    f = string.match(f, '^%d*') .. (string.match(string.sub(f, -400), ':.*$') or entry)
+    f = string.match(f, '^%d*') .. (string.match(string.sub(f, -400), ':.*$') or mark .. nonce)
   end
   return f
 end
@@ -55,34 +56,38 @@ local function keep_for(ms)
   return math.max(ms, r) + math.floor(r / 8)
 end
 
--- note writes entry into the record f at once (see noted), with the layout version, and
--- keeps the hash for the fence retention at least: for the rarer paths that write
--- nothing else.
-local function note(f, entry)
-  redis.call('HSET', KEYS[1], '#f', noted(f, entry), '#v', '3')
+-- note marks the attempt with this nonce undone in the fence record f at once (see
+-- noted), with the layout version, and keeps the hash for the fence retention at least:
+-- for the rarer paths that write nothing else.
+local function note(f, nonce)
+  redis.call('HSET', KEYS[1], '#f', noted(f, ':!', nonce), '#v', '3')
   extend_to(KEYS[1], ARGV[4])
 end
 
 -- refuse_late marks undone, when the caller does not hold the lock here, the attempt
 -- that won its hold on a quorum (ARGV[7]), which may not have reached this server yet.
--- f is the record. Returns whether it wrote.
+-- f is the record. Returns whether it wrote. (It writes as note does, without calling
+-- it: note is then made only on the path of an undo.)
 local function refuse_late(f)
   if ARGV[7] and ARGV[7] ~= '' then
-    note(f, ':!' .. ARGV[7])
+    redis.call('HSET', KEYS[1], '#f', noted(f, ':!', ARGV[7]), '#v', '3')
+    extend_to(KEYS[1], ARGV[4])
     return true
   end
   return false
 end
 
 -- released reports whether a final release with this nonce is in the release record x.
+-- A plain search first: the delimited one makes two strings, and most records lack it.
 local function released(x, nonce)
-  return x and string.find(x .. ':', ':' .. nonce .. ':', 1, true)
+  return x and string.find(x, nonce, 1, true) and string.find(x .. ':', ':' .. nonce .. ':', 1, true)
 end
 
 -- undone reports whether this attempt (ARGV[3]) was undone before it reached the server
--- (see noted): it is then refused, as its caller left. f is the record.
+-- (see noted): it is then refused, as its caller left. f is the record. Most records
+-- hold a token and no mark, and "!" is found without making a string.
 local function undone(f)
-  return f and string.find(f .. ':', ':!' .. ARGV[3] .. ':', 1, true)
+  return f and string.find(f, '!', 1, true) and string.find(f .. ':', ':!' .. ARGV[3] .. ':', 1, true)
 end
 
 -- new_token draws the key's next fencing token, as a string: one more than the last one
@@ -98,11 +103,18 @@ local function new_token(f, t, p)
   -- six), without number formatting, which costs Redis a printf: digit strings of one
   -- width compare as their numbers, so a number is formatted only when the clock is
   -- behind the last token.
-  local s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  local us = t[2]
+  if #us < 6 then
+    us = string.rep('0', 6 - #us) .. us
+  end
+  local s = t[1] .. us
   if p and p ~= '' and #p == #s and math.abs(tonumber(p) - tonumber(s)) <= 100 * math.min(tonumber(ARGV[2]), tonumber(ARGV[4])) then
     s = p
   end
-  local last, rest = string.match(f or '', '^(%d*)(.*)$')
+  local last, rest = f or '', ''
+  if string.find(last, ':', 1, true) then
+    last, rest = string.match(last, '^(%d*)(.*)$') -- the token, then the undo marks
+  end
   if last ~= '' and (#last > #s or (#last == #s and last >= s)) then
     s = string.format('%.0f', tonumber(last) + 1)
   end

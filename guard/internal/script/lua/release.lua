@@ -47,9 +47,12 @@ if live and ARGV[8] ~= '1' and ARGV[8] ~= '2' then
   local t = redis.call('TIME')
   live = tonumber(v[6]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- An undo sent as owner finds its attempt in the hold of a section owner is in when the
--- attempt reentered that hold.
-local mine = live and (holder == owner or ARGV[3] ~= '' and within(owner, holder) and listed(v[3], ARGV[3]))
+local mine = live and holder == owner
+if live and not mine and ARGV[3] ~= '' then
+  -- An undo sent as owner finds its attempt in the hold of a section owner is in when
+  -- the attempt reentered that hold.
+  mine = within(owner, holder) and listed(v[3], ARGV[3])
+end
 local absent = -1
 if live and not mine then
   absent = -2
