@@ -1221,3 +1221,54 @@ func TestQuorumAttemptCutByContext(t *testing.T) {
 		t.Fatalf("the outer lease: %v", err)
 	}
 }
+
+// TestQuorumPoliteReentryThroughQueuedLocker: a reentry through a Locker whose own
+// goroutines queue for the key goes out polite (it must leave a free lock to that
+// queue), and still reenters the owner's hold on a quorum at once — also when one server
+// still shows another owner's hold (a previous holder's release not there yet).
+func TestQuorumPoliteReentryThroughQueuedLocker(t *testing.T) {
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stale=%v", stale), func(t *testing.T) {
+			r := startQuorum(t, 3, false)
+			a := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
+			b := r.locker(t, guard.RestartDelay(0), guard.TTL(5*time.Second))
+			ctx := ctxTimeout(t, 20*time.Second)
+			key := fmt.Sprintf("polite-%v", stale)
+			le := mustAcquire(t, a, ctx, key)
+			if stale {
+				c0 := r.servers[0].Client(t)
+				if err := c0.HSet(ctx, lockName(key), "#o", "someone-else", "#n", "1").Err(); err != nil {
+					t.Fatal(err)
+				}
+				_ = c0.Close()
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if w, err := b.Acquire(wctx, key); err == nil {
+						mustRelease(t, w)
+					}
+				}()
+			}
+			time.Sleep(300 * time.Millisecond) // b's goroutines found the lock busy and queue
+			start := time.Now()
+			inner, err := b.Acquire(le.Context(), key, guard.Retry(guard.MaxWait(2*time.Second, guard.Fixed(5*time.Millisecond, 0))))
+			if err != nil {
+				t.Fatalf("reentry through a Locker that queues for the key: %v", err)
+			}
+			if !inner.Reentrant() || inner.Token() != le.Token() {
+				t.Fatalf("reentry: reentrant %v, token %d; want the lease's %d", inner.Reentrant(), inner.Token(), le.Token())
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("reentry took %s", d)
+			}
+			mustRelease(t, inner)
+			cancel()
+			mustRelease(t, le)
+			wg.Wait()
+		})
+	}
+}
