@@ -180,7 +180,7 @@ func variants() []variant {
 			new:    newSketch},
 		{name: "sketch/commands", lib: "scripts",
 			config: "not a lock: the packed sketch's common pair with nothing between its commands (the same commands and fields, values of the same sizes as constants), the commands' share of its time (scenario guarantees)",
-			new:    newSketchOf(sketchCommandsAcquire, sketchCommandsRelease)},
+			new:    newSketchCommands},
 		{name: "ceiling", lib: "ceiling",
 			config: "not a lock: go-redis EVALSHA of `return 1` for each half of a pair, the round-trip limit",
 			new:    newCeiling},

@@ -80,13 +80,9 @@ func init() {
 // guardScripts returns guardkit's acquire and release scripts with edits applied, each
 // linked with the functions of scriptFragments it calls.
 func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
-	src := map[string]string{}
-	for _, f := range append([]string{"acquire", "release"}, scriptFragments...) {
-		b, err := os.ReadFile(filepath.Join(scriptsDir, f+".lua"))
-		if err != nil {
-			return "", "", fmt.Errorf("guardkit's scripts (run the bench from bench/): %w", err)
-		}
-		src[f] = string(b)
+	src, err := guardSources()
+	if err != nil {
+		return "", "", err
 	}
 	for _, e := range edits {
 		if !e.re.MatchString(src[e.file]) {
@@ -94,12 +90,32 @@ func guardScripts(edits []scriptEdit) (acquire, release string, err error) {
 		}
 		src[e.file] = e.re.ReplaceAllLiteralString(src[e.file], e.with)
 	}
+	return linkPair(src["acquire"], src["release"], src)
+}
+
+// guardSources returns the texts of acquire.lua, release.lua and scriptFragments, by
+// name.
+func guardSources() (map[string]string, error) {
+	src := map[string]string{}
+	for _, f := range append([]string{"acquire", "release"}, scriptFragments...) {
+		b, err := os.ReadFile(filepath.Join(scriptsDir, f+".lua"))
+		if err != nil {
+			return nil, fmt.Errorf("guardkit's scripts (run the bench from bench/): %w", err)
+		}
+		src[f] = string(b)
+	}
+	return src, nil
+}
+
+// linkPair links the acquire and release bodies acq and rel with the functions of
+// scriptFragments they call, the fragments' texts read from src by name.
+func linkPair(acq, rel string, src map[string]string) (acquire, release string, err error) {
 	frags := make([]lualink.Fragment, len(scriptFragments))
 	for i, f := range scriptFragments {
 		frags[i] = lualink.Fragment{Name: f + ".lua", Src: src[f]}
 	}
-	if acquire, err = lualink.Link(src["acquire"], frags...); err == nil {
-		release, err = lualink.Link(src["release"], frags...)
+	if acquire, err = lualink.Link(acq, frags...); err == nil {
+		release, err = lualink.Link(rel, frags...)
 	}
 	return acquire, release, err
 }
@@ -118,14 +134,20 @@ func newScriptsLib(edits []scriptEdit) func(libConfig) (Lib, error) {
 		if err != nil {
 			return nil, err
 		}
-		var b [9]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return nil, err
-		}
-		return scriptsLib{goRedis: newGoRedis(cfg, false), acquire: redis.NewScript(a), release: redis.NewScript(r),
-			locker: base64.RawURLEncoding.EncodeToString(b[:]), ttl: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
-			seq: new(atomic.Uint64)}, nil
+		return runScripts(cfg, a, r)
 	}
+}
+
+// runScripts returns the Lib that runs the acquire and release script texts acq and rel
+// with acquire.lua's and release.lua's arguments, on the raw row's client settings.
+func runScripts(cfg libConfig, acq, rel string) (Lib, error) {
+	var b [9]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	return scriptsLib{goRedis: newGoRedis(cfg, false), acquire: redis.NewScript(acq), release: redis.NewScript(rel),
+		locker: base64.RawURLEncoding.EncodeToString(b[:]), ttl: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
+		seq: new(atomic.Uint64)}, nil
 }
 
 type scriptsLease struct {

@@ -1,20 +1,14 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/base64"
-	"strconv"
 	"strings"
-	"sync/atomic"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The packed sketch prices a data layout that guardkit does not ship (yet): its scripts
 // keep layout 3's guarantees on the paths the guarantees scenario takes, with the hold's
 // owner, lease end, hold count and token packed into one field of the lock hash, so that
-// the common pair reads and writes 16 fields instead of layout 3's 29. It is a measurement, not a
-// lock to use: it takes a free lock, reenters the owner's hold, answers busy (and marks
+// the common pair reads and writes 16 fields instead of layout 3's 29. It is a
+// measurement, not a lock to use: it takes a free lock, reenters the owner's hold, answers busy (and marks
 // the lock waited on), refuses an attempt undone before it arrived, drops one of several
 // holds, frees the last (waking the next queued process when someone waited), reports a
 // retried call of either truthfully, raises tokens above the last and the clock, and
@@ -32,27 +26,17 @@ import (
 //	#w  "1" while Lockers may be queued
 //	#v  "sketch"
 
-// sketchAcquire is acquire.lua's contract (its ARGV, its replies) on the packed hash.
+// sketchAcquire is acquire.lua's contract (its ARGV, its replies) on the packed hash; it
+// calls the fragments' digits, undone and keep_for, linked in as guard links its scripts
+// (sketchScripts), so that it prices the same helpers.
 var sketchAcquire = `local lock, owner = KEYS[1], ARGV[1]
 local v = redis.call('HMGET', lock, '#h', '#f', '#w', '#v', '#o')
 if v[4] ~= 'sketch' and (v[4] or v[5]) then
   return redis.error_reply('GUARDKIT_LAYOUT ' .. (v[4] or '1') .. ' sketch')
 end
-local function digits(x)
-  if x < 2147483648 then
-    return string.format('%d', x)
-  end
-  return string.format('%d%06d', math.floor(x / 1000000), x % 1000000)
-end
-local function undone(f)
-  return f and string.find(f .. ':', ':!' .. ARGV[3] .. ':', 1, true)
-end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl, r = tonumber(ARGV[2]), tonumber(ARGV[4])
-local function keep_for(ms)
-  return math.max(ms, r) + math.floor(r / 8)
-end
+local ttl = tonumber(ARGV[2])
 local f = v[2]
 if v[1] and v[1] ~= '' then
   local o, e, n, token = string.match(v[1], '^(%S+) (%d+) (%d+) (%d+)')
@@ -174,21 +158,27 @@ return 1`
 		"return 1"
 )
 
+// sketchScripts returns the sketch's acquire and release scripts linked with the
+// fragments' functions they call.
+func sketchScripts() (acquire, release string, err error) {
+	src, err := guardSources()
+	if err != nil {
+		return "", "", err
+	}
+	return linkPair(sketchAcquire, sketchRelease, src)
+}
+
 // newSketch runs the packed sketch's scripts as the scripts rows run guardkit's: the
 // same arguments, the same client settings.
 func newSketch(cfg libConfig) (Lib, error) {
-	return newSketchOf(sketchAcquire, sketchRelease)(cfg)
+	a, r, err := sketchScripts()
+	if err != nil {
+		return nil, err
+	}
+	return runScripts(cfg, a, r)
 }
 
-// newSketchOf runs the sketch's acquire and release script texts acq and rel.
-func newSketchOf(acq, rel string) func(libConfig) (Lib, error) {
-	return func(cfg libConfig) (Lib, error) {
-		var b [9]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return nil, err
-		}
-		return scriptsLib{goRedis: newGoRedis(cfg, false), acquire: redis.NewScript(acq), release: redis.NewScript(rel),
-			locker: base64.RawURLEncoding.EncodeToString(b[:]), ttl: strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
-			seq: new(atomic.Uint64)}, nil
-	}
+// newSketchCommands runs sketchCommandsAcquire and sketchCommandsRelease.
+func newSketchCommands(cfg libConfig) (Lib, error) {
+	return runScripts(cfg, sketchCommandsAcquire, sketchCommandsRelease)
 }

@@ -19,7 +19,11 @@ func TestSketchKeepsTheScenariosGuarantees(t *testing.T) {
 	defer cancel()
 	c := redis.NewClient(&redis.Options{Addr: testAddr})
 	defer c.Close()
-	acq, rel := redis.NewScript(sketchAcquire), redis.NewScript(sketchRelease)
+	a, r, err := sketchScripts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acq, rel := redis.NewScript(a), redis.NewScript(r)
 	keys := []string{"sketch:k", "sketch:k:q"}
 	acquire := func(owner, nonce string) any {
 		t.Helper()
@@ -75,7 +79,7 @@ func TestSketchKeepsTheScenariosGuarantees(t *testing.T) {
 	if err := c.HSet(ctx, "sketch:old", "#v", "3", "#o", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	err := acq.Run(ctx, c, []string{"sketch:old", "sketch:old:q"}, "a", "10000", "n", "3600000", "2", "L").Err()
+	err = acq.Run(ctx, c, []string{"sketch:old", "sketch:old:q"}, "a", "10000", "n", "3600000", "2", "L").Err()
 	if err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 3 sketch") {
 		t.Fatalf("a layout-3 key: %v, want GUARDKIT_LAYOUT 3 sketch", err)
 	}
