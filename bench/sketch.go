@@ -8,8 +8,8 @@ import (
 // keep layout 3's guarantees on the paths the guarantees scenario takes, with the hold's
 // owner, lease end, hold count and token packed into one field of the lock hash, so that
 // the common pair reads and writes 16 fields instead of layout 3's 29. It is a
-// measurement, not a lock to use: it takes a free lock, reenters the owner's hold, answers busy (and marks
-// the lock waited on), refuses an attempt undone before it arrived, drops one of several
+// measurement, not a lock to use: it takes a free lock, reenters the owner's hold,
+// answers busy (and marks the lock waited on), refuses an attempt undone before it arrived, drops one of several
 // holds, frees the last (waking the next queued process when someone waited), reports a
 // retried call of either truthfully, raises tokens above the last and the clock, and
 // fails loudly on a key of another layout; it does not undo an attempt (an undo gets an
