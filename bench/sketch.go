@@ -9,12 +9,12 @@ import (
 // owner, lease end, hold count and token packed into one field of the lock hash, so that
 // the common pair reads and writes 16 fields instead of layout 3's 29. It is a
 // measurement, not a lock to use: it takes a free lock, reenters the owner's hold,
-// answers busy (and marks the lock waited on), refuses an attempt undone before it arrived, drops one of several
-// holds, frees the last (waking the next queued process when someone waited), reports a
-// retried call of either truthfully, raises tokens above the last and the clock, and
-// fails loudly on a key of another layout; it does not undo an attempt (an undo gets an
-// error reply), queue a caller, renew, or speak for a quorum or a section of the call
-// chain.
+// answers busy (and marks the lock waited on), refuses an attempt undone before it
+// arrived, drops one of several holds, frees the last (waking the next queued process
+// when someone waited), reports a retried call of either truthfully, raises tokens above
+// the last and the clock, and fails loudly on a key of another layout; it does not undo
+// an attempt (an undo gets an error reply), queue a caller, renew, or speak for a quorum
+// or a section of the call chain.
 //
 // The lock hash (layout "sketch"):
 //
