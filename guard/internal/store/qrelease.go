@@ -47,17 +47,7 @@ func (q *Quorum) releaseAll(ctx context.Context, h *Hold, nonce string) (script.
 	n := len(q.nodes)
 	// A server without the hold is told the winning attempt's nonce: its copy of the
 	// attempt may still be on its way, and must not take the lock after this release.
-	line := q.args(q.nodes[0]).release(h, nonce, "")
-	w := len(line) + 1
-	rr := &releaseRound{q: q, h: h, width: w, lines: make([]any, n*w), slots: make([]releaseSlot, n),
-		// The release waits for every server known to carry the hold besides a majority
-		// (within the round's patience): the owner's next attempt, on other connections,
-		// must not reach one of them before the release does and find the lock held.
-		carriers: h.Q.carry.Load()}
-	for i := range n {
-		copy(rr.lines[i*w:], line)
-		rr.lines[i*w+w-1] = h.Q.nonce
-	}
+	rr := q.releaseLines(h, nonce)
 	// The calls still running when a majority answered go on past the caller's return,
 	// within its deadline: a release that reaches the last server frees it there too.
 	d, bounded := ctx.Deadline()
@@ -74,6 +64,35 @@ func (q *Quorum) releaseAll(ctx context.Context, h *Hold, nonce string) (script.
 		return 0, q.failure("release", errs)
 	}
 	return q.mergeRelease(rr.slots), nil
+}
+
+// releaseLines makes the release of h on every server (see releaseAll): each server's
+// command line with the winning attempt's nonce (release.lua's ARGV[7]) and, where the
+// hold was granted or renewed in the round the lease's validity counts from (fresh)
+// and that validity has not run out, what the engine's clock says of the hold (ARGV[8],
+// see releaseLive): those servers need not read their clock, nor touch the hash's TTL.
+func (q *Quorum) releaseLines(h *Hold, nonce string) *releaseRound {
+	n := len(q.nodes)
+	line := q.args(q.nodes[0]).release(h, nonce, "")
+	w := len(line) + 2
+	// The validity first, then the servers: a renewal stores its servers before the
+	// engine moves the validity (see quorumRenewal.decide).
+	live := liveFlag(h)
+	fresh := h.Q.fresh.Load()
+	rr := &releaseRound{q: q, h: h, width: w, lines: make([]any, n*w), slots: make([]releaseSlot, n),
+		// The release waits for every server known to carry the hold besides a majority
+		// (within the round's patience): the owner's next attempt, on other connections,
+		// must not reach one of them before the release does and find the lock held.
+		carriers: h.Q.carry.Load()}
+	for i := range n {
+		copy(rr.lines[i*w:], line)
+		rr.lines[i*w+w-2] = h.Q.nonce
+		rr.lines[i*w+w-1] = argNoLabel
+		if fresh&(1<<i) != 0 {
+			rr.lines[i*w+w-1] = live
+		}
+	}
+	return rr
 }
 
 // releaseRound is one release of releaseAll in progress: the replies taken so far.
@@ -133,6 +152,7 @@ func (rr *releaseRound) Late(r fanout.Reply) {
 		w := rr.width
 		line := make([]any, w)
 		copy(line[2:], rr.lines[r.I*w+2:(r.I+1)*w])
+		line[w-1] = argNoLabel // sent later: the server reads its clock
 		rr.q.each(onlyAt(len(rr.slots), r.I), false, func(ctx context.Context, c *Conn) error {
 			call := func(ctx context.Context) error { return c.RunScript(ctx, rr.h.Terms.Spec.Release, line, true).Err() }
 			err := call(ctx)

@@ -17,7 +17,7 @@ func (q *Quorum) renewAt(timeout time.Duration, batch []*Hold, idx []int, ttls [
 	n := len(q.nodes)
 	qr := &quorumRenewal{q: q, batch: batch, errs: errs, open: len(idx),
 		ok: make([]int, len(batch)), gone: make([]int, len(batch)), failed: make([][]error, len(batch)),
-		pending: make([]bool, len(batch)), missing: make([]uint64, len(batch))}
+		pending: make([]bool, len(batch)), missing: make([]uint64, len(batch)), renewed: make([]uint64, len(batch))}
 	for _, i := range idx {
 		qr.pending[i] = true
 		qr.failed[i] = make([]error, n)
@@ -86,6 +86,7 @@ type quorumRenewal struct {
 	failed  [][]error // per server, what went wrong there
 	pending []bool    // the leases not yet decided
 	missing []uint64  // the servers that reported the hold gone
+	renewed []uint64  // the servers that renewed the hold
 	open    int       // how many are pending
 }
 
@@ -117,6 +118,7 @@ func (qr *quorumRenewal) record(i, j int, v int64, err error) {
 		qr.failed[i][j] = err
 	case v == 1:
 		qr.ok[i]++
+		qr.renewed[i] |= 1 << j
 	default:
 		qr.gone[i]++
 		qr.missing[i] |= 1 << j
@@ -137,6 +139,12 @@ func (qr *quorumRenewal) decide(i int) bool {
 	switch {
 	case qr.ok[i] >= q.need:
 		qr.errs[i] = nil
+		// The engine counts the lease's validity from this round now: the servers that
+		// renewed it so far are those that hold it that long (the others, and those
+		// that answer after, read their clock when it is released).
+		if hq := qr.batch[i].Q; hq != nil {
+			hq.fresh.Store(qr.renewed[i])
+		}
 	case qr.gone[i] > n-q.need:
 		qr.errs[i] = ErrGone
 	case n-countErrs(qr.failed[i]) < q.need:

@@ -46,6 +46,12 @@ type Quorum struct {
 type QuorumHold struct {
 	nonce string        // the nonce of the attempt that won the hold
 	carry atomic.Uint64 // the servers known to carry the hold (bit i: server i)
+	// fresh are the servers that granted or renewed the hold in the round the engine's
+	// validity (Ref.Left) counts from: there the hold lasts as long as the validity at
+	// least, and its release need not read the server's clock (release.lua's ARGV[8]).
+	// Set before the engine takes the round's outcome, so that a release that finds the
+	// validity of a round finds that round's servers or a set they all belong to.
+	fresh atomic.Uint64
 }
 
 // node is a quorum server's conn as the fan-out calls it (fanout.Node).

@@ -59,6 +59,9 @@ func (q *Quorum) raise(ctx context.Context, a *quorumAttempt) (script.Granted, *
 		}
 		return script.Granted{}, nil, q.failure("acquire", errs)
 	}
+	// Every server that granted the attempt holds it until the attempt was sent and the
+	// TTL passed at least, past the validity the engine counts from that sending.
+	hold.fresh.Store(hold.carry.Load())
 	return g, hold, nil
 }
 
