@@ -52,12 +52,21 @@ type lane struct {
 	batches int       // batches sent (tests)
 }
 
-// waiter is one call in a lane's queue; done is closed once it has run or was dropped.
+// waiter is one call in a lane's queue. The batcher sends on done, once, when the call
+// has run or was dropped, and touches the waiter no more: the caller that receives it
+// puts the waiter back in waiters for another call (a queued call then costs no
+// allocation of its own); a caller that left first (its context ended) leaves it.
 type waiter struct {
 	ctx  context.Context
 	cmd  *redis.Cmd
-	done chan struct{}
+	done chan struct{} // capacity 1
 }
+
+// waiters are the waiters not in use.
+var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
+
+// finish tells w's caller that its call has run or was dropped.
+func (w *waiter) finish() { w.done <- struct{}{} }
 
 // newBatcher returns the batcher of client, or nil when its calls are not batched: a
 // client that does not give up on calls at their context's deadline (a lone call runs on
@@ -116,7 +125,8 @@ func (b *batcher) do(ctx context.Context, args []any) *redis.Cmd {
 		b.next(l)
 		return cmd
 	}
-	w := &waiter{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	w := waiters.Get().(*waiter)
+	w.ctx, w.cmd = ctx, cmd
 	if l.queue == nil {
 		l.queue, l.spare = l.spare, nil
 	}
@@ -124,21 +134,32 @@ func (b *batcher) do(ctx context.Context, args []any) *redis.Cmd {
 	l.mu.Unlock()
 	select {
 	case <-w.done:
+		w.ctx, w.cmd = nil, nil
+		waiters.Put(w)
 		return cmd
 	case <-ctx.Done():
 		left := redis.NewCmd(ctx)
-		left.SetErr(&inFlight{err: ctx.Err(), wait: w.wait})
+		left.SetErr(&inFlight{err: ctx.Err(), wait: settling(w)})
 		return left
 	}
 }
 
-// wait waits until w has run or was dropped, or until ctx ends.
-func (w *waiter) wait(ctx context.Context) error {
-	select {
-	case <-w.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// settling returns a wait for the call of w, whose caller left: it returns once the call
+// has run or was dropped (the batcher drops a call whose context ended before its batch
+// went out, so that comes soon), or when its ctx ends; it may be called many times.
+func settling(w *waiter) func(context.Context) error {
+	settled := make(chan struct{})
+	go func() {
+		<-w.done
+		close(settled)
+	}()
+	return func(ctx context.Context) error {
+		select {
+		case <-settled:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -188,7 +209,7 @@ func (b *batcher) send(calls []*waiter) {
 	for _, w := range calls {
 		if err := w.ctx.Err(); err != nil {
 			w.cmd.SetErr(err)
-			close(w.done)
+			w.finish()
 			continue
 		}
 		d, ok := w.ctx.Deadline()
@@ -203,7 +224,7 @@ func (b *batcher) send(calls []*waiter) {
 		return
 	case 1:
 		_ = b.client.Process(live[0].ctx, live[0].cmd)
-		close(live[0].done)
+		live[0].finish()
 		return
 	}
 	ctx := context.Background()
@@ -218,7 +239,7 @@ func (b *batcher) send(calls []*waiter) {
 	}
 	_, _ = pipe.Exec(ctx)
 	for _, w := range live {
-		close(w.done)
+		w.finish()
 	}
 }
 
