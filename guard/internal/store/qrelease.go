@@ -78,7 +78,7 @@ func (q *Quorum) releaseLines(h *Hold, nonce string) *releaseRound {
 	// The validity first, then the servers: a renewal stores its servers before the
 	// engine moves the validity (see quorumRenewal.decide).
 	live := liveFlag(h)
-	fresh := h.Q.fresh.Load()
+	fresh := h.Q.live.set()
 	rr := &releaseRound{q: q, h: h, width: w, lines: make([]any, n*w), slots: make([]releaseSlot, n),
 		// The release waits for every server known to carry the hold besides a majority
 		// (within the round's patience): the owner's next attempt, on other connections,

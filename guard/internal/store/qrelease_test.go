@@ -19,7 +19,8 @@ func (r leftRef) Left() time.Duration { return r.left }
 // (release.lua's ARGV[8]: they need not read their clock, nor touch the hash's TTL), and
 // tells the others nothing: a server that missed the last renewal may have let the hold
 // expire before the validity runs out. A renewal decided by a majority makes its
-// servers the fresh ones; one that fails leaves them as they were.
+// servers the fresh ones; one that fails leaves them as they were. A server that answers
+// a round after its majority joins it, unless a later round was decided.
 func TestQuorumReleaseTellsFreshServers(t *testing.T) {
 	q := &Quorum{nodes: []*Conn{NewConn(nil), NewConn(nil), NewConn(nil)}, need: 2}
 	terms := &Terms{Spec: &Spec{Acquire: script.Acquire, Release: script.Release, Renew: script.Renew},
@@ -52,7 +53,7 @@ func TestQuorumReleaseTellsFreshServers(t *testing.T) {
 		}
 	}
 	// Granted on servers 0 and 2 (raise stores the granting servers).
-	h.Q.fresh.Store(0b101)
+	h.Q.live.servers = 0b101
 	check("granted on 0 and 2, retention covered", "2", "", "2")
 	ref.left = 0
 	check("validity run out", "", "", "")
@@ -61,18 +62,27 @@ func TestQuorumReleaseTellsFreshServers(t *testing.T) {
 	ref.left = 5 * time.Second
 	errs := make([]error, 1)
 	qr := &quorumRenewal{q: q, batch: []*Hold{h}, errs: errs, open: 1, ok: make([]int, 1), gone: make([]int, 1),
-		failed: [][]error{make([]error, 3)}, pending: []bool{true}, missing: make([]uint64, 1), renewed: make([]uint64, 1)}
+		failed: [][]error{make([]error, 3)}, pending: []bool{true}, missing: make([]uint64, 1), renewed: make([]uint64, 1), rounds: make([]int, 1)}
 	qr.record(0, 1, 1, nil)
 	check("one server renewed, undecided", "2", "", "2")
+	h.Q.live.joined(0, 1) // the grant's late server
+	check("a late grant", "2", "2", "2")
+	h.Q.live.servers = 0b101
 	qr.record(0, 0, 1, nil)
 	if errs[0] != nil || qr.pending[0] {
 		t.Fatalf("renewal by a majority: err %v, pending %v", errs[0], qr.pending[0])
 	}
 	check("renewed on 0 and 1", "2", "2", "")
+	// A grant that answers late joins no more, the renewal's own late servers do.
+	h.Q.live.joined(0, 2)
+	check("a late grant after the renewal", "2", "2", "")
+	h.Q.live.joined(qr.rounds[0], 2)
+	check("a late renewal", "2", "2", "2")
+	h.Q.live.servers = 0b011
 
 	// A renewal that fails (gone on a majority) leaves the fresh servers alone.
 	qr = &quorumRenewal{q: q, batch: []*Hold{h}, errs: errs, open: 1, ok: make([]int, 1), gone: make([]int, 1),
-		failed: [][]error{make([]error, 3)}, pending: []bool{true}, missing: make([]uint64, 1), renewed: make([]uint64, 1)}
+		failed: [][]error{make([]error, 3)}, pending: []bool{true}, missing: make([]uint64, 1), renewed: make([]uint64, 1), rounds: make([]int, 1)}
 	qr.record(0, 2, 1, nil)
 	qr.record(0, 0, 0, nil)
 	qr.record(0, 1, 0, nil)

@@ -17,7 +17,7 @@ func (q *Quorum) renewAt(timeout time.Duration, batch []*Hold, idx []int, ttls [
 	n := len(q.nodes)
 	qr := &quorumRenewal{q: q, batch: batch, errs: errs, open: len(idx),
 		ok: make([]int, len(batch)), gone: make([]int, len(batch)), failed: make([][]error, len(batch)),
-		pending: make([]bool, len(batch)), missing: make([]uint64, len(batch)), renewed: make([]uint64, len(batch))}
+		pending: make([]bool, len(batch)), missing: make([]uint64, len(batch)), renewed: make([]uint64, len(batch)), rounds: make([]int, len(batch))}
 	for _, i := range idx {
 		qr.pending[i] = true
 		qr.failed[i] = make([]error, n)
@@ -33,10 +33,15 @@ func (q *Quorum) renewAt(timeout time.Duration, batch []*Hold, idx []int, ttls [
 	late := func(nr fanout.Reply) {
 		g := nr.V.(*renewGroup)
 		for k, i := range g.idx {
-			if v, err := g.cmds[k].Int64(); err == nil && v != 1 && errs[i] == nil {
+			v, err := g.cmds[k].Int64()
+			switch {
+			case err != nil || errs[i] != nil:
+			case v != 1:
 				lateMu.Lock()
 				q.repair(batch[i], nr.I)
 				lateMu.Unlock()
+			case qr.rounds[i] > 0 && batch[i].Q != nil:
+				batch[i].Q.live.joined(qr.rounds[i], nr.I) // renewed there too
 			}
 		}
 	}
@@ -87,6 +92,7 @@ type quorumRenewal struct {
 	pending []bool    // the leases not yet decided
 	missing []uint64  // the servers that reported the hold gone
 	renewed []uint64  // the servers that renewed the hold
+	rounds  []int     // the hold's round of liveness this renewal is, once decided
 	open    int       // how many are pending
 }
 
@@ -143,7 +149,7 @@ func (qr *quorumRenewal) decide(i int) bool {
 		// renewed it so far are those that hold it that long (the others, and those
 		// that answer after, read their clock when it is released).
 		if hq := qr.batch[i].Q; hq != nil {
-			hq.fresh.Store(qr.renewed[i])
+			qr.rounds[i] = hq.live.renewed(qr.renewed[i])
 		}
 	case qr.gone[i] > n-q.need:
 		qr.errs[i] = ErrGone

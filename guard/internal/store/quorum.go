@@ -46,12 +46,47 @@ type Quorum struct {
 type QuorumHold struct {
 	nonce string        // the nonce of the attempt that won the hold
 	carry atomic.Uint64 // the servers known to carry the hold (bit i: server i)
-	// fresh are the servers that granted or renewed the hold in the round the engine's
-	// validity (Ref.Left) counts from: there the hold lasts as long as the validity at
-	// least, and its release need not read the server's clock (release.lua's ARGV[8]).
-	// Set before the engine takes the round's outcome, so that a release that finds the
-	// validity of a round finds that round's servers or a set they all belong to.
-	fresh atomic.Uint64
+	// live is what the quorum knows of the hold's expiry on each server (see liveness).
+	live liveness
+}
+
+// liveness records the servers that granted or renewed a hold in the round the engine's
+// validity (Ref.Left) counts from, the grant or the last renewal a majority confirmed:
+// there the hold lasts as long as the validity at least, and its release need not read
+// the server's clock (release.lua's ARGV[8]). A server that answers the round after the
+// majority joins while no later round was decided. A renewal records its servers before
+// the engine moves the validity, so that a release that finds the validity of a round
+// finds that round's servers or, the round before, a set whose holds last longer still.
+type liveness struct {
+	mu      sync.Mutex
+	servers uint64 // bit i: server i
+	round   int    // 0: the grant; n: the nth renewal decided
+}
+
+// joined adds server i to the round's servers, unless a later round was decided.
+func (l *liveness) joined(round, i int) {
+	l.mu.Lock()
+	if l.round == round {
+		l.servers |= 1 << i
+	}
+	l.mu.Unlock()
+}
+
+// renewed starts the next round with the servers that renewed the hold in it, and
+// returns its number.
+func (l *liveness) renewed(servers uint64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.round++
+	l.servers = servers
+	return l.round
+}
+
+// set returns the servers of the current round.
+func (l *liveness) set() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.servers
 }
 
 // node is a quorum server's conn as the fan-out calls it (fanout.Node).

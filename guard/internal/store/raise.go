@@ -61,7 +61,7 @@ func (q *Quorum) raise(ctx context.Context, a *quorumAttempt) (script.Granted, *
 	}
 	// Every server that granted the attempt holds it until the attempt was sent and the
 	// TTL passed at least, past the validity the engine counts from that sending.
-	hold.fresh.Store(hold.carry.Load())
+	hold.live.servers = hold.carry.Load()
 	return g, hold, nil
 }
 
