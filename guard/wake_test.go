@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -374,4 +375,70 @@ func TestProcessesTakeTurns(t *testing.T) {
 	if longest > 2 {
 		t.Fatalf("one process held the lock %d times in a row while %d others waited: %v", longest, lockers-1, turns)
 	}
+}
+
+// TestKindsWakeOnRelease: a waiter of another process is woken by the release of the
+// hold it waits behind, for every kind with a wait queue: a reader behind a writer, a
+// writer behind a reader, a semaphore's permit, and the first of two readers leaving
+// while another reads on (its release must not wake: the writer is still shut out, and
+// wakes when the last reader leaves). A release that finds nobody waited wakes nobody
+// and sends nothing (the lock hash's #w, which busy sets before a Locker queues).
+func TestKindsWakeOnRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		hold, wait guard.Option
+		holds      int
+		suffix     string // of the lock's Redis name
+	}{
+		{"reader behind a writer", guard.Write(), guard.Read(), 1, ":rw"},
+		{"writer behind a reader", guard.Read(), guard.Write(), 1, ":rw"},
+		{"writer behind two readers", guard.Read(), guard.Write(), 2, ":rw"},
+		{"permit", guard.Permits(1), guard.Permits(1), 1, ":sem"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			holder, c := newLocker(t, srv)
+			waiter, _ := newLocker(t, srv)
+			ctx := ctxTimeout(t, 60*time.Second)
+			var held []*guard.Lease
+			for range tc.holds {
+				held = append(held, mustAcquire(t, holder, context.Background(), "kinds-wake", tc.hold))
+			}
+			got := startWaiter(ctx, waiter, "kinds-wake", tc.wait, sleepy)
+			lock := lockName("kinds-wake") + tc.suffix
+			waitUntil(t, 30*time.Second, "the waiter to queue and subscribe", func() bool {
+				if _, err := c.LPos(ctx, lock+":queue", waiter.ID(), redis.LPosArgs{}).Result(); err != nil {
+					return false
+				}
+				subs, err := c.PubSubNumSub(ctx, lock+":release").Result()
+				return err == nil && subs[lock+":release"] > 0
+			})
+			for _, le := range held[1:] {
+				mustRelease(t, le)
+			}
+			if len(held) > 1 {
+				select {
+				case err := <-got:
+					t.Fatalf("the writer got in (%v) while a reader holds", err)
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			mustRelease(t, held[0])
+			expectAcquired(t, got, "waiter did not wake on the release (backoff 1m, holder TTL 30s)")
+		})
+	}
+	t.Run("nobody waited", func(t *testing.T) {
+		srv := redistest.Start(t)
+		l, c := newLocker(t, srv)
+		ctx := ctxTimeout(t, 10*time.Second)
+		for _, kind := range []guard.Option{guard.Read(), guard.Write(), guard.Permits(2)} {
+			mustRelease(t, mustAcquire(t, l, ctx, "kinds-quiet", kind))
+		}
+		info := c.Info(ctx, "commandstats").Val()
+		for _, cmd := range []string{"cmdstat_lpop:", "cmdstat_publish:"} {
+			if strings.Contains(info, cmd) {
+				t.Fatalf("releases nobody waited for sent %s", strings.TrimSuffix(cmd, ":"))
+			}
+		}
+	})
 }

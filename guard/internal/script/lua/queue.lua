@@ -39,10 +39,14 @@ end
 
 -- wake_all wakes every Locker waiting for the lock (a writer left: all readers may
 -- enter) when someone waited (waited: the lock hash's #w) or queued. queued says whether
--- the queue held anyone, nil to delete the queue and see. Returns release.lua's reply
--- for a hold that ended.
+-- the queue held anyone, nil to delete the queue and see — when someone waited: a
+-- Locker queues only after #w was set (busy, and the polite attempts), and #w goes only
+-- once the queue is found empty. Returns release.lua's reply for a hold that ended.
 local function wake_all(waited, queued)
   if queued == nil then
+    if waited ~= '1' then
+      return 1
+    end
     queued = redis.call('DEL', KEYS[2]) > 0
   end
   if queued or waited == '1' then
@@ -53,9 +57,13 @@ local function wake_all(waited, queued)
 end
 
 -- wake_next wakes the first queued Locker, or every Locker when nobody is queued but
--- someone waited for the hold that ended; waited as for wake_all. The lock hash's #w
--- stays while a Locker was popped: others may be queued behind it.
+-- someone waited for the hold that ended; waited as for wake_all: nobody, when it is
+-- not "1". The lock hash's #w stays while a Locker was popped: others may be queued
+-- behind it.
 local function wake_next(waited)
+  if waited ~= '1' then
+    return 1
+  end
   local next = redis.call('LPOP', KEYS[2])
   if next == ARGV[5] then
     return 4 -- the caller's own Locker is next: it wakes its waiters itself

@@ -47,9 +47,17 @@ if not held then
       redis.call('HDEL', KEYS[4], owner)
     end
     local token, record = new_token(f, t)
-    redis.call('HSET', lock, '#v', '3', '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
-      '#r', '', '#l', ARGV[9] or '', '#t', token, '#tq', '', '#tp', '', '#g', '', '#f', record)
-    extend_to(lock, digits(keep_for(ttl)))
+    -- The fields every hold has, then those only some need (as acquire.lua's grant):
+    -- the layout version on a hash that lacks it, and #g cleared when a grant is left
+    -- in it (lapsed: its owner did not claim it; the caller may be that owner). A nonce
+    -- in #r is never sent again but by a retry of the release that left an earlier hold
+    -- held, and a quorum, which writes #tq and #tp, serves no fair lock.
+    redis.call('HSET', lock, '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
+      '#l', ARGV[9] or '', '#t', token, '#f', record,
+      also(v[8] ~= '3', '#v', '3', also(granted and granted ~= '', '#g', '')))
+    -- A new hold: its TTL, which covers the fence retention (keep_for), replaces the
+    -- key's (as acquire.lua's grant; a claim or a reentry never shortens it).
+    redis.call('PEXPIRE', lock, digits(keep_for(ttl)))
     return tonumber(token)
   end
   grant_next(ARGV[8], now, t, f)

@@ -17,7 +17,10 @@ if top > 0 and redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[7]) then
   return busy(tonumber(first[2]) - now) -- the first lease to run out frees a permit
 end
 if ARGV[5] == '1' then
-  enqueue() -- polite: a permit is free, but others of this process wait for one
+  -- Polite: a permit is free, but others of this process wait for one. #w first, as
+  -- busy does: a release that finds it unset wakes nobody.
+  redis.call('HSET', KEYS[1], '#w', '1')
+  enqueue()
   return {0, -1}
 end
 local token, record = new_token(f, t, ARGV[10])

@@ -29,7 +29,10 @@ if writer or top > 0 then
   return busy(math.min(top - now, math.floor(ttl / 3)))
 end
 if ARGV[5] == '1' then
-  enqueue() -- polite: the lock is free, but others of this process are ahead
+  -- Polite: the lock is free, but others of this process are ahead. #w first, as busy
+  -- does: a release that finds it unset wakes nobody.
+  redis.call('HSET', lock, '#w', '1')
+  enqueue()
   return {0, -1}
 end
 local token, record = new_token(f, t, ARGV[10])
