@@ -273,13 +273,15 @@ func (r *report) evaluate() (main, perWorker []target) {
 			rt, ok2 := g("uncontended", c, "guardkit", "rt_per_pair_hook")
 			reads, _ := g("uncontended", c, "guardkit", "reads_per_pair")
 			met = met && ok1 && ratio >= 0.95
-			rtMet = rtMet && ok2 && math.Abs(rt-2) < 0.0005
+			// At most 2: the built-in batching (issue #39) shares round trips between
+			// concurrent pairs; a lone pair makes exactly 2.
+			rtMet = rtMet && ok2 && rt < 2.0005
 			parts = append(parts, fmt.Sprintf("%s %s×", c, num(ratio, ok1, 2)))
 			rts = append(rts, fmt.Sprintf("%s %s (server reads %s)", c, num(rt, ok2, 3), num(reads, true, 3)))
 		}
 		main = append(main,
 			target{"uncontended-throughput", "uncontended ≥ 0.95× raw pairs/s at every G", strings.Join(parts, "; "), met},
-			target{"uncontended-rt", "uncontended: exactly 2 round trips per pair", strings.Join(rts, "; "), rtMet})
+			target{"uncontended-rt", "uncontended: at most 2 round trips per pair (concurrent pairs share them)", strings.Join(rts, "; "), rtMet})
 	}
 	if cells := r.cells("reentrant"); len(cells) > 0 {
 		met := true

@@ -545,7 +545,8 @@ func (w *worker) reenter(ctx context.Context, le *guard.Lease, epoch int64, opts
 			// With Redis reachable, it counts this hold at once: only the engine can have
 			// kept the reentry waiting.
 			w.sink.Violate(chaos.Violation{Inv: reentry, Key: le.Key(), Tokens: []int64{le.Token()}, From: start, To: chaos.Now(),
-				Detail: fmt.Sprintf("%s: reentry on %q through another Locker was refused as busy (%v) while the outer lease was valid and no fault was injected", w.id, le.Key(), err)})
+				Detail: fmt.Sprintf("%s: reentry on %q through another Locker was refused as busy (%v) while the outer lease was valid and no fault was injected; %s",
+					w.id, le.Key(), err, w.serverViews(le))})
 		}
 		return errors.Is(err, guard.ErrLocked) && !errors.Is(err, context.DeadlineExceeded)
 	}
@@ -792,6 +793,39 @@ func holdProbe(le *guard.Lease) (hash string, fields []string) {
 		return hash, []string{count, token}
 	}
 	return hash, []string{count, token, holder, "#e"}
+}
+
+// serverViews reads, for a violation's detail, what each server of the deployment (a
+// quorum's every server) holds of le's lock just after: the hold fields of le's owner
+// (holdProbe), the lock's holder, lease end and waiting flag, and the hash's PTTL — or
+// the error, a paused server's unanswered within the probe budget.
+func (w *worker) serverViews(le *guard.Lease) string {
+	probes := w.probes
+	if len(probes) == 0 {
+		probes = []redis.UniversalClient{w.probe}
+	}
+	hash, fields := holdProbe(le)
+	fields = append(fields, "#o", "#e", "#w")
+	ctx, cancel := context.WithTimeout(context.Background(), probeBudget)
+	defer cancel()
+	views := make([]string, len(probes))
+	var wg sync.WaitGroup
+	for i, p := range probes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pipe := p.Pipeline()
+			v := pipe.HMGet(ctx, hash, fields...)
+			pttl := pipe.PTTL(ctx, hash)
+			if _, err := pipe.Exec(ctx); err != nil {
+				views[i] = fmt.Sprintf("server %d: %v", i, err)
+				return
+			}
+			views[i] = fmt.Sprintf("server %d: %v = %v, PTTL %s", i, fields, v.Val(), pttl.Val())
+		}()
+	}
+	wg.Wait()
+	return "in Redis just after: " + strings.Join(views, "; ")
 }
 
 // holdMatches reports whether v, the reply of an I2 probe (holdProbe), shows le's hold
