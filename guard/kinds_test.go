@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -568,5 +569,36 @@ func TestSemaphoreTakesTurns(t *testing.T) {
 	}
 	if longest > 2 {
 		t.Fatalf("one goroutine held the permit %d times in a row while %d others waited: %v", longest, workers-1, turns)
+	}
+}
+
+// TestFenceRecordKeptAfterRelease: for every kind, the lock hash, which keeps the fence
+// record (the last token, the undo marks, the release record), lives the fence retention
+// at least after the last hold's release, whether the lease was shorter than the
+// retention or longer.
+func TestFenceRecordKeptAfterRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	const retention = time.Minute
+	kinds := []struct {
+		name   string
+		opts   []guard.Option
+		suffix string
+	}{
+		{"exclusive", nil, ""},
+		{"read", []guard.Option{guard.Read()}, ":rw"},
+		{"write", []guard.Option{guard.Write()}, ":rw"},
+		{"semaphore", []guard.Option{guard.Permits(2)}, ":sem"},
+		{"fair", []guard.Option{guard.Fair()}, ":fair"},
+	}
+	for _, ttl := range []time.Duration{10 * time.Second, 2 * time.Minute} {
+		l, c := newLocker(t, srv, guard.TTL(ttl), guard.FenceRetention(retention))
+		ctx := ctxTimeout(t, 10*time.Second)
+		for _, k := range kinds {
+			key := fmt.Sprintf("kept-%s-%s", k.name, ttl)
+			mustRelease(t, mustAcquire(t, l, ctx, key, k.opts...))
+			if left := c.PTTL(ctx, lockName(key)+k.suffix).Val(); left < retention-time.Second {
+				t.Errorf("%s, TTL %s: the lock hash lives %s after the release, want the fence retention %s at least", k.name, ttl, left, retention)
+			}
+		}
 	}
 }

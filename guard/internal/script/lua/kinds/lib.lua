@@ -236,7 +236,10 @@ local function release_share(rw)
       redis.call('HDEL', lock, owner, nonces, dropped, token, token .. 'q', token .. 'p', owner .. '#l')
       redis.call('HSET', lock, '#x', record)
     end
-    extend_to(lock, retention())
+    -- Nobody holds and no writer waits: the hash's TTL keeps only the fence record now,
+    -- for the retention from this release (never shortening it would cost a PTTL when
+    -- the lease that set it was as long).
+    redis.call('PEXPIRE', lock, retention())
     return wake_next(v[5])
   end
   return share_left(rw, owner, nonces, dropped, token, v, r == nil, record)
@@ -293,7 +296,7 @@ local function release_write()
         redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#tp', '#Wl')
         redis.call('HSET', lock, '#x', record)
       end
-      extend_to(lock, retention())
+      redis.call('PEXPIRE', lock, retention()) -- the fence record's alone (release_share)
       return wake_all(v[7], redis.call('DEL', KEYS[3], KEYS[2]) > members)
     end
   end
