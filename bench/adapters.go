@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -213,23 +214,45 @@ func cutDescription(edits []scriptEdit) string {
 }
 
 // rtCounter is a go-redis hook that counts round trips: one per command, one per
-// pipeline.
+// pipeline. A new connection's handshake (HELLO, CLIENT SETINFO, CLIENT
+// MAINT_NOTIFICATIONS), which go-redis also sends through the hooks, is not counted:
+// it is a connection's, not a lock call's, and comes whenever a library opens one (a
+// Pub/Sub connection, say, whose own traffic is not counted either).
 type rtCounter struct{ n atomic.Int64 }
 
 func (c *rtCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *rtCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
+		if !handshake(cmd) {
+			c.n.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 
 func (c *rtCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
+		if len(cmds) == 0 || !handshake(cmds[0]) {
+			c.n.Add(1)
+		}
 		return next(ctx, cmds)
 	}
+}
+
+// handshake reports whether cmd is one of the commands go-redis sends on a new
+// connection before any of the caller's.
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello":
+		return true
+	case "client":
+		if args := cmd.Args(); len(args) > 1 {
+			sub := strings.ToLower(fmt.Sprint(args[1]))
+			return sub == "setinfo" || sub == "maint_notifications"
+		}
+	}
+	return false
 }
 
 // goRedis is a go-redis client with its shipped defaults and a round-trip counter.

@@ -242,7 +242,7 @@ func (r *report) machine(b *strings.Builder) {
 }
 
 func (r *report) method(b *strings.Builder) {
-	b.WriteString("Round trips (RT) are counted by a go-redis hook on each adapter's own client: one per command, one per pipeline; Pub/Sub traffic is not included. The server's `total_reads_processed` delta (reads) counts every read redis-server made from every connection, Pub/Sub and client-side-caching ones included; a large pipeline can take several reads. Commands (cmds) are `INFO commandstats` calls and include those that scripts run; the INFO calls of the harness are left out.\n\n")
+	b.WriteString("Round trips (RT) are counted by a go-redis hook on each adapter's own client: one per command, one per pipeline; Pub/Sub traffic and the handshake go-redis makes on a new connection (HELLO, CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS) are not included. The server's `total_reads_processed` delta (reads) counts every read redis-server made from every connection, Pub/Sub and client-side-caching ones included; a large pipeline can take several reads. Commands (cmds) are `INFO commandstats` calls and include those that scripts run; the INFO calls of the harness are left out.\n\n")
 }
 
 // target is one line of the targets table; id names its section in the analysis file.
