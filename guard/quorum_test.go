@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1282,41 +1281,31 @@ func TestQuorumPoliteReentryThroughQueuedLocker(t *testing.T) {
 // whose grant came after the majority's reads its clock). The hash still lives the fence
 // retention on every server after the release.
 func TestReleaseWithinValidityReadsNoClock(t *testing.T) {
-	timeCalls := func(t *testing.T, c *redis.Client) int {
-		t.Helper()
-		info, err := c.Info(context.Background(), "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(info, "\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_time:calls="); ok {
-				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				return n
-			}
-		}
-		return 0
-	}
 	const retention = time.Minute
-	check := func(t *testing.T, l *guard.Locker, cs []*redis.Client, most int) {
+	check := func(t *testing.T, l *guard.Locker, srvs []*redistest.Server, most int64) {
 		t.Helper()
 		ctx := ctxTimeout(t, 10*time.Second)
+		var cs []*redis.Client
+		for _, s := range srvs {
+			cs = append(cs, s.Client(t))
+		}
 		for round := range 5 {
 			key := fmt.Sprintf("clockless-%d", round)
 			le := mustAcquire(t, l, ctx, key)
-			before := make([]int, len(cs))
-			for i, c := range cs {
-				before[i] = timeCalls(t, c)
+			before := make([]int64, len(srvs))
+			for i, s := range srvs {
+				before[i] = s.CommandCalls(t)["time"]
 			}
 			mustRelease(t, le)
-			read := 0
+			var read int64
 			for i, c := range cs {
-				read += timeCalls(t, c) - before[i]
 				// A quorum's release goes on to the last server past the majority's
-				// answers; wait for it there.
+				// answers; wait for it there before counting.
 				waitUntil(t, 2*time.Second, "the release on every server", func() bool {
 					o, err := c.HGet(ctx, lockName(key), "#o").Result()
 					return err == redis.Nil || err == nil && o == ""
 				})
+				read += srvs[i].CommandCalls(t)["time"] - before[i]
 				if ttl := c.PTTL(ctx, lockName(key)).Val(); ttl < retention {
 					t.Fatalf("round %d, server %d: the lock hash lives %s after the release, want the fence retention %s at least", round, i, ttl, retention)
 				}
@@ -1329,15 +1318,11 @@ func TestReleaseWithinValidityReadsNoClock(t *testing.T) {
 	opts := []guard.Option{guard.TTL(30 * time.Second), guard.FenceRetention(retention)}
 	t.Run("single", func(t *testing.T) {
 		srv := redistest.Start(t)
-		l, c := newLocker(t, srv, opts...)
-		check(t, l, []*redis.Client{c}, 0)
+		l, _ := newLocker(t, srv, opts...)
+		check(t, l, []*redistest.Server{srv}, 0)
 	})
 	t.Run("quorum", func(t *testing.T) {
 		r := startQuorum(t, 3, false)
-		var cs []*redis.Client
-		for _, s := range r.servers {
-			cs = append(cs, s.Client(t))
-		}
-		check(t, r.locker(t, append(opts, guard.RestartDelay(0))...), cs, 1)
+		check(t, r.locker(t, append(opts, guard.RestartDelay(0))...), r.servers, 1)
 	})
 }
