@@ -312,22 +312,19 @@ func (a *quorumAttempt) lateGrant(r fanout.Reply) {
 		// is. A release of the hold, like the undo of an acquisition given up, goes to
 		// every server with this attempt's nonce, and drops this grant or, reaching the
 		// server first, has it refused.
-		a.hold.carry.Or(1 << r.I)
-		a.hold.live.joined(0, r.I)
+		a.hold.joinedLate(r.I)
 	case err == nil && h.Ref.Gone():
 		// Undone: its grant on this server came after the acquisition was given up or
 		// the hold's release reached the server, and would stay there until its TTL.
 		q.undoAt(h, a.owner, nonce, onlyAt(len(a.q.nodes), r.I))
 	case late.carries(a.top, a.proposal):
-		a.hold.carry.Or(1 << r.I) // a grant after the majority's: part of the hold
-		a.hold.live.joined(0, r.I)
+		a.hold.joinedLate(r.I) // a grant after the majority's: part of the hold
 	case err == nil:
 		// A grant after the majority's: part of the hold, once told the hold's token
 		// (aside: the reply's goroutine may have others to hand on).
 		raise := func() {
 			if q.raiseOn(context.Background(), q.nodes[r.I], h, a.owner, a.top, nonce) == nil {
-				a.hold.carry.Or(1 << r.I)
-				a.hold.live.joined(0, r.I)
+				a.hold.joinedLate(r.I)
 			}
 		}
 		if !q.cfg.Aside(raise) {

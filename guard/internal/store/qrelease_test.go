@@ -61,8 +61,7 @@ func TestQuorumReleaseTellsFreshServers(t *testing.T) {
 	// A renewal that servers 0 and 1 confirm before it is decided.
 	ref.left = 5 * time.Second
 	errs := make([]error, 1)
-	qr := &quorumRenewal{q: q, batch: []*Hold{h}, errs: errs, open: 1, ok: make([]int, 1), gone: make([]int, 1),
-		failed: [][]error{make([]error, 3)}, pending: []bool{true}, missing: make([]uint64, 1), renewed: make([]uint64, 1), rounds: make([]int, 1)}
+	qr := newQuorumRenewal(q, []*Hold{h}, []int{0}, errs)
 	qr.record(0, 1, 1, nil)
 	check("one server renewed, undecided", "2", "", "2")
 	h.Q.live.joined(0, 1) // the grant's late server
@@ -81,8 +80,7 @@ func TestQuorumReleaseTellsFreshServers(t *testing.T) {
 	h.Q.live.servers = 0b011
 
 	// A renewal that fails (gone on a majority) leaves the fresh servers alone.
-	qr = &quorumRenewal{q: q, batch: []*Hold{h}, errs: errs, open: 1, ok: make([]int, 1), gone: make([]int, 1),
-		failed: [][]error{make([]error, 3)}, pending: []bool{true}, missing: make([]uint64, 1), renewed: make([]uint64, 1), rounds: make([]int, 1)}
+	qr = newQuorumRenewal(q, []*Hold{h}, []int{0}, errs)
 	qr.record(0, 2, 1, nil)
 	qr.record(0, 0, 0, nil)
 	qr.record(0, 1, 0, nil)

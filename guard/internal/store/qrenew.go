@@ -15,14 +15,7 @@ import (
 func (q *Quorum) renewAt(timeout time.Duration, batch []*Hold, idx []int, ttls []time.Duration, errs []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	n := len(q.nodes)
-	qr := &quorumRenewal{q: q, batch: batch, errs: errs, open: len(idx),
-		ok: make([]int, len(batch)), gone: make([]int, len(batch)), failed: make([][]error, len(batch)),
-		pending: make([]bool, len(batch)), missing: make([]uint64, len(batch)), renewed: make([]uint64, len(batch)), rounds: make([]int, len(batch))}
-	for _, i := range idx {
-		qr.pending[i] = true
-		qr.failed[i] = make([]error, n)
-		errs[i] = q.failure("renew", qr.failed[i])
-	}
+	qr := newQuorumRenewal(q, batch, idx, errs)
 	call := func(ctx context.Context, c *Conn) (any, error) {
 		g := &renewGroup{node: c.client, legacy: &c.legacy, idx: idx}
 		g.run(ctx, batch, ttls)
@@ -94,6 +87,21 @@ type quorumRenewal struct {
 	renewed []uint64  // the servers that renewed the hold
 	rounds  []int     // the hold's round of liveness this renewal is, once decided
 	open    int       // how many are pending
+}
+
+// newQuorumRenewal starts the renewal of the leases idx of batch: each pending, its
+// outcome in errs a failure until a majority renews it.
+func newQuorumRenewal(q *Quorum, batch []*Hold, idx []int, errs []error) *quorumRenewal {
+	m := len(batch)
+	qr := &quorumRenewal{q: q, batch: batch, errs: errs, open: len(idx),
+		ok: make([]int, m), gone: make([]int, m), failed: make([][]error, m), pending: make([]bool, m),
+		missing: make([]uint64, m), renewed: make([]uint64, m), rounds: make([]int, m)}
+	for _, i := range idx {
+		qr.pending[i] = true
+		qr.failed[i] = make([]error, len(q.nodes))
+		errs[i] = q.failure("renew", qr.failed[i])
+	}
+	return qr
 }
 
 // Take records one server's replies and reports whether every lease is decided.

@@ -50,6 +50,14 @@ type QuorumHold struct {
 	live liveness
 }
 
+// joinedLate records that server i, whose grant of the winning attempt answered after the
+// majority's, carries the hold: it is renewed and released with the others, and, unless a
+// renewal was decided since, counts as granted in the round the validity counts from.
+func (h *QuorumHold) joinedLate(i int) {
+	h.carry.Or(1 << i)
+	h.live.joined(0, i)
+}
+
 // liveness records the servers that granted or renewed a hold in the round the engine's
 // validity (Ref.Left) counts from, the grant or the last renewal a majority confirmed:
 // there the hold lasts as long as the validity at least, and its release need not read

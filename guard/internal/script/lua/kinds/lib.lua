@@ -296,7 +296,7 @@ local function release_write()
         redis.call('HDEL', lock, '#W', '#Wn', '#Wa', '#Wr', '#t', '#tq', '#tp', '#Wl')
         redis.call('HSET', lock, '#x', record)
       end
-      redis.call('PEXPIRE', lock, retention()) -- the fence record's alone (release_share)
+      redis.call('PEXPIRE', lock, retention()) -- only the fence record is left (as release_share)
       return wake_all(v[7], redis.call('DEL', KEYS[3], KEYS[2]) > members)
     end
   end
