@@ -418,9 +418,6 @@ func (d *detector) blockers(e waitEdge) ([]holdEdge, error) {
 		want = "r"
 	}
 	args := []any{nil, nil, 1, rk.Lock, want}
-	if rk.Aux != "" && e.kind != KindFair {
-		args = []any{nil, nil, 2, rk.Lock, rk.Aux, want}
-	}
 	v, err := d.g.c.Strings(d.ctx, blockersScript, args)
 	if err != nil {
 		return nil, err

@@ -67,11 +67,8 @@ func (l *Locker) ForceRelease(ctx context.Context, key string, opts ...Option) (
 // the call failed.
 func (l *Locker) forceOn(ctx context.Context, c *store.Conn, r inspectReq, s *settings) *LockState {
 	data := "x"
-	switch {
-	case r.spec.aux2 != "":
+	if r.spec.aux2 != "" {
 		data = "f"
-	case r.spec.aux != "":
-		data = "z"
 	}
 	keys := r.keys()
 	args := make([]any, 0, 3+len(keys)+8)

@@ -273,11 +273,12 @@ func fillHolders(st *LockState, spec *kindSpec, fields map[string]string, aux, a
 		}
 		return
 	}
-	st.Holders = holdersOfShares(fields, spec, leases(aux, nowMs))
+	live := leases(fields, nowMs)
+	st.Holders = holdersOfShares(fields, spec, live)
 	if until, err := strconv.ParseInt(fields["#ww"], 10, 64); err == nil && until > nowMs {
 		st.WriterWaiting = time.Duration(until-nowMs) * time.Millisecond
 	}
-	if _, ok := fields["#W"]; ok && spec != semaphoreSpec {
+	if _, ok := live["#W"]; ok && spec != semaphoreSpec {
 		st.Kind = KindWrite
 	} else if spec != semaphoreSpec {
 		st.Kind = KindRead
@@ -337,20 +338,30 @@ func holdersOfHash(fields map[string]string, k Kind, nowMs int64) []Holder {
 	return []Holder{h}
 }
 
-// leases returns the holders zset's live members with the time left on each.
-func leases(zset []any, nowMs int64) map[string]time.Duration {
+// leases returns the holds of a read-write lock's or a semaphore's hash whose leases
+// have not run out at the server's time nowMs, with the time left on each: a share's
+// lease is its owner's field "<owner>#e" (owners have no '#'), the writer's "#We", listed
+// as "#W" while #W names a writer (see kinds/lib.lua).
+func leases(fields map[string]string, nowMs int64) map[string]time.Duration {
 	out := map[string]time.Duration{}
-	for i := 0; i+1 < len(zset); i += 2 {
-		until, _ := strconv.ParseFloat(fmt.Sprint(zset[i+1]), 64)
-		if left := int64(until) - nowMs; left > 0 {
-			out[fmt.Sprint(zset[i])] = time.Duration(left) * time.Millisecond
+	for f, v := range fields {
+		member, ok := strings.CutSuffix(f, "#e")
+		switch {
+		case f == "#We" && fields["#W"] != "":
+			member, ok = "#W", true
+		case !ok || member == "" || strings.IndexByte(member, '#') >= 0:
+			continue
+		}
+		until, _ := strconv.ParseInt(v, 10, 64)
+		if left := until - nowMs; left > 0 {
+			out[member] = time.Duration(left) * time.Millisecond
 		}
 	}
 	return out
 }
 
 // holdersOfShares returns the holders of a read-write lock or a semaphore: those of its
-// hash whose lease in the holders zset has not run out.
+// hash whose leases (see leases) have not run out.
 func holdersOfShares(fields map[string]string, spec *kindSpec, live map[string]time.Duration) []Holder {
 	var hs []Holder
 	if w, ok := fields["#W"]; ok {

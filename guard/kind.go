@@ -55,12 +55,13 @@ func (k Kind) String() string {
 //     another Locker, nobody queued), 2 (one hold dropped, still held), 0 (nothing to
 //     undo), -1 (not held: expired), -2 (held by another owner). Both scripts make a
 //     retried call with the same nonce a no-op.
-//   - renew: KEYS lock (kinds without aux) or as acquire; ARGV owner, TTL ms, fence
+//   - renew: KEYS lock (kinds without aux: all but the fair lock) or as acquire; ARGV owner, TTL ms, fence
 //     retention ms. Replies 1 (renewed) or 0 (not held).
 //
-// The read-write lock, the semaphore and the fair lock keep more than a hash per lock:
-// their scripts (internal/script/lua/kinds) share the functions of kinds/lib.lua, which also
-// describes their data, besides those every script shares (internal/script's doc).
+// The read-write lock and the semaphore keep every hold in the lock's hash (data layout
+// 4), the fair lock its owner queue in two more keys: their scripts
+// (internal/script/lua/kinds) share the functions of kinds/lib.lua, which also describes
+// their data, besides those every script shares (internal/script's doc).
 type kindSpec struct {
 	kind      Kind
 	suffix    string     // appended to the lock's Redis name, after the hash tag
@@ -95,14 +96,12 @@ var (
 	readSpec = &kindSpec{
 		kind:   KindRead,
 		suffix: ":rw",
-		aux:    ":holders",
 		ops:    store.Spec{Acquire: script.ReadAcquire, Release: script.ReadRelease, Renew: script.ReadRenew, PerHolder: true},
 		wait:   waitOwn,
 	}
 	writeSpec = &kindSpec{
 		kind:   KindWrite,
 		suffix: ":rw",
-		aux:    ":holders",
 		ops:    store.Spec{Acquire: script.WriteAcquire, Release: script.WriteRelease, Renew: script.WriteRenew, Write: true},
 		wait:   waitOwn,
 		leaves: true,
@@ -110,7 +109,6 @@ var (
 	semaphoreSpec = &kindSpec{
 		kind:   KindSemaphore,
 		suffix: ":sem",
-		aux:    ":holders",
 		ops:    store.Spec{Acquire: script.SemAcquire, Release: script.SemRelease, Renew: script.ReadRenew, PerHolder: true},
 		wait:   waitShared,
 	}

@@ -58,8 +58,8 @@ func TestMixedLayoutsFailLoudly(t *testing.T) {
 	}
 	_, err := l.TryAcquire(ctx, "old")
 	var le *guard.LayoutError
-	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "1" || le.Want != "3" || le.Key != "old" {
-		t.Fatalf("TryAcquire of a lock the old version holds: %v; want a *LayoutError, found 1, want 3", err)
+	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "1" || le.Want != "4" || le.Key != "old" {
+		t.Fatalf("TryAcquire of a lock the old version holds: %v; want a *LayoutError, found 1, want 4", err)
 	}
 	t.Logf("the new version meets an old hold: %v", err)
 	if _, err := l.ForceRelease(ctx, "old"); !errors.Is(err, guard.ErrLayout) {
@@ -98,9 +98,9 @@ func TestMixedLayoutsFailLoudly(t *testing.T) {
 // TestLayout2FailsLoudly: the version before the release record (data layout 2, whose
 // fence record held the release nonces) and this one never share a lock silently. A
 // lock layout 2 holds gives this version's acquire and force release a *LayoutError
-// naming layouts 2 and 3, and stays as it was (its own release still frees it); a lock
+// naming layouts 2 and 4, and stays as it was (its own release still frees it); a lock
 // this version wrote, held or released, gives layout 2's scripts their layout error
-// ("GUARDKIT_LAYOUT 3 2"), never a grant or a release.
+// ("GUARDKIT_LAYOUT 4 2"), never a grant or a release.
 func TestLayout2FailsLoudly(t *testing.T) {
 	srv := redistest.Start(t)
 	l, c := newLocker(t, srv)
@@ -123,8 +123,8 @@ func TestLayout2FailsLoudly(t *testing.T) {
 	}
 	_, err := l.TryAcquire(ctx, "old")
 	var le *guard.LayoutError
-	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "2" || le.Want != "3" || le.Key != "old" {
-		t.Fatalf("TryAcquire of a lock layout 2 holds: %v; want a *LayoutError, found 2, want 3", err)
+	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "2" || le.Want != "4" || le.Key != "old" {
+		t.Fatalf("TryAcquire of a lock layout 2 holds: %v; want a *LayoutError, found 2, want 4", err)
 	}
 	if _, err := l.ForceRelease(ctx, "old"); !errors.Is(err, guard.ErrLayout) {
 		t.Fatalf("ForceRelease of a lock layout 2 holds: %v; want ErrLayout", err)
@@ -138,7 +138,7 @@ func TestLayout2FailsLoudly(t *testing.T) {
 
 	le1 := mustAcquire(t, l, ctx, "new")
 	for _, call := range []func(string) (any, error){oldTake, oldFree} {
-		if v, err := call("new"); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 3 2") {
+		if v, err := call("new"); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 4 2") {
 			t.Fatalf("layout 2's script on a lock this version holds: %v, %v; want its layout error", v, err)
 		}
 	}
@@ -146,7 +146,7 @@ func TestLayout2FailsLoudly(t *testing.T) {
 		t.Fatalf("this version's hold after layout 2's calls: %v", err)
 	}
 	mustRelease(t, le1)
-	if v, err := oldTake("new"); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 3 2") {
+	if v, err := oldTake("new"); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 4 2") {
 		t.Fatalf("layout 2's acquire on a lock this version released: %v, %v; want its layout error", v, err)
 	}
 	mustRelease(t, mustAcquire(t, l, ctx, "new"))
@@ -157,6 +157,97 @@ func TestLayout2FailsLoudly(t *testing.T) {
 func oldScript2(t *testing.T, name string) *redis.Script {
 	t.Helper()
 	b, err := os.ReadFile("testdata/layout2_" + name + ".lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return redis.NewScript(string(b))
+}
+
+// TestLayout3FailsLoudly: the version before the read-write lock's and the semaphore's
+// holds moved into the lock hash (data layout 3, which kept their leases in a sorted set
+// beside it) and this one never share a lock silently, whatever its kind. A read lock
+// and an exclusive lock layout 3 holds give this version's acquire and force release a
+// *LayoutError naming layouts 3 and 4, and stay as they were (layout 3's own release
+// still frees them); a lock this version wrote, held or released, gives layout 3's
+// scripts their layout error ("GUARDKIT_LAYOUT 4 3"), never a grant or a release.
+func TestLayout3FailsLoudly(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	ctx := context.Background()
+	const oldOwner = "AAAAAAAAAAAAAAAAAAAAAA/old00003"
+	for _, tc := range []struct {
+		kind          string
+		suffix, holds string // the lock hash's name after the key, and the field of the old hold
+		acquire, free string // layout 3's scripts, in testdata
+		keys          func(lock string) []string
+		opts          []guard.Option
+		acquireTail   []any // layout 3's acquire arguments after the Locker ID
+		releaseTail   []any // and its release's after the sharded flag
+	}{
+		{kind: "exclusive", holds: "#o", acquire: "acquire", free: "release",
+			keys: func(lock string) []string { return []string{lock, lock + ":queue"} }},
+		{kind: "read", suffix: ":rw", holds: oldOwner, acquire: "read_acquire", free: "read_release",
+			keys:        func(lock string) []string { return []string{lock, lock + ":queue", lock + ":holders"} },
+			opts:        []guard.Option{guard.Read()},
+			acquireTail: []any{"0", "0"}, // limit (none), sharded flag
+		},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			lock := lockName("old-"+tc.kind) + tc.suffix
+			acquire, release := oldScript3(t, tc.acquire), oldScript3(t, tc.free)
+			// Layout 3's arguments: owner, TTL ms, nonce, retention ms, manner ("2": try),
+			// Locker[, the kinds' limit and sharded flag]; of a release: owner, nonce, undo
+			// nonce, retention ms, Locker, sharded.
+			oldTake := func(lock string) (any, error) {
+				args := append([]any{oldOwner, 30000, oldOwner + ".a", 10000, "2", "old-locker"}, tc.acquireTail...)
+				return acquire.Run(ctx, c, tc.keys(lock), args...).Result()
+			}
+			oldFree := func(lock string) (any, error) {
+				return release.Run(ctx, c, tc.keys(lock), oldOwner, oldOwner+".r", "", 10000, "old-locker", "0").Result()
+			}
+			if v, err := oldTake(lock); err != nil {
+				t.Fatalf("layout 3's script did not take the free lock: %v, %v", v, err)
+			}
+			_, err := l.TryAcquire(ctx, "old-"+tc.kind, tc.opts...)
+			var le *guard.LayoutError
+			if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "3" || le.Want != "4" {
+				t.Fatalf("TryAcquire of a lock layout 3 holds: %v; want a *LayoutError, found 3, want 4", err)
+			}
+			if _, err := l.ForceRelease(ctx, "old-"+tc.kind, tc.opts...); !errors.Is(err, guard.ErrLayout) {
+				t.Fatalf("ForceRelease of a lock layout 3 holds: %v; want ErrLayout", err)
+			}
+			if h := c.HGet(ctx, lock, tc.holds).Val(); h == "" {
+				t.Fatalf("layout 3's hold after this version's calls: field %s empty, want it as it was", tc.holds)
+			}
+			if v, err := oldFree(lock); err != nil || v != int64(1) {
+				t.Fatalf("layout 3's release of its own hold: %v, %v; want 1", v, err)
+			}
+
+			newKey := "new-" + tc.kind
+			newLock := lockName(newKey) + tc.suffix
+			le1 := mustAcquire(t, l, ctx, newKey, tc.opts...)
+			for _, call := range []func(string) (any, error){oldTake, oldFree} {
+				if v, err := call(newLock); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 4 3") {
+					t.Fatalf("layout 3's script on a lock this version holds: %v, %v; want its layout error", v, err)
+				}
+			}
+			if err := le1.Err(); err != nil {
+				t.Fatalf("this version's hold after layout 3's calls: %v", err)
+			}
+			mustRelease(t, le1)
+			if v, err := oldTake(newLock); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 4 3") {
+				t.Fatalf("layout 3's acquire on a lock this version released: %v, %v; want its layout error", v, err)
+			}
+			mustRelease(t, mustAcquire(t, l, ctx, newKey, tc.opts...))
+		})
+	}
+}
+
+// oldScript3 returns the script of data layout 3 named name ("acquire", "read_acquire"),
+// as that version linked and ran it.
+func oldScript3(t *testing.T, name string) *redis.Script {
+	t.Helper()
+	b, err := os.ReadFile("testdata/layout3_" + name + ".lua")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,7 @@
 -- blockers.lua: the holds that keep a waiter of one lock out, read by deadlock detection
 -- (deadlock.go); it writes nothing.
 --
--- KEYS[1] lock hash (acquire.lua, kinds/lib.lua); KEYS[2] the holders zset of a
---         read-write lock
+-- KEYS[1] lock hash (acquire.lua, kinds/lib.lua): every hold's lease is in it
 -- ARGV[1] what the waiter asks for: "x" an exclusive or fair lock, "w" to write, "r" to
 --         read
 --
@@ -36,17 +35,13 @@ if want == 'x' then
   return out
 end
 
-local function alive(member)
-  local s = redis.call('ZSCORE', KEYS[2], member)
-  return s and tonumber(s) > now
-end
-local writer = f['#W'] and alive('#W')
+local writer = f['#W'] and f['#W'] ~= '' and tonumber(f['#We'] or 0) > now
 if writer then
   add(f['#W'], f['#t'], f['#Wl'])
 end
 if want == 'w' or (not writer and tonumber(f['#ww'] or 0) > now) then
   for k, _ in pairs(f) do
-    if not string.find(k, '#', 1, true) and alive(k) then
+    if not string.find(k, '#', 1, true) and tonumber(f[k .. '#e'] or 0) > now then
       add(k, f[k .. '#t'], f[k .. '#l'])
     end
   end

@@ -2,15 +2,14 @@
 -- consistent view; it writes nothing. Inspect and List run it alone ("return
 -- lock_state(ARGV[1])" is appended), ForceRelease before ending the holds (force.lua).
 --
--- KEYS[1] lock hash, KEYS[2] queue (see acquire.lua); KEYS[3] and KEYS[4] the kind's
---         other keys, when it has them (see kinds/lib.lua): the holders zset of a
---         read-write lock or a semaphore, the owner queue list and its entries hash of a
---         fair lock
+-- KEYS[1] lock hash, KEYS[2] queue (see acquire.lua); KEYS[3] and KEYS[4] the fair
+--         lock's owner queue list and its entries hash (see kinds/lib.lua), when the
+--         kind is the fair lock
 -- n       the most entries read from each queue
 --
 -- Returns {server time (see server_time), the lock hash as HGETALL gives it, false (the
---          holds' leases are in the hash and the holders zset), the fence record's last token, the queue's first n Locker IDs[, the
---          holders zset with scores | the fair queue's first n owners, their entries]}.
+--          holds' leases are in the hash), the fence record's last token, the queue's
+--          first n Locker IDs[, the fair queue's first n owners, their entries]}.
 --
 -- It runs as read-only (EVALSHA_RO, flag no-writes) for Inspect and List, so that a user
 -- allowed only to read (+@read +evalsha_ro +eval_ro) can run it: every command it calls
@@ -49,8 +48,6 @@ local function lock_state(n)
     if #owners > 0 then
       out[7] = redis.call('HMGET', KEYS[4], unpack(owners))
     end
-  elseif KEYS[3] then
-    out[6] = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
   end
   return out
 end

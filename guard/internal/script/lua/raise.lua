@@ -43,7 +43,7 @@ if held and v[4] then
 end
 if not held then
   if record then
-    redis.call('HSET', lock, '#f', record, '#v', '3')
+    redis.call('HSET', lock, '#f', record, '#v', '4')
     extend_to(lock, ARGV[5])
   end
   return 0

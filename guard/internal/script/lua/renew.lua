@@ -7,11 +7,11 @@
 --
 -- Returns 1 when the owner holds the lock and its lease now runs ARGV[2] from now (or
 -- longer: it is never shortened), and the hash as long (fence.lua's keep_for); 0
--- otherwise; an error "GUARDKIT_LAYOUT <found> 3" when
+-- otherwise; an error "GUARDKIT_LAYOUT <found> 4" when
 -- the key was written by another layout.
 local lock = KEYS[1]
 local v = redis.call('HMGET', lock, '#o', '#e', '#v', '#t')
-if v[3] ~= '3' and (v[3] or v[4]) then
+if v[3] ~= '4' and (v[3] or v[4]) then
   return layout_error(v[3])
 end
 if v[1] ~= ARGV[1] then

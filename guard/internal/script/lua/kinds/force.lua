@@ -4,19 +4,19 @@
 -- KEYS as the kind's acquire script (see lib.lua)
 -- ARGV[1] the most waiters reported (see inspect.lua)
 -- ARGV[4] fence retention in milliseconds (ARGV[2] and ARGV[3] are not used)
--- ARGV[7] the kind's data: "x" the hash only (exclusive), "z" with a holders zset
---         (read-write lock, semaphore), "f" with an owner queue (fair lock)
+-- ARGV[7] the kind's data: "x" the hash only (exclusive, read-write lock, semaphore),
+--         "f" with an owner queue (fair lock)
 -- ARGV[8] release.lua's sharded flag
 --
--- The holds go (the lock hash keeps only its fence record), with the holders of a shared
--- lock. The fence's last token is raised as a new grant's would be, above every token
+-- The holds go (the lock hash keeps only its fence record), every share of a shared
+-- lock with them. The fence's last token is raised as a new grant's would be, above every token
 -- issued for the key: the next holder's token exceeds it. A fair lock is then granted to
 -- the first live owner of its queue, as a release grants it; for the other kinds the
 -- wait queue is emptied and every waiting Locker woken ('*'), so that waiters try at
 -- once.
 --
 -- Returns {the lock's state before (lock_state), the raised token as a string}, or an
--- error "GUARDKIT_LAYOUT <found> 3" when another layout wrote the lock (acquire.lua).
+-- error "GUARDKIT_LAYOUT <found> 4" when another layout wrote the lock (acquire.lua).
 local state = lock_state(ARGV[1])
 local fields = state[2]
 if #fields > 0 then
@@ -26,17 +26,14 @@ if #fields > 0 then
       version = fields[i + 1]
     end
   end
-  if version ~= '3' then
+  if version ~= '4' then
     return layout_error(version) -- another version's holds are its own to end
   end
 end
 local now, t = clock()
-if ARGV[7] == 'z' then
-  redis.call('DEL', KEYS[3])
-end
 local fence, record = new_token(redis.call('HGET', KEYS[1], '#f'), t)
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], '#v', '3', '#f', record)
+redis.call('HSET', KEYS[1], '#v', '4', '#f', record)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 if ARGV[7] == 'f' then
   grant_next(ARGV[8], now, t, record)

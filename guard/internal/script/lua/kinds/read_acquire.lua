@@ -3,24 +3,32 @@
 -- is waiting (#ww): writers go first, so a stream of readers cannot starve them. The
 -- writer itself may also read (a downgrade). Each reader's hold has its own lease and
 -- its own fencing token, drawn from the counter the writers' tokens come from.
-local lock, owner = KEYS[1], ARGV[1]
-local now, t, f, top, holder, v, n = begin('#W', '#ww')
+--
+-- The common case, a lock nobody else holds or waits for, is four commands: HMGET, TIME,
+-- HSET and PEXPIRE.
+local owner = ARGV[1]
+local now, t, f, count, holder, v, k = begin('#W', '#We', '#ww')
 if not now then
   return t -- undone before it got here (its caller left), or another layout's key
 end
-local writer, mark = v[n + 3], tonumber(v[n + 4] or 0)
 if holder then
-  return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder, now, mark, top)
+  return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder .. '#e', now)
 end
+local writer, mark = writing(v[k + 1], v[k + 2], now), tonumber(v[k + 3] or 0)
 -- Busy while another owner writes, or while a writer waits when nobody writes.
 local refused = mark > now
 if writer then
   refused = not within(owner, writer)
 end
 if refused then
-  return busy(math.max(top, mark) - now) -- until the last lease or the writer's mark ends
+  -- Until the writer's lease or its mark ends.
+  local ends = mark
+  if writer then
+    ends = math.max(ends, tonumber(v[k + 2]))
+  end
+  return busy(ends - now)
 end
-local token, record = new_token(f, t, ARGV[10])
-put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3], '#f', record, '#v', '3')
-lease(owner, now, mark, top)
-return tonumber(token)
+if v[k + 3] and not writer and mark <= now then
+  redis.call('HDEL', KEYS[1], '#ww') -- a mark its writer left behind: it keeps nobody out
+end
+return take_share(owner, now, t, f, count, count <= 0 and not writer)

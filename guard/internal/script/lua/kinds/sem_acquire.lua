@@ -1,20 +1,25 @@
 -- sem_acquire.lua (after lib.lua): take one of a semaphore's ARGV[7] permits for ARGV[1],
 -- reenter the owner's permit, or report all permits taken. Each permit has its own lease
 -- and its own fencing token. The limit is the caller's: a caller with a lower one waits
--- while that many or more hold permits, whatever limit they were admitted under. A
--- semaphore has no writer, so no writer's mark (#ww) either: 0 below.
+-- while that many or more hold permits, whatever limit they were admitted under.
+--
+-- The common case, a permit free by the count of shares the hash records (#c), is four
+-- commands: HMGET, TIME, HSET and PEXPIRE (or PEXPIRE GT when others hold).
 local owner = ARGV[1]
-local now, t, f, top, holder = begin()
+local now, t, f, count, holder = begin()
 if not now then
   return t -- undone before it got here (its caller left), or another layout's key
 end
 if holder then
-  return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder, now, 0, top)
+  return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder .. '#e', now)
 end
--- Nobody holds a permit when no lease is left (top 0).
-if top > 0 and redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[7]) then
-  local first = redis.call('ZRANGE', KEYS[3], '0', '0', 'WITHSCORES')
-  return busy(tonumber(first[2]) - now) -- the first lease to run out frees a permit
+if count >= tonumber(ARGV[7]) then
+  -- The count says full: it may still count holders whose leases ran out.
+  local _, first, live = prune(now)
+  count = live
+  if count >= tonumber(ARGV[7]) then
+    return busy(first - now) -- the first lease to run out frees a permit
+  end
 end
 if ARGV[5] == '1' then
   -- Polite: a permit is free, but others of this process wait for one. #w first, as
@@ -23,7 +28,4 @@ if ARGV[5] == '1' then
   enqueue()
   return {0, -1}
 end
-local token, record = new_token(f, t, ARGV[10])
-put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3], '#f', record, '#v', '3')
-lease(owner, now, 0, top)
-return tonumber(token)
+return take_share(owner, now, t, f, count, count <= 0)

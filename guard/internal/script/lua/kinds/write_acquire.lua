@@ -3,28 +3,38 @@
 -- for its TTL so that no new reader enters before it, and is told to ask again within a
 -- third of it, which keeps the mark while it waits; ARGV[5] "3" is a writer that gave up
 -- and clears the mark. An owner that holds the read lock cannot also write: {2}.
+--
+-- The common case, a lock nobody holds or waits for, is four commands: HMGET, TIME, HSET
+-- and PEXPIRE.
 local lock, owner = KEYS[1], ARGV[1]
 if ARGV[5] == '3' then
   redis.call('HDEL', lock, '#ww')
   return {0, -1}
 end
-local now, t, f, top, holder, v, n = begin('#W', '#ww')
+local now, t, f, count, holder, v, k = begin('#W', '#We', '#ww')
 if not now then
   return t -- undone before it got here (its caller left), or another layout's key
 end
-local writer, mark = v[n + 3], tonumber(v[n + 4] or 0)
+local writer, mark = writing(v[k + 1], v[k + 2], now), v[k + 3]
 if within(owner, writer) then
-  return reenter(writer, owner, '#Wn', '#Wa', '#t', '#W', now, mark, top)
+  return reenter(writer, owner, '#Wn', '#Wa', '#t', '#We', now)
 end
 if holder then
   return {2}
 end
--- Readers hold when a lease is left (top above 0) and nobody writes.
-if writer or top > 0 then
+local top = 0
+if writer then
+  top = tonumber(v[k + 2])
+elseif count > 0 then
+  -- Shares are recorded: those whose leases ran out go, and the others keep it busy.
+  local latest, _, live = prune(now)
+  count, top = live, latest
+end
+if writer or count > 0 then
   local ttl = tonumber(ARGV[2])
   if ARGV[5] ~= '2' then
     redis.call('HSET', lock, '#ww', digits(now + ttl))
-    extend(now, now + ttl, top)
+    keep_hash(ttl, false)
   end
   return busy(math.min(top - now, math.floor(ttl / 3)))
 end
@@ -36,9 +46,11 @@ if ARGV[5] == '1' then
   return {0, -1}
 end
 local token, record = new_token(f, t, ARGV[10])
-put_new_hold(ARGV[9], '#Wl', '#t', token, ARGV[10], '#W', owner, '#Wn', '1', '#Wa', ARGV[3], '#f', record, '#v', '3')
-if v[n + 4] then
+-- The writer's fields are overwritten (a writer that left made #W ""), its label too.
+put_new_hold(nil, nil, '#t', token, ARGV[10], '#W', owner, '#We', digits(now + tonumber(ARGV[2])), '#Wn', '1',
+  '#Wa', ARGV[3], '#Wl', ARGV[9] or '', '#f', record, '#v', '4')
+if mark then
   redis.call('HDEL', lock, '#ww')
 end
-lease('#W', now, 0, top)
+keep_hash(tonumber(ARGV[2]), true) -- nobody else holds
 return tonumber(token)
