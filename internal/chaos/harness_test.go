@@ -621,9 +621,8 @@ func (w *worker) checkHolds(le *guard.Lease, holds int, epoch int64, when string
 }
 
 // readHolds reads fields of the lock hash and the time its hold has left for an I2 probe:
-// the hold's lease (#e, the last field read, less the server's clock) for the exclusive
-// and the fair lock, the hash's PTTL (the longest lease, or the fence retention) for the
-// other kinds; from the deployment's probe client, or, on a Sentinel group, from the
+// the hold's lease (the last field read, less the server's clock), or the hash's PTTL
+// when that is shorter; from the deployment's probe client, or, on a Sentinel group, from the
 // primary the sentinels name, checking on the same connection that it still is a primary
 // (a server being demoted answers nothing conclusive).
 func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) ([]any, time.Duration, error) {
@@ -659,11 +658,11 @@ func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) (
 	if d == -2 {
 		d = 0 // gone between the two reads: it expired then
 	}
-	if fields[len(fields)-1] == "#e" {
-		e, _ := v.Val()[len(fields)-1].(string)
-		until, _ := strconv.ParseInt(e, 10, 64)
-		d = max(time.Duration(until-now.Val().UnixMilli())*time.Millisecond, 0)
-	}
+	// The hold's own lease (the last field) ends before the hash's TTL, which covers the
+	// longest lease and the fence retention.
+	e, _ := v.Val()[len(fields)-1].(string)
+	until, _ := strconv.ParseInt(e, 10, 64)
+	d = min(d, max(time.Duration(until-now.Val().UnixMilli())*time.Millisecond, 0))
 	return v.Val(), d, nil
 }
 
@@ -769,30 +768,33 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 }
 
 // holdFields names where Redis keeps le's hold: the lock's hash, the fields of the hold
-// count and the token, and for the exclusive and the fair lock the field of the holder,
-// "" for the other kinds (see guard/internal/script/lua/acquire.lua and kinds/lib.lua).
-func holdFields(le *guard.Lease) (hash, count, token, holder string) {
+// count, the token and the lease's end, and for the exclusive lock, the fair lock and the
+// read-write lock's writer the field of the holder, "" for the shares (a reader, a
+// permit), whose fields are their owner's (see guard/internal/script/lua/acquire.lua and
+// kinds/lib.lua).
+func holdFields(le *guard.Lease) (hash, count, token, holder, lease string) {
 	owner := string(le.Owner())
 	switch le.Kind() {
 	case guard.KindRead:
-		return lockName(le.Key()) + ":rw", owner, owner + "#t", ""
+		return lockName(le.Key()) + ":rw", owner, owner + "#t", "", owner + "#e"
 	case guard.KindWrite:
-		return lockName(le.Key()) + ":rw", "#Wn", "#t", ""
+		return lockName(le.Key()) + ":rw", "#Wn", "#t", "#W", "#We"
 	case guard.KindSemaphore:
-		return lockName(le.Key()) + ":sem", owner, owner + "#t", ""
+		return lockName(le.Key()) + ":sem", owner, owner + "#t", "", owner + "#e"
 	case guard.KindFair:
-		return lockName(le.Key()) + ":fair", "#n", "#t", "#o"
+		return lockName(le.Key()) + ":fair", "#n", "#t", "#o", "#e"
 	}
-	return lockName(le.Key()), "#n", "#t", "#o"
+	return lockName(le.Key()), "#n", "#t", "#o", "#e"
 }
 
-// holdProbe returns the fields an I2 probe reads of le's hold (holdFields).
+// holdProbe returns the fields an I2 probe reads of le's hold (holdFields): the count
+// and the token, the holder when the kind has one, and the lease's end last.
 func holdProbe(le *guard.Lease) (hash string, fields []string) {
-	hash, count, token, holder := holdFields(le)
+	hash, count, token, holder, lease := holdFields(le)
 	if holder == "" {
-		return hash, []string{count, token}
+		return hash, []string{count, token, lease}
 	}
-	return hash, []string{count, token, holder, "#e"}
+	return hash, []string{count, token, holder, lease}
 }
 
 // serverViews reads, for a violation's detail, what each server of the deployment (a
@@ -834,7 +836,7 @@ func holdMatches(le *guard.Lease, v []any, holds int) bool {
 	if fmt.Sprint(v[0]) != strconv.Itoa(holds) || fmt.Sprint(v[1]) != strconv.FormatInt(le.Token(), 10) {
 		return false
 	}
-	return len(v) < 3 || fmt.Sprint(v[2]) == string(le.Owner())
+	return len(v) < 4 || fmt.Sprint(v[2]) == string(le.Owner()) // the holder, when the kind has one
 }
 
 // violate reports a breach of inv that this worker saw just now on key.
@@ -1621,9 +1623,11 @@ func (w *world) checkOrphans(ctx context.Context) {
 
 // isRecord reports whether Redis name k is a lock hash that holds nothing any more: it
 // keeps the lock's fence record (#f) for the fence retention after its last lease, and
-// is no lock. The exclusive and the fair lock hold while #o's lease (#e) runs; the other
-// kinds keep their holds in the holders zset, which goes with the last of them, and the
-// writer's fields, which go with it. On a quorum, on every server that has k.
+// is no lock. The exclusive and the fair lock hold while #o's lease (#e) runs; the
+// read-write lock's writer while #W names it and #We has not passed; a share (a reader,
+// a permit) while its owner's field <owner>#e has not (see kinds/lib.lua: a share whose
+// lease ran out stays in the hash until a script drops it, and holds nothing). On a
+// quorum, on every server that has k.
 func (w *world) isRecord(ctx context.Context, k string) bool {
 	probes := []redis.Cmdable{w.probe}
 	if w.quorum != nil {
@@ -1633,25 +1637,34 @@ func (w *world) isRecord(ctx context.Context, k string) bool {
 		}
 	}
 	for _, p := range probes {
-		v, err := p.HMGet(ctx, k, "#f", "#o", "#e", "#W").Result()
+		f, err := p.HGetAll(ctx, k).Result()
 		if err != nil {
 			if strings.Contains(err.Error(), "WRONGTYPE") {
-				return false // a queue or a holders zset
+				return false // a queue
 			}
 			continue // the server is down: its keys are gone or checked when it is back
 		}
-		if v[0] == nil && v[1] == nil && v[3] == nil {
+		if len(f) == 0 {
 			continue // not on this server
 		}
-		if v[3] != nil || v[0] == nil {
-			return false // a writer's hold, or a hash without a fence record
+		if _, ok := f["#f"]; !ok {
+			return false // a hash without a fence record
 		}
-		o, _ := v[1].(string)
-		e, _ := v[2].(string)
-		until, _ := strconv.ParseInt(e, 10, 64)
 		now, err := p.Time(ctx).Result()
-		if err == nil && o != "" && until > now.UnixMilli() {
+		if err != nil {
+			continue
+		}
+		live := func(until string) bool {
+			ms, _ := strconv.ParseInt(until, 10, 64)
+			return ms > now.UnixMilli()
+		}
+		if f["#o"] != "" && live(f["#e"]) || f["#W"] != "" && live(f["#We"]) {
 			return false
+		}
+		for field, until := range f {
+			if o, ok := strings.CutSuffix(field, "#e"); ok && o != "" && !strings.Contains(o, "#") && live(until) {
+				return false // a live share
+			}
 		}
 	}
 	return true

@@ -46,30 +46,6 @@ local function forget(list, x)
   return table.concat(rest, ' ')
 end
 
--- put_hold writes fields of a hold (field, value, …) into the lock hash, with the hold's
--- label, text ("<Locker ID> <text>", option Label; absent or "" for none), in field lbl.
-local function put_hold(text, lbl, ...)
-  if text and text ~= '' then
-    local a = {...}
-    a[#a + 1], a[#a + 2] = lbl, text
-    redis.call('HSET', KEYS[1], unpack(a))
-  else
-    redis.call('HSET', KEYS[1], ...)
-  end
-end
-
--- put_new_hold writes a new hold's fields (field, value, …; see put_hold) with its token
--- in field tf, and in field tf .. 'p' as well when the token is p, the quorum Locker's
--- proposal (acquire.lua's ARGV[8]): the servers that all took it then carry the quorum's
--- token without a write-back. One HSET either way.
-local function put_new_hold(text, lbl, tf, token, p, ...)
-  if token == p then
-    put_hold(text, lbl, tf, token, tf .. 'p', token, ...)
-  else
-    put_hold(text, lbl, tf, token, ...)
-  end
-end
-
 -- recount counts the attempt (ARGV[3]) as one more hold of the hold counted in field
 -- count, once however often the client sends it: nonces names the hold's field of the
 -- last applied attempts, applied is its value and holds the count so far. Returns the

@@ -15,8 +15,8 @@
 --                      (newest first, within 100 bytes); <owner>#t = the fencing token of
 --                      its hold (<owner>#tq: the same, once a quorum Locker confirmed it:
 --                      see raise.lua; <owner>#tp: the same, when it is the quorum Locker's
---                      proposal); <owner>#l = the hold's label, when it has one (ARGV[9],
---                      see hold.lua's put_hold). #c = how many shares the hash records,
+--                      proposal); <owner>#l = the hold's label, when it has one (ARGV[9]:
+--                      "<Locker ID> <text>", option Label). #c = how many shares the hash records,
 --                      those whose leases ran out included until a script drops them
 --                      (prune): an acquisition or a release that finds it 0 knows nobody
 --                      else shares without reading further.
@@ -97,27 +97,43 @@ local function prune(now)
   return top, first, n, writer
 end
 
--- begin starts an acquisition of a read-write lock or a semaphore: it reads the caller's
--- chain (its hold count and lease fields) in the lock hash, then the fence record, the
--- layout version, the share count and the named fields (...), and the server clock. A
--- share of the chain whose lease ran out is dropped. Returns false and the reply when
--- the attempt was undone before it got here (its caller left: {0, -1}) or the key was
--- written by another layout; else the time in ms and TIME's reply, the fence record,
--- the share count, the live holder in the chain (nil for none), and the HMGET reply
--- with the index after which the named fields come.
-local function begin(...)
-  local c = chain(ARGV[1])
-  local n = #c
-  for i = 1, n do
-    c[n + i] = c[i] .. '#e'
+-- begin starts an acquisition of a read-write lock (rw) or a semaphore: it reads the
+-- caller's chain (its hold count and lease fields) in the lock hash, then the fence
+-- record, the layout version, the share count and, of a read-write lock, the writer's
+-- #W, #We and #ww, and the server clock. A share of the chain whose lease ran out is
+-- dropped. Returns false and the reply when the attempt was undone before it got here
+-- (its caller left: {0, -1}) or the key was written by another layout; else the time in
+-- ms and TIME's reply, the fence record, the share count, the live holder in the chain
+-- (nil for none), and the HMGET reply with the index k of the share count (the version
+-- at k - 1, the writer's fields from k + 1 on).
+local function begin(rw)
+  local owner = ARGV[1]
+  local c, n, v = nil, 1, nil
+  local i = string.find(owner, '/', 1, true)
+  if i and string.find(owner, '/', i + 1, true) then
+    c = chain(owner) -- sections between the root and the owner may hold
+    n = #c
+  end
+  if n == 1 then
+    -- The common case, an owner directly in its root: its own fields alone.
+    c = {owner}
+    if rw then
+      v = redis.call('HMGET', KEYS[1], owner, owner .. '#e', '#f', '#v', '#c', '#W', '#We', '#ww')
+    else
+      v = redis.call('HMGET', KEYS[1], owner, owner .. '#e', '#f', '#v', '#c')
+    end
+  else
+    local fields = {}
+    for j = 1, n do
+      fields[j], fields[n + j] = c[j], c[j] .. '#e'
+    end
+    fields[2 * n + 1], fields[2 * n + 2], fields[2 * n + 3] = '#f', '#v', '#c'
+    if rw then
+      fields[2 * n + 4], fields[2 * n + 5], fields[2 * n + 6] = '#W', '#We', '#ww'
+    end
+    v = redis.call('HMGET', KEYS[1], unpack(fields))
   end
   local k = 2 * n + 3
-  c[k - 2], c[k - 1], c[k] = '#f', '#v', '#c'
-  local more = {...}
-  for i = 1, #more do
-    c[k + i] = more[i]
-  end
-  local v = redis.call('HMGET', KEYS[1], unpack(c))
   local f, version, count = v[k - 2], v[k - 1], tonumber(v[k] or 0)
   if version ~= '4' and (version or f or count > 0) then
     return false, layout_error(version)
@@ -126,14 +142,14 @@ local function begin(...)
     return false, {0, -1}
   end
   local now, t = clock()
-  for i = 1, n do
-    if v[i] then
-      if tonumber(v[n + i] or 0) > now then
-        return now, t, f, count, c[i], v, k
+  for j = 1, n do
+    if v[j] then
+      if tonumber(v[n + j] or 0) > now then
+        return now, t, f, count, c[j], v, k
       end
       -- A share of the chain whose lease ran out: it goes, so that a new hold starts
       -- afresh (and its section no longer counts).
-      drop_share(c[i])
+      drop_share(c[j])
       count = count - 1
       redis.call('HSET', KEYS[1], '#c', digits(math.max(count, 0)))
     end
@@ -179,13 +195,17 @@ local function reenter(holder, owner, count, nonces, token, lease, now)
   return as_holder({1, v[3], holds}, holder, owner)
 end
 
--- take_share gives owner a new share (a reader's hold, a permit) from now: count is the
--- number of shares the hash records before it, alone whether nobody else holds. Returns
--- the hold's token.
-local function take_share(owner, now, t, f, count, alone)
+-- take_share gives owner a new share (a reader's hold, a permit) from now, in one HSET:
+-- the fields every share has, then those only some need (the layout version on a hash
+-- that lacks it, fresh; the label; the token as the quorum's proposal it is). count is
+-- the number of shares the hash records before it, alone whether nobody else holds.
+-- Returns the hold's token.
+local function take_share(owner, now, t, f, count, alone, fresh)
   local token, record = new_token(f, t, ARGV[10])
-  put_new_hold(ARGV[9], owner .. '#l', owner .. '#t', token, ARGV[10], owner, '1', owner .. '#a', ARGV[3],
-    owner .. '#e', digits(now + tonumber(ARGV[2])), '#c', digits(count + 1), '#f', record, '#v', '4')
+  local label = ARGV[9] and ARGV[9] ~= '' and owner .. '#l'
+  redis.call('HSET', KEYS[1], owner, '1', owner .. '#a', ARGV[3], owner .. '#e', digits(now + tonumber(ARGV[2])),
+    owner .. '#t', token, '#c', digits(count + 1), '#f', record,
+    also(fresh, '#v', '4', also(label, label, ARGV[9], also(token == ARGV[10], owner .. '#tp', token))))
   keep_hash(tonumber(ARGV[2]), alone)
   return tonumber(token)
 end
@@ -226,7 +246,7 @@ end
 local function release_share(rw)
   local lock, owner = KEYS[1], undo_holder(ARGV[1], '#a')
   local nonces, dropped = owner .. '#a', owner .. '#r'
-  local v = redis.call('HMGET', lock, owner, nonces, dropped, owner .. '#e', '#w', '#W', '#ww', '#f', '#v', '#x', '#c', '#We')
+  local v = redis.call('HMGET', lock, owner, nonces, dropped, owner .. '#e', '#w', '#W', '#ww', '#f', '#v', '#x', '#c')
   if v[9] ~= '4' and (v[9] or v[1]) then
     return layout_error(v[9])
   end

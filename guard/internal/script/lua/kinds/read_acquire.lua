@@ -7,7 +7,7 @@
 -- The common case, a lock nobody else holds or waits for, is four commands: HMGET, TIME,
 -- HSET and PEXPIRE.
 local owner = ARGV[1]
-local now, t, f, count, holder, v, k = begin('#W', '#We', '#ww')
+local now, t, f, count, holder, v, k = begin(true)
 if not now then
   return t -- undone before it got here (its caller left), or another layout's key
 end
@@ -31,4 +31,4 @@ end
 if v[k + 3] and not writer and mark <= now then
   redis.call('HDEL', KEYS[1], '#ww') -- a mark its writer left behind: it keeps nobody out
 end
-return take_share(owner, now, t, f, count, count <= 0 and not writer)
+return take_share(owner, now, t, f, count, count <= 0 and not writer, v[k - 1] ~= '4')

@@ -6,7 +6,7 @@
 -- The common case, a permit free by the count of shares the hash records (#c), is four
 -- commands: HMGET, TIME, HSET and PEXPIRE (or PEXPIRE GT when others hold).
 local owner = ARGV[1]
-local now, t, f, count, holder = begin()
+local now, t, f, count, holder, v, k = begin(false)
 if not now then
   return t -- undone before it got here (its caller left), or another layout's key
 end
@@ -28,4 +28,4 @@ if ARGV[5] == '1' then
   enqueue()
   return {0, -1}
 end
-return take_share(owner, now, t, f, count, count <= 0)
+return take_share(owner, now, t, f, count, count <= 0, v[k - 1] ~= '4')

@@ -11,7 +11,7 @@ if ARGV[5] == '3' then
   redis.call('HDEL', lock, '#ww')
   return {0, -1}
 end
-local now, t, f, count, holder, v, k = begin('#W', '#We', '#ww')
+local now, t, f, count, holder, v, k = begin(true)
 if not now then
   return t -- undone before it got here (its caller left), or another layout's key
 end
@@ -46,9 +46,12 @@ if ARGV[5] == '1' then
   return {0, -1}
 end
 local token, record = new_token(f, t, ARGV[10])
--- The writer's fields are overwritten (a writer that left made #W ""), its label too.
-put_new_hold(nil, nil, '#t', token, ARGV[10], '#W', owner, '#We', digits(now + tonumber(ARGV[2])), '#Wn', '1',
-  '#Wa', ARGV[3], '#Wl', ARGV[9] or '', '#f', record, '#v', '4')
+-- One HSET: the writer's fields are overwritten (a writer that left made #W ""), its
+-- label too; the layout version on a hash that lacks it, and the token as the quorum's
+-- proposal it is.
+redis.call('HSET', lock, '#W', owner, '#We', digits(now + tonumber(ARGV[2])), '#Wn', '1', '#Wa', ARGV[3],
+  '#Wl', ARGV[9] or '', '#t', token, '#f', record,
+  also(v[k - 1] ~= '4', '#v', '4', also(token == ARGV[10], '#tp', token)))
 if mark then
   redis.call('HDEL', lock, '#ww')
 end
