@@ -603,3 +603,39 @@ func TestFenceRecordKeptAfterRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestKindsPairCommands: what an uncontended pair of each kind asks of the server (data
+// layout 4: every hold in the lock hash). A read or a permit: acquire HMGET, TIME, HSET,
+// PEXPIRE; release HMGET, HDEL (the share's fields), HSET. A write: the same without the
+// HDEL (the writer's fields are overwritten by the next writer). Nothing reads the whole
+// hash (HGETALL: only a writer's attempt among readers, a full semaphore, or a release
+// someone waits for need to know who else holds), and no key but the lock hash is
+// written.
+func TestKindsPairCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLocker(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	watched := []string{"evalsha", "eval", "hmget", "time", "hset", "pexpire", "hdel", "hgetall", "pttl", "zadd", "del", "lpop"}
+	for _, tc := range []struct {
+		name string
+		opt  guard.Option
+		want map[string]int64
+	}{
+		{"read", guard.Read(), map[string]int64{"evalsha": 2, "hmget": 2, "time": 1, "hset": 2, "pexpire": 1, "hdel": 1}},
+		{"write", guard.Write(), map[string]int64{"evalsha": 2, "hmget": 2, "time": 1, "hset": 2, "pexpire": 1}},
+		{"semaphore", guard.Permits(3), map[string]int64{"evalsha": 2, "hmget": 2, "time": 1, "hset": 2, "pexpire": 1, "hdel": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The first pair loads the scripts and leaves the hash (its fence record).
+			mustRelease(t, mustAcquire(t, l, ctx, "lean-"+tc.name, tc.opt))
+			before := srv.CommandCalls(t)
+			mustRelease(t, mustAcquire(t, l, ctx, "lean-"+tc.name, tc.opt))
+			after := srv.CommandCalls(t)
+			for _, cmd := range watched {
+				if got := after[cmd] - before[cmd]; got != tc.want[cmd] {
+					t.Errorf("%s pair: %d %s, want %d", tc.name, got, cmd, tc.want[cmd])
+				}
+			}
+		})
+	}
+}

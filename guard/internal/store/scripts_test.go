@@ -563,3 +563,141 @@ func TestStaleQuorumTokensIgnored(t *testing.T) {
 		t.Fatalf("reentry after the write-back: confirmed %v, proposed %v; want %s and none", v[1], v[2], tok)
 	}
 }
+
+// TestSharesKeptInTheHash: layout 4 keeps the read-write lock's and the semaphore's
+// holds in the lock hash. A share's lease is its owner's field <owner>#e; the hash
+// counts the shares it records (#c), which tells an uncontended release that nobody
+// else shares; the share's release deletes every field of it, so that owners that come
+// and go leave nothing behind; and a release that cannot vouch for the lease (no
+// release.lua ARGV[8]) of a share whose lease ran out reports it expired and drops it,
+// as the exclusive lock's does. Each part fails with its command cut: without the HDEL
+// the owner's fields stay; without the #c write the count does not follow; without the
+// clock read the expired share is reported released.
+func TestSharesKeptInTheHash(t *testing.T) {
+	perKind(t, "shares", func(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client, name string) {
+		if !k.t.Spec.PerHolder {
+			return
+		}
+		take := func(h *Hold) {
+			t.Helper()
+			v, err := k.cn.RunScript(ctx, k.t.Spec.Acquire, k.args.acquire(h, k.nonce(), MannerTry), true).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g, err := script.ParseAcquire(v); err != nil || !g.Acquired {
+				t.Fatalf("acquire for %s: %+v, %v", h.Owner(), g, err)
+			}
+		}
+		release := func(h *Hold, live bool) script.Released {
+			t.Helper()
+			args := k.args.release(h, k.nonce(), "")
+			if live {
+				args = append(args, argNoWon, argKept)
+			}
+			code, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, args, true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return code
+		}
+		count := func() string { return c.HGet(ctx, k.keys.Lock, "#c").Val() }
+		fieldsOf := func(owner string) []string {
+			var out []string
+			for f := range c.HGetAll(ctx, k.keys.Lock).Val() {
+				if f == owner || strings.HasPrefix(f, owner+"#") {
+					out = append(out, f)
+				}
+			}
+			return out
+		}
+		a, b := k.hold("a/1"), k.hold("b/1")
+		take(a)
+		now := c.Time(ctx).Val().UnixMilli()
+		if e, _ := c.HGet(ctx, k.keys.Lock, "a/1#e").Int64(); e < now+k.t.TTL.Milliseconds()-1000 || e > now+k.t.TTL.Milliseconds()+1000 {
+			t.Fatalf("a's lease field %d, want about the server's time %d and the TTL %s", e, now, k.t.TTL)
+		}
+		take(b)
+		if n := count(); n != "2" {
+			t.Fatalf("#c = %q with two shares, want 2", n)
+		}
+		if code := release(a, true); code != script.Freed {
+			t.Fatalf("a's release: %v, want Freed", code)
+		}
+		if f := fieldsOf("a/1"); len(f) != 0 {
+			t.Fatalf("a's fields after its release: %v, want none", f)
+		}
+		if n := count(); n != "1" {
+			t.Fatalf("#c = %q after a left, want 1", n)
+		}
+		// b's lease runs out; a release that cannot vouch for it finds so.
+		if err := c.HSet(ctx, k.keys.Lock, "b/1#e", now-1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if code := release(b, false); code != script.Expired {
+			t.Fatalf("release of a share whose lease ran out: %v, want Expired", code)
+		}
+		if f := fieldsOf("b/1"); len(f) != 0 {
+			t.Fatalf("b's fields after its expired release: %v, want none", f)
+		}
+		if n := count(); n != "0" {
+			t.Fatalf("#c = %q with no share left, want 0", n)
+		}
+	})
+}
+
+// TestExpiredSharesPruned: shares whose leases ran out stay counted (#c) until a script
+// that must know who holds drops them: a writer's attempt, a semaphore found full. Then
+// they no longer keep anyone out, and their fields go.
+func TestExpiredSharesPruned(t *testing.T) {
+	perKind(t, "pruned", func(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client, name string) {
+		if !k.t.Spec.PerHolder {
+			return
+		}
+		try := func(spec *Spec, h *Hold) script.Granted {
+			t.Helper()
+			v, err := k.cn.RunScript(ctx, spec.Acquire, k.args.acquire(h, k.nonce(), MannerTry), true).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := script.ParseAcquire(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		dead := []*Hold{k.hold("dead/1"), k.hold("dead/2")} // the semaphore's two permits
+		for _, h := range dead {
+			if !try(k.t.Spec, h).Acquired {
+				t.Fatalf("%s did not take a share", h.Owner())
+			}
+			if err := c.HSet(ctx, k.keys.Lock, h.Owner()+"#e", 1).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Who asks: a writer of the read-write lock, a third permit of the semaphore.
+		spec, next := k.t.Spec, k.hold("next/1")
+		if name == "read" {
+			w := kinds["write"].spec
+			spec = &w
+			wt := *k.t
+			wt.Spec = spec
+			next = &Hold{Keys: k.keys, Terms: &wt, Section: "next/1"}
+			next.Box("next/1", nil)
+		}
+		if g := try(spec, next); !g.Acquired {
+			t.Fatalf("%s with every share's lease run out: %+v; want it granted", next.Owner(), g)
+		}
+		for _, h := range dead {
+			if c.HExists(ctx, k.keys.Lock, h.Owner()).Val() {
+				t.Fatalf("%s's fields outlived its lease after the prune", h.Owner())
+			}
+		}
+		want := "0"
+		if name == "semaphore" {
+			want = "1" // the new permit
+		}
+		if n := c.HGet(ctx, k.keys.Lock, "#c").Val(); n != want {
+			t.Fatalf("#c = %q after the prune, want %s", n, want)
+		}
+	})
+}
