@@ -346,9 +346,10 @@
 // token and the last final releases), the wait queue (a list of Locker IDs) p{k}:queue
 // and the release channel p{k}:release. In k, '%', '{' and '}' are written %25, %7B and
 // %7D, so every name of a lock shares one Redis Cluster hash tag whatever bytes the key
-// holds. The other kinds add a suffix to the lock's name (":rw", ":sem", ":fair") and keep
-// more keys beside it: the holders of a read-write lock or a semaphore with their lease
-// deadlines (a sorted set), the owners queued for a fair lock
+// holds. The other kinds add a suffix to the lock's name (":rw", ":sem", ":fair"). A
+// read-write lock or a semaphore keeps every hold in its hash, each reader's or permit's
+// fields named after its owner, its lease deadline among them, with a count of the
+// shares recorded; a fair lock keeps the owners queued for it in two more keys
 // (internal/script/lua/kinds/lib.lua describes them). Each acquire, release and renewal is
 // one script call; an uncontended acquire and release make 8 Redis commands between them
 // (a release sent near the end of its lease, or after it, adds a clock read and a TTL).
