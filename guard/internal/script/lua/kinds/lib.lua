@@ -166,9 +166,9 @@ local function writing(writer, ends, now)
   return nil
 end
 
--- keep_hash makes the lock hash live as long as a lease or a mark that runs ms from now needs
--- (fence.lua's keep_for): alone says nobody else holds, so the TTL may be set, not only
--- raised.
+-- keep_hash makes the lock hash live as long as a lease or a mark that runs ms from now
+-- needs (fence.lua's keep_for): alone says nobody else holds, so the TTL may be set, not
+-- only raised.
 local function keep_hash(ms, alone)
   local d = digits(keep_for(ms))
   if alone then
