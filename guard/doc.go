@@ -358,12 +358,13 @@
 // Scripts carry a nonce so that a call the client retries after a timeout takes effect
 // once (a final release appends its nonce to the hash's release record, field #x, which
 // keeps the newest few dozen; the fence record, field #f, keeps the last token and the
-// attempts undone, so an acquisition reads and writes a token, not the release history). An acquire whose outcome is unknown (a network error) is undone in the
+// attempts undone, so an acquisition reads and writes a token, not the release
+// history). An acquire whose outcome is unknown (a network error) is undone in the
 // background if it took effect. The hash carries its layout's version (field #v): a
 // version of guardkit that keeps its data otherwise fails on it with a *LayoutError, and
-// the versions before this layout see its locks as held. A hold made with the Label
-// option also keeps its label in the hash (field #l; a reader's or a permit's,
-// <owner>#l). A wait that lasted the deadlock detection delay keeps a record in
+// the versions before it refuse its locks (the first layout's sees them held, the later
+// ones fail with their own layout error). A hold made with the Label option also keeps
+// its label in the hash (field #l; a reader's or a permit's, <owner>#l). A wait that lasted the deadlock detection delay keeps a record in
 // p{<request>}:waits, a hash of the request's waiting sections (see scripts/waits.lua),
 // removed when the wait ends.
 //
