@@ -61,7 +61,7 @@ func TestFragmentsOnce(t *testing.T) {
 		"waits", "blockers"}
 	for _, fn := range []string{"note", "publish", "listed", "remember", "forget", "released", "undone", "refuse_late", "noted", "layout_error",
 		"chain", "within", "undo_holder", "read_chain", "new_token", "recount", "drop_hold", "extend_to",
-		"enqueue", "busy", "wake_next", "wake_all", "begin", "prune", "drop_share", "take_share", "writing", "keep_hash", "expired", "renew_lease", "reenter", "release_share", "release_write", "digits", "rehold"} {
+		"enqueue", "busy", "wake_next", "wake_all", "begin", "prune", "drop_share", "drop_dead", "take_share", "writing", "keep_hash", "expired", "renew_lease", "reenter", "release_share", "release_write", "digits", "rehold"} {
 		def := "local function " + fn + "("
 		var in []string
 		for _, f := range files {

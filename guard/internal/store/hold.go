@@ -46,6 +46,9 @@ type Spec struct {
 // kinds' arguments (a limit and the sharded flag after the Locker ID; see kind.go).
 func (s *Spec) kinds() bool { return s.PerHolder || s.Write || s.Fair }
 
+// kinds reports whether h's scripts take the kinds' arguments (Spec.kinds).
+func (h *Hold) kinds() bool { return h.Terms.Spec != nil && h.Terms.Spec.kinds() }
+
 // Terms are a call's settings as the store uses them, filled in by the engine when it
 // validates its settings (Fill).
 type Terms struct {
@@ -119,8 +122,7 @@ func (h *Hold) line(i int) []any {
 // once when the hold is made.
 type holdArgs struct {
 	lock, queue, aux, aux2, owner, retention, limit any
-	label                                           any  // nil without a label
-	kinds                                           bool // the kinds' argument layout (Spec.kinds)
+	label                                           any // nil without a label
 }
 
 // Box boxes h's script arguments for owner, with label (nil: none). h.Keys and h.Terms
@@ -129,8 +131,8 @@ type holdArgs struct {
 func (h *Hold) Box(owner string, label any) {
 	k := &h.Keys
 	h.args = holdArgs{lock: k.Lock, queue: k.Queue, owner: owner, retention: h.Terms.retentionArg, label: label}
-	if sp := h.Terms.Spec; sp != nil && sp.kinds() {
-		h.args.kinds, h.args.limit = true, h.Terms.limitArg
+	if h.kinds() {
+		h.args.limit = h.Terms.limitArg
 	}
 	if k.Aux != "" {
 		h.args.aux = k.Aux
@@ -209,7 +211,7 @@ type callArgs struct {
 func (c callArgs) acquire(h *Hold, nonce, manner string) []any {
 	a := &h.args
 	args := h.line(0)
-	if a.kinds {
+	if h.kinds() {
 		args = h.keyArgs(append(args, nil, nil))
 		args = append(args, a.owner, h.Terms.ttlArg, nonce, a.retention, argManner[manner], c.id, a.limit, c.conn.shardedArg())
 		return withLabel(h, args)
@@ -264,7 +266,7 @@ func liveFlag(h *Hold) any {
 func (c callArgs) releaseAs(h *Hold, owner any, nonce, undo string) []any {
 	a := &h.args
 	args := h.line(1)
-	if a.kinds {
+	if h.kinds() {
 		args = h.keyArgs(append(args, nil, nil))
 		return append(args, owner, nonce, undo, a.retention, c.id, c.conn.shardedArg())
 	}

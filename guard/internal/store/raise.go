@@ -60,7 +60,8 @@ func (q *Quorum) raise(ctx context.Context, a *quorumAttempt) (script.Granted, *
 		return script.Granted{}, nil, q.failure("acquire", errs)
 	}
 	// Every server that granted the attempt holds it until the attempt was sent and the
-	// TTL passed at least, past the validity the engine counts from that sending.
+	// TTL passed at least, past the validity the engine counts from that sending. (The
+	// hold is not shared yet: late grants reach it once the attempt records it.)
 	hold.live.servers = hold.carry.Load()
 	return g, hold, nil
 }

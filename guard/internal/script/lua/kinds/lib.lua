@@ -60,6 +60,24 @@ local function drop_share(o)
   redis.call('HDEL', KEYS[1], o, o .. '#a', o .. '#r', o .. '#t', o .. '#tq', o .. '#tp', o .. '#l', o .. '#e')
 end
 
+-- drop_dead drops the share of o, whose lease ran out, from the hash and from its share
+-- count, count before it; returns the count after.
+local function drop_dead(o, count)
+  drop_share(o)
+  count = math.max(count - 1, 0)
+  redis.call('HSET', KEYS[1], '#c', digits(count))
+  return count
+end
+
+-- writing returns the owner of the write hold when it is live at now, else nil: writer
+-- and ends are the hash's #W and #We.
+local function writing(writer, ends, now)
+  if writer and writer ~= '' and tonumber(ends or 0) > now then
+    return writer
+  end
+  return nil
+end
+
 -- prune drops the shares whose leases ran out (now: server time in ms) and records how
 -- many are left (#c). Returns the latest lease left, the live writer's included (ms; 0
 -- for none), the earliest share's lease left (0 for none), the number of live shares,
@@ -90,11 +108,11 @@ local function prune(now)
   if tonumber(f['#c'] or 0) ~= n then
     redis.call('HSET', KEYS[1], '#c', digits(n))
   end
-  local writer = f['#W'] and f['#W'] ~= '' and tonumber(f['#We'] or 0) > now
+  local writer = writing(f['#W'], f['#We'], now)
   if writer then
     top = math.max(top, tonumber(f['#We']))
   end
-  return top, first, n, writer
+  return top, first, n, writer ~= nil
 end
 
 -- begin starts an acquisition of a read-write lock (rw) or a semaphore: it reads the
@@ -149,21 +167,10 @@ local function begin(rw)
       end
       -- A share of the chain whose lease ran out: it goes, so that a new hold starts
       -- afresh (and its section no longer counts).
-      drop_share(c[j])
-      count = count - 1
-      redis.call('HSET', KEYS[1], '#c', digits(math.max(count, 0)))
+      count = drop_dead(c[j], count)
     end
   end
   return now, t, f, count, nil, v, k
-end
-
--- writing returns the owner of the write hold when it is live at now, else nil: writer
--- and ends are the hash's #W and #We.
-local function writing(writer, ends, now)
-  if writer and writer ~= '' and tonumber(ends or 0) > now then
-    return writer
-  end
-  return nil
 end
 
 -- keep_hash makes the lock hash live as long as a lease or a mark that runs ms from now
@@ -254,9 +261,7 @@ local function release_share(rw)
   local holds = v[1]
   if holds and expired(v[4]) then
     -- Its lease ran out: the share is gone (as prune drops it), and the caller told so.
-    drop_share(owner)
-    count = count - 1
-    redis.call('HSET', lock, '#c', digits(math.max(count, 0)))
+    count = drop_dead(owner, count)
     holds = false
   end
   local r, record = drop_hold(owner, nonces, dropped, holds, v[2], v[3], v[8], -1, v[10])
