@@ -169,12 +169,15 @@ func TestBatches(t *testing.T) {
 	r := &recorder{}
 	d := New(r.config())
 	defer d.Close()
-	now := time.Now()
+	// All three due at one instant, a little ahead: the first Add starts the Dog's
+	// goroutine, which must not find "a" due before "b" and "c" are in (due at once, it
+	// could send "a" alone: the test failed so on a loaded machine).
+	due := time.Now().Add(-time.Hour + 300*time.Millisecond)
 	var ls []*lease
 	for _, name := range []string{"a", "b", "c"} {
 		l := &lease{name: name, interval: time.Hour}
 		ls = append(ls, l)
-		d.Add(&l.e, l, now.Add(-time.Hour)) // due now
+		d.Add(&l.e, l, due)
 	}
 	waitFor(t, "a renewal of each", func() bool {
 		return r.renewals("a") == 1 && r.renewals("b") == 1 && r.renewals("c") == 1
