@@ -9,9 +9,11 @@
 // and ceiling on go-redis's auto-pipeliner, the bounds the lean-path targets are judged
 // against; the guarantees scenario runs guardkit's own acquire.lua and release.lua
 // (read from ../guard/internal/script/lua), whole and with each guarantee cut out of their text, in
-// turns of 200 pairs, to price each guarantee in server time, beside a sketch of a packed
-// layout with and without the Lua work between its commands (sketch.go), which parts a
-// script pair's time into its commands and that work; kinds-uncontended sends
+// turns of 200 pairs, to price each guarantee in server time, beside the commands those
+// scripts call replayed alone (commands.go: recorded from the real scripts when the row
+// is built) and a sketch of a packed layout with and without the Lua work between its
+// commands (sketch.go), which part a script pair's time into its commands and that work;
+// kinds-uncontended sends
 // uncontended pairs of each lock kind (read, write, semaphore, fair) through the engine
 // in the same kind of turns, to set each kind's script time beside the exclusive lock's. The
 // uncontended and contended loops run again on a Redis Cluster of three primaries with

@@ -44,10 +44,11 @@ var scenarioVariants = map[string][]string{
 	"kinds-uncontended": {"guardkit", "guardkit/read", "guardkit/write", "guardkit/semaphore", "guardkit/fair"},
 	// What each guarantee costs the server (guarantees.go): guardkit's scripts run
 	// directly, whole and with one guarantee cut out, beside the bare lock, the floor and
-	// two empty scripts, and a sketch of a packed layout with and without the work
-	// between its commands (sketch.go).
+	// two empty scripts, guardkit's scripts' own commands replayed alone (commands.go),
+	// and a sketch of a packed layout with and without the work between its commands
+	// (sketch.go).
 	"guarantees": {"raw", "ceiling", "floor", "scripts", "scripts/no-release-nonce", "scripts/no-token-rewrite",
-		"scripts/no-clock-floor", "scripts/no-acquire-nonce", "scripts/no-queue-pop", "scripts/no-guarantees", "sketch/packed", "sketch/commands"},
+		"scripts/no-clock-floor", "scripts/no-acquire-nonce", "scripts/no-queue-pop", "scripts/no-guarantees", "scripts/commands", "sketch/packed", "sketch/commands"},
 	"semaphore": {"guardkit"},
 	// Several keys as one lock (sets.go): AcquireAll beside nested single-key acquisitions.
 	"sets": {"guardkit/set", "guardkit/nested"},
