@@ -207,7 +207,7 @@ func leaseLeft(t testing.TB, c redis.Cmdable, key string) time.Duration {
 // setFence writes the fence record of key's exclusive lock on c as a record whose last
 // token is token (as a counter ahead of the others would be), kept for an hour.
 func setFence(ctx context.Context, c redis.Cmdable, key string, token int64) error {
-	if err := c.HSet(ctx, lockName(key), "#v", "4", "#f", strconv.FormatInt(token, 10)).Err(); err != nil {
+	if err := c.HSet(ctx, lockName(key), "#v", "5", "#f", strconv.FormatInt(token, 10)).Err(); err != nil {
 		return err
 	}
 	return c.Expire(ctx, lockName(key), time.Hour).Err()

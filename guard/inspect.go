@@ -339,25 +339,38 @@ func holdersOfHash(fields map[string]string, k Kind, nowMs int64) []Holder {
 }
 
 // leases returns the holds of a read-write lock's or a semaphore's hash whose leases
-// have not run out at the server's time nowMs, with the time left on each: a share's
-// lease is its owner's field "<owner>#e" (owners have no '#'), the writer's "#We", listed
-// as "#W" while #W names a writer (see kinds/lib.lua).
+// have not run out at the server's time nowMs, with the time left on each: a share is
+// its owner's field (owners have no '#'), "<count> <lease end> <nonces>" (see
+// share), the writer's lease is "#We", listed as "#W" while #W names a writer (see
+// kinds/lib.lua).
 func leases(fields map[string]string, nowMs int64) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for f, v := range fields {
-		member, ok := strings.CutSuffix(f, "#e")
+		var until int64
 		switch {
 		case f == "#We" && fields["#W"] != "":
-			member, ok = "#W", true
-		case !ok || member == "" || strings.IndexByte(member, '#') >= 0:
+			f = "#W"
+			until, _ = strconv.ParseInt(v, 10, 64)
+		case f == "" || strings.IndexByte(f, '#') >= 0:
 			continue
+		default:
+			_, until = share(v)
 		}
-		until, _ := strconv.ParseInt(v, 10, 64)
 		if left := until - nowMs; left > 0 {
-			out[member] = time.Duration(left) * time.Millisecond
+			out[f] = time.Duration(left) * time.Millisecond
 		}
 	}
 	return out
+}
+
+// share returns the hold count and the lease end (server ms) of a share's field value,
+// "<count> <lease end> <nonces>" (kinds/lib.lua); zeros when it is not one.
+func share(v string) (holds int, until int64) {
+	n, rest, _ := strings.Cut(v, " ")
+	e, _, _ := strings.Cut(rest, " ")
+	holds, _ = strconv.Atoi(n)
+	until, _ = strconv.ParseInt(e, 10, 64)
+	return holds, until
 }
 
 // holdersOfShares returns the holders of a read-write lock or a semaphore: those of its
@@ -383,7 +396,7 @@ func holdersOfShares(fields map[string]string, spec *kindSpec, live map[string]t
 			continue
 		}
 		h := Holder{Owner: ctxid.ID(f), Kind: k, TTL: ttl}
-		h.Holds, _ = strconv.Atoi(n)
+		h.Holds, _ = share(n)
 		h.Token = tokenField(fields, f+"#t")
 		h.Locker, h.Label, h.TraceID = parseLabel(fields[f+"#l"])
 		hs = append(hs, h)

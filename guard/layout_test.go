@@ -3,9 +3,11 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -58,8 +60,8 @@ func TestMixedLayoutsFailLoudly(t *testing.T) {
 	}
 	_, err := l.TryAcquire(ctx, "old")
 	var le *guard.LayoutError
-	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "1" || le.Want != "4" || le.Key != "old" {
-		t.Fatalf("TryAcquire of a lock the old version holds: %v; want a *LayoutError, found 1, want 4", err)
+	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "1" || le.Want != "5" || le.Key != "old" {
+		t.Fatalf("TryAcquire of a lock the old version holds: %v; want a *LayoutError, found 1, want 5", err)
 	}
 	t.Logf("the new version meets an old hold: %v", err)
 	if _, err := l.ForceRelease(ctx, "old"); !errors.Is(err, guard.ErrLayout) {
@@ -98,9 +100,9 @@ func TestMixedLayoutsFailLoudly(t *testing.T) {
 // TestLayout2FailsLoudly: the version before the release record (data layout 2, whose
 // fence record held the release nonces) and this one never share a lock silently. A
 // lock layout 2 holds gives this version's acquire and force release a *LayoutError
-// naming layouts 2 and 4, and stays as it was (its own release still frees it); a lock
+// naming layouts 2 and 5, and stays as it was (its own release still frees it); a lock
 // this version wrote, held or released, gives layout 2's scripts their layout error
-// ("GUARDKIT_LAYOUT 4 2"), never a grant or a release.
+// ("GUARDKIT_LAYOUT 5 2"), never a grant or a release.
 func TestLayout2FailsLoudly(t *testing.T) {
 	srv := redistest.Start(t)
 	l, c := newLocker(t, srv)
@@ -123,8 +125,8 @@ func TestLayout2FailsLoudly(t *testing.T) {
 	}
 	_, err := l.TryAcquire(ctx, "old")
 	var le *guard.LayoutError
-	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "2" || le.Want != "4" || le.Key != "old" {
-		t.Fatalf("TryAcquire of a lock layout 2 holds: %v; want a *LayoutError, found 2, want 4", err)
+	if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "2" || le.Want != "5" || le.Key != "old" {
+		t.Fatalf("TryAcquire of a lock layout 2 holds: %v; want a *LayoutError, found 2, want 5", err)
 	}
 	if _, err := l.ForceRelease(ctx, "old"); !errors.Is(err, guard.ErrLayout) {
 		t.Fatalf("ForceRelease of a lock layout 2 holds: %v; want ErrLayout", err)
@@ -138,7 +140,7 @@ func TestLayout2FailsLoudly(t *testing.T) {
 
 	le1 := mustAcquire(t, l, ctx, "new")
 	for _, call := range []func(string) (any, error){oldTake, oldFree} {
-		if v, err := call("new"); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 4 2") {
+		if v, err := call("new"); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 5 2") {
 			t.Fatalf("layout 2's script on a lock this version holds: %v, %v; want its layout error", v, err)
 		}
 	}
@@ -146,7 +148,7 @@ func TestLayout2FailsLoudly(t *testing.T) {
 		t.Fatalf("this version's hold after layout 2's calls: %v", err)
 	}
 	mustRelease(t, le1)
-	if v, err := oldTake("new"); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 4 2") {
+	if v, err := oldTake("new"); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 5 2") {
 		t.Fatalf("layout 2's acquire on a lock this version released: %v, %v; want its layout error", v, err)
 	}
 	mustRelease(t, mustAcquire(t, l, ctx, "new"))
@@ -163,93 +165,155 @@ func oldScript2(t *testing.T, name string) *redis.Script {
 	return redis.NewScript(string(b))
 }
 
-// TestLayout3FailsLoudly: the version before the read-write lock's and the semaphore's
-// holds moved into the lock hash (data layout 3, which kept their leases in a sorted set
-// beside it) and this one never share a lock silently, whatever its kind. A read lock
-// and an exclusive lock layout 3 holds give this version's acquire and force release a
-// *LayoutError naming layouts 3 and 4, and stay as they were (layout 3's own release
-// still frees them); a lock this version wrote, held or released, gives layout 3's
-// scripts their layout error ("GUARDKIT_LAYOUT 4 3"), never a grant or a release.
-func TestLayout3FailsLoudly(t *testing.T) {
+// TestLayout3And4FailLoudly: the versions before a share of the read-write lock and the
+// semaphore packed its count, lease and nonces into one field (data layout 4), and
+// before those holds moved into the lock hash (layout 3, which kept their leases in a
+// sorted set beside it), never share a lock with this one silently, whatever its kind.
+// A read lock and an exclusive lock an old layout holds give this version's acquire and
+// force release a *LayoutError naming the old layout and 5, and stay as they were (the
+// old layout's own release still frees them); a lock this version wrote, held or
+// released, gives the old layout's scripts their layout error ("GUARDKIT_LAYOUT 5 4"),
+// never a grant or a release.
+func TestLayout3And4FailLoudly(t *testing.T) {
 	srv := redistest.Start(t)
 	l, c := newLocker(t, srv)
 	ctx := context.Background()
 	const oldOwner = "AAAAAAAAAAAAAAAAAAAAAA/old00003"
-	for _, tc := range []struct {
-		kind          string
-		suffix, holds string // the lock hash's name after the key, and the field of the old hold
-		acquire, free string // layout 3's scripts, in testdata
-		keys          func(lock string) []string
-		opts          []guard.Option
-		acquireTail   []any // layout 3's acquire arguments after the Locker ID
-		releaseTail   []any // and its release's after the sharded flag
-	}{
-		{kind: "exclusive", holds: "#o", acquire: "acquire", free: "release",
-			keys: func(lock string) []string { return []string{lock, lock + ":queue"} }},
-		{kind: "read", suffix: ":rw", holds: oldOwner, acquire: "read_acquire", free: "read_release",
-			keys:        func(lock string) []string { return []string{lock, lock + ":queue", lock + ":holders"} },
-			opts:        []guard.Option{guard.Read()},
-			acquireTail: []any{"0", "0"}, // limit (none), sharded flag
-		},
-	} {
-		t.Run(tc.kind, func(t *testing.T) {
-			lock := lockName("old-"+tc.kind) + tc.suffix
-			acquire, release := oldScript3(t, tc.acquire), oldScript3(t, tc.free)
-			// Layout 3's arguments: owner, TTL ms, nonce, retention ms, manner ("2": try),
-			// Locker[, the kinds' limit and sharded flag]; of a release: owner, nonce, undo
-			// nonce, retention ms, Locker, sharded.
-			oldTake := func(lock string) (any, error) {
-				args := append([]any{oldOwner, 30000, oldOwner + ".a", 10000, "2", "old-locker"}, tc.acquireTail...)
-				return acquire.Run(ctx, c, tc.keys(lock), args...).Result()
-			}
-			oldFree := func(lock string) (any, error) {
-				return release.Run(ctx, c, tc.keys(lock), oldOwner, oldOwner+".r", "", 10000, "old-locker", "0").Result()
-			}
-			if v, err := oldTake(lock); err != nil {
-				t.Fatalf("layout 3's script did not take the free lock: %v, %v", v, err)
-			}
-			_, err := l.TryAcquire(ctx, "old-"+tc.kind, tc.opts...)
-			var le *guard.LayoutError
-			if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "3" || le.Want != "4" {
-				t.Fatalf("TryAcquire of a lock layout 3 holds: %v; want a *LayoutError, found 3, want 4", err)
-			}
-			if _, err := l.ForceRelease(ctx, "old-"+tc.kind, tc.opts...); !errors.Is(err, guard.ErrLayout) {
-				t.Fatalf("ForceRelease of a lock layout 3 holds: %v; want ErrLayout", err)
-			}
-			if h := c.HGet(ctx, lock, tc.holds).Val(); h == "" {
-				t.Fatalf("layout 3's hold after this version's calls: field %s empty, want it as it was", tc.holds)
-			}
-			if v, err := oldFree(lock); err != nil || v != int64(1) {
-				t.Fatalf("layout 3's release of its own hold: %v, %v; want 1", v, err)
-			}
-
-			newKey := "new-" + tc.kind
-			newLock := lockName(newKey) + tc.suffix
-			le1 := mustAcquire(t, l, ctx, newKey, tc.opts...)
-			for _, call := range []func(string) (any, error){oldTake, oldFree} {
-				if v, err := call(newLock); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 4 3") {
-					t.Fatalf("layout 3's script on a lock this version holds: %v, %v; want its layout error", v, err)
+	for _, old := range []string{"3", "4"} {
+		for _, tc := range []struct {
+			kind          string
+			suffix, holds string // the lock hash's name after the key, and the field of the old hold
+			acquire, free string // the old layout's scripts, in testdata
+			keys          func(lock string) []string
+			opts          []guard.Option
+			acquireTail   []any // the old acquire's arguments after the Locker ID
+		}{
+			{kind: "exclusive", holds: "#o", acquire: "acquire", free: "release",
+				keys: func(lock string) []string { return []string{lock, lock + ":queue"} }},
+			{kind: "read", suffix: ":rw", holds: oldOwner, acquire: "read_acquire", free: "read_release",
+				keys: func(lock string) []string {
+					if old == "3" {
+						return []string{lock, lock + ":queue", lock + ":holders"}
+					}
+					return []string{lock, lock + ":queue"}
+				},
+				opts:        []guard.Option{guard.Read()},
+				acquireTail: []any{"0", "0"}, // limit (none), sharded flag
+			},
+		} {
+			t.Run("layout"+old+"/"+tc.kind, func(t *testing.T) {
+				key := "old" + old + "-" + tc.kind
+				lock := lockName(key) + tc.suffix
+				acquire, release := oldScriptOf(t, old, tc.acquire), oldScriptOf(t, old, tc.free)
+				// The old layouts' arguments: owner, TTL ms, nonce, retention ms, manner ("2":
+				// try), Locker[, the kinds' limit and sharded flag]; of a release: owner, nonce,
+				// undo nonce, retention ms, Locker, sharded.
+				oldTake := func(lock string) (any, error) {
+					args := append([]any{oldOwner, 30000, oldOwner + ".a", 10000, "2", "old-locker"}, tc.acquireTail...)
+					return acquire.Run(ctx, c, tc.keys(lock), args...).Result()
 				}
-			}
-			if err := le1.Err(); err != nil {
-				t.Fatalf("this version's hold after layout 3's calls: %v", err)
-			}
-			mustRelease(t, le1)
-			if v, err := oldTake(newLock); err == nil || !strings.Contains(err.Error(), "GUARDKIT_LAYOUT 4 3") {
-				t.Fatalf("layout 3's acquire on a lock this version released: %v, %v; want its layout error", v, err)
-			}
-			mustRelease(t, mustAcquire(t, l, ctx, newKey, tc.opts...))
-		})
+				oldFree := func(lock string) (any, error) {
+					return release.Run(ctx, c, tc.keys(lock), oldOwner, oldOwner+".r", "", 10000, "old-locker", "0").Result()
+				}
+				if v, err := oldTake(lock); err != nil {
+					t.Fatalf("layout %s's script did not take the free lock: %v, %v", old, v, err)
+				}
+				_, err := l.TryAcquire(ctx, key, tc.opts...)
+				var le *guard.LayoutError
+				if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != old || le.Want != "5" {
+					t.Fatalf("TryAcquire of a lock layout %s holds: %v; want a *LayoutError, found %s, want 5", old, err, old)
+				}
+				if _, err := l.ForceRelease(ctx, key, tc.opts...); !errors.Is(err, guard.ErrLayout) {
+					t.Fatalf("ForceRelease of a lock layout %s holds: %v; want ErrLayout", old, err)
+				}
+				if h := c.HGet(ctx, lock, tc.holds).Val(); h == "" {
+					t.Fatalf("layout %s's hold after this version's calls: field %s empty, want it as it was", old, tc.holds)
+				}
+				if v, err := oldFree(lock); err != nil || v != int64(1) {
+					t.Fatalf("layout %s's release of its own hold: %v, %v; want 1", old, v, err)
+				}
+
+				newKey := "new" + old + "-" + tc.kind
+				newLock := lockName(newKey) + tc.suffix
+				le1 := mustAcquire(t, l, ctx, newKey, tc.opts...)
+				refused := "GUARDKIT_LAYOUT 5 " + old
+				for _, call := range []func(string) (any, error){oldTake, oldFree} {
+					if v, err := call(newLock); err == nil || !strings.Contains(err.Error(), refused) {
+						t.Fatalf("layout %s's script on a lock this version holds: %v, %v; want %s", old, v, err, refused)
+					}
+				}
+				if err := le1.Err(); err != nil {
+					t.Fatalf("this version's hold after layout %s's calls: %v", old, err)
+				}
+				mustRelease(t, le1)
+				if v, err := oldTake(newLock); err == nil || !strings.Contains(err.Error(), refused) {
+					t.Fatalf("layout %s's acquire on a lock this version released: %v, %v; want %s", old, v, err, refused)
+				}
+				mustRelease(t, mustAcquire(t, l, ctx, newKey, tc.opts...))
+			})
+		}
 	}
 }
 
-// oldScript3 returns the script of data layout 3 named name ("acquire", "read_acquire"),
-// as that version linked and ran it.
-func oldScript3(t *testing.T, name string) *redis.Script {
+// oldScriptOf returns the script of data layout layout named name ("acquire",
+// "read_acquire"), as that version linked and ran it.
+func oldScriptOf(t *testing.T, layout, name string) *redis.Script {
 	t.Helper()
-	b, err := os.ReadFile("testdata/layout3_" + name + ".lua")
+	b, err := os.ReadFile("testdata/layout" + layout + "_" + name + ".lua")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return redis.NewScript(string(b))
+}
+
+// TestQuorumLayoutFailsLoudly: a quorum Locker whose servers hold, on a majority, a key
+// another layout wrote — what an old version's quorum hold is — fails with a
+// *LayoutError naming both layouts, at once, as a Locker on one server does: never a
+// wait for a lock no process of this version can take. The grants its attempt made on
+// the other servers are given back. (Before, it got a *QuorumError, which a waiting
+// Acquire retried until its context ended: the quorum's acquire reply carried the
+// script's error inside it, unread.) An old key on a minority of the servers is no hold
+// of the old version's; the attempt fails the same way when that server answers before
+// a majority granted, else the majority's grant stands (store.quorumAttempt.Take).
+func TestQuorumLayoutFailsLoudly(t *testing.T) {
+	for old := 2; old <= 3; old++ {
+		t.Run(fmt.Sprintf("%d_of_3", old), func(t *testing.T) {
+			r := startQuorum(t, 3, false)
+			l := r.locker(t, guard.RestartDelay(0))
+			ctx := ctxTimeout(t, 20*time.Second)
+			for i := range old {
+				c := r.servers[i].Client(t)
+				until := time.Now().Add(time.Hour).UnixMilli()
+				if err := c.HSet(ctx, lockName("mixed"), "#v", "4", "#o", "old", "#e", until, "#n", 1, "#t", 1).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check := func(call string, err error) {
+				t.Helper()
+				var le *guard.LayoutError
+				if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != "4" || le.Want != "5" {
+					t.Fatalf("%s with %d of 3 servers on layout 4: %v; want a *LayoutError, found 4, want 5", call, old, err)
+				}
+			}
+			_, err := l.TryAcquire(ctx, "mixed")
+			check("TryAcquire", err)
+			start := time.Now()
+			_, err = l.Acquire(ctx, "mixed")
+			check("Acquire", err)
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("Acquire took %s to fail: want at once, not a wait", d)
+			}
+			others := make([]int, 0, 3)
+			for i := old; i < 3; i++ {
+				others = append(others, i)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for r.holdersOn(t, "mixed", others...) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the servers without the old key still hold the lock: the attempt's grants were not given back")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
 }

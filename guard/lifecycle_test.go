@@ -92,7 +92,7 @@ func TestLeaseLostWhenTakenByOther(t *testing.T) {
 	lostAt, valid := lostAfter(t, l, "stolen", func() {
 		c.Del(context.Background(), lockName("stolen"))
 		until := time.Now().Add(time.Hour).UnixMilli()
-		c.HSet(context.Background(), lockName("stolen"), "#v", "4", "#o", "intruder", "#e", until, "#n", 1, "#t", 1)
+		c.HSet(context.Background(), lockName("stolen"), "#v", "5", "#o", "intruder", "#e", until, "#n", 1, "#t", 1)
 	})
 	if !lostAt.Before(valid) {
 		t.Fatalf("loss noticed %s after the validity deadline", lostAt.Sub(valid))

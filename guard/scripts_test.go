@@ -67,7 +67,7 @@ func TestTokenWidthChange(t *testing.T) {
 	lock := lockName("width")
 	fence := func() string { return c.HGet(ctx, lock, "#f").Val() }
 
-	c.HSet(ctx, lock, "#v", "4", "#f", "5:!x.1:!x.2")
+	c.HSet(ctx, lock, "#v", "5", "#f", "5:!x.1:!x.2")
 	c.Expire(ctx, lock, time.Hour)
 	le := mustAcquire(t, l, ctx, "width")
 	now := time.Now().UnixMicro()

@@ -658,12 +658,13 @@ func (w *worker) readHolds(ctx context.Context, hash string, fields ...string) (
 	if d == -2 {
 		d = 0 // gone between the two reads: it expired then
 	}
-	// The hold's own lease (the last field) ends before the hash's TTL, which covers the
-	// longest lease and the fence retention.
-	e, _ := v.Val()[len(fields)-1].(string)
+	// The hold's own lease (the last field of the probe's view) ends before the hash's
+	// TTL, which covers the longest lease and the fence retention.
+	view := probeView(v.Val())
+	e, _ := view[len(view)-1].(string)
 	until, _ := strconv.ParseInt(e, 10, 64)
 	d = min(d, max(time.Duration(until-now.Val().UnixMilli())*time.Millisecond, 0))
-	return v.Val(), d, nil
+	return view, d, nil
 }
 
 // probeBudget is how long a quorum I2 probe waits for the servers' replies; a server
@@ -705,6 +706,7 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 		for i, p := range w.probes {
 			go func() {
 				v, err := p.HMGet(ctx, hash, fields...).Result()
+				v = probeView(v)
 				got <- struct {
 					i int
 					r reply
@@ -769,18 +771,18 @@ func (w *worker) checkQuorumHolds(le *guard.Lease, holds int, epoch int64, when 
 
 // holdFields names where Redis keeps le's hold: the lock's hash, the fields of the hold
 // count, the token and the lease's end, and for the exclusive lock, the fair lock and the
-// read-write lock's writer the field of the holder, "" for the shares (a reader, a
-// permit), whose fields are their owner's (see guard/internal/script/lua/acquire.lua and
-// kinds/lib.lua).
+// read-write lock's writer the field of the holder. A share (a reader, a permit) has no
+// holder field and no lease field: its count field is its owner's, "<count> <lease end>
+// <nonces>" (see guard/internal/script/lua/acquire.lua and kinds/lib.lua, and probeView).
 func holdFields(le *guard.Lease) (hash, count, token, holder, lease string) {
 	owner := string(le.Owner())
 	switch le.Kind() {
 	case guard.KindRead:
-		return lockName(le.Key()) + ":rw", owner, owner + "#t", "", owner + "#e"
+		return lockName(le.Key()) + ":rw", owner, owner + "#t", "", ""
 	case guard.KindWrite:
 		return lockName(le.Key()) + ":rw", "#Wn", "#t", "#W", "#We"
 	case guard.KindSemaphore:
-		return lockName(le.Key()) + ":sem", owner, owner + "#t", "", owner + "#e"
+		return lockName(le.Key()) + ":sem", owner, owner + "#t", "", ""
 	case guard.KindFair:
 		return lockName(le.Key()) + ":fair", "#n", "#t", "#o", "#e"
 	}
@@ -788,13 +790,36 @@ func holdFields(le *guard.Lease) (hash, count, token, holder, lease string) {
 }
 
 // holdProbe returns the fields an I2 probe reads of le's hold (holdFields): the count
-// and the token, the holder when the kind has one, and the lease's end last.
+// and the token, the holder when the kind has one, and the lease's end last — of a
+// share, its own field and its token, which probeView makes the count, the token and
+// the lease's end.
 func holdProbe(le *guard.Lease) (hash string, fields []string) {
 	hash, count, token, holder, lease := holdFields(le)
-	if holder == "" {
+	switch {
+	case lease == "":
+		return hash, []string{count, token}
+	case holder == "":
 		return hash, []string{count, token, lease}
 	}
 	return hash, []string{count, token, holder, lease}
+}
+
+// probeView returns the reply v of an I2 probe (holdProbe) as the count, the token, the
+// holder when the kind has one, and the lease's end: a share's probe (two fields) has
+// its count and its lease's end in its first, "<count> <lease end> <nonces>".
+func probeView(v []any) []any {
+	if len(v) != 2 {
+		return v
+	}
+	var count, until any // nil: no such share
+	if s, ok := v[0].(string); ok {
+		parts := strings.SplitN(s, " ", 3)
+		count = parts[0]
+		if len(parts) > 1 {
+			until = parts[1]
+		}
+	}
+	return []any{count, v[1], until}
 }
 
 // serverViews reads, for a violation's detail, what each server of the deployment (a
@@ -1625,7 +1650,7 @@ func (w *world) checkOrphans(ctx context.Context) {
 // keeps the lock's fence record (#f) for the fence retention after its last lease, and
 // is no lock. The exclusive and the fair lock hold while #o's lease (#e) runs; the
 // read-write lock's writer while #W names it and #We has not passed; a share (a reader,
-// a permit) while its owner's field <owner>#e has not (see kinds/lib.lua: a share whose
+// a permit) while the lease end in its owner's field has not (see kinds/lib.lua: a share whose
 // lease ran out stays in the hash until a script drops it, and holds nothing). On a
 // quorum, on every server that has k.
 func (w *world) isRecord(ctx context.Context, k string) bool {
@@ -1661,8 +1686,9 @@ func (w *world) isRecord(ctx context.Context, k string) bool {
 		if f["#o"] != "" && live(f["#e"]) || f["#W"] != "" && live(f["#We"]) {
 			return false
 		}
-		for field, until := range f {
-			if o, ok := strings.CutSuffix(field, "#e"); ok && o != "" && !strings.Contains(o, "#") && live(until) {
+		for field, v := range f {
+			// A share: its owner's field, "<count> <lease end> <nonces>".
+			if parts := strings.SplitN(v, " ", 3); field != "" && !strings.Contains(field, "#") && len(parts) > 1 && live(parts[1]) {
 				return false // a live share
 			}
 		}

@@ -40,6 +40,9 @@ func parseAttempt(cmd *redis.Cmd) (attemptReply, error) {
 	case len(v) == 0:
 		return attemptReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
+	if e, ok := v[0].(error); ok {
+		return attemptReply{}, e // the script's error reply, such as another layout's key
+	}
 	r := attemptReply{v: v[0]}
 	if len(v) == 3 {
 		r.confirmed, r.proposed = tokenOf(v[1]), tokenOf(v[2])
@@ -147,6 +150,7 @@ type quorumAttempt struct {
 	failed   int     // servers that answered with an error, or not at all
 	cut      int     // of those, the servers given up when the context ended
 	refused  bool
+	layout   error // a server's refusal of a key another layout wrote (LayoutOf), if any
 	pttl     int64 // the shortest TTL among the busy servers' holders, ms; -1: none
 	outcome  atomic.Int32
 	proposal int64 // the token proposed to the servers (see propose)
@@ -235,6 +239,11 @@ func (a *quorumAttempt) Take(r fanout.Reply) bool {
 	}
 	if r.Err != nil {
 		a.fail(r.I, r.Err)
+		if _, _, ok := LayoutOf(r.Err); ok && a.layout == nil {
+			// A mixed fleet fails loudly, as on one server, whatever the others answer:
+			// the old version's holds are not this one's to see.
+			a.layout = r.Err
+		}
 		if !IsServerError(r.Err) {
 			a.undo |= 1 << r.I
 		}
@@ -254,7 +263,7 @@ func (a *quorumAttempt) Take(r fanout.Reply) bool {
 	// that ended, which must not lend its older token (see raise).
 	q, n := a.q, len(a.q.nodes)
 	switch {
-	case a.refused:
+	case a.refused, a.layout != nil:
 	case q.reentered(a.confirmed, a.proposed, a.held) != reenteredNot,
 		len(a.grants) >= q.need && (a.confirmed+a.proposed == 0 || a.replied == n):
 		a.outcome.Store(attemptWon)
@@ -356,6 +365,8 @@ func lateOutcome(r fanout.Reply) (late quorumGrant, granted bool, err error) {
 func (a *quorumAttempt) lost() Grant {
 	q := a.q
 	switch {
+	case a.layout != nil:
+		return Grant{Err: a.layout}
 	case a.refused:
 		return Grant{Granted: script.Granted{Upgrade: true}}
 	case a.failed <= len(q.nodes)-q.need:

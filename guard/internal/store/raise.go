@@ -201,7 +201,7 @@ func raiseArgs(h *Hold, owner string, top int64, nonce string) []any {
 	case h.Terms.Spec.Write:
 		holderField, nonces = "#W", "#Wa"
 	case h.Terms.Spec.PerHolder:
-		holderField, holderValue, nonces = owner, "", owner+"#a"
+		holderField, holderValue, nonces = owner, "", owner // a share lists its nonces in its own field
 	}
 	return []any{nil, nil, 1, h.Keys.Lock, strconv.FormatInt(top, 10), tokenField, holderField, holderValue, h.args.retention, nonces, nonce}
 }

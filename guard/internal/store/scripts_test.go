@@ -260,7 +260,8 @@ func (k *kindRig) holds(ctx context.Context, c *redis.Client, owner string) stri
 		}
 		return ""
 	case k.t.Spec.PerHolder:
-		return c.HGet(ctx, k.keys.Lock, owner).Val()
+		n, _, _ := strings.Cut(c.HGet(ctx, k.keys.Lock, owner).Val(), " ") // "<count> <lease> <nonces>"
+		return n
 	}
 	v := c.HMGet(ctx, k.keys.Lock, "#o", "#n").Val()
 	if v[0] == owner && v[1] != nil {
@@ -367,6 +368,28 @@ func TestScriptsRefusedOnReplica(t *testing.T) {
 	}
 }
 
+// shareLease returns the lease end (server ms) of owner's share of the read-write lock
+// or semaphore lock: its field is "<count> <lease end> <nonces>" (kinds/lib.lua).
+func shareLease(ctx context.Context, c *redis.Client, lock, owner string) int64 {
+	_, rest, _ := strings.Cut(c.HGet(ctx, lock, owner).Val(), " ")
+	e, _, _ := strings.Cut(rest, " ")
+	ms, _ := strconv.ParseInt(e, 10, 64)
+	return ms
+}
+
+// setShareLease makes owner's share of lock end at ms, its count and nonces kept.
+func setShareLease(ctx context.Context, t *testing.T, c *redis.Client, lock, owner string, ms int64) {
+	t.Helper()
+	parts := strings.SplitN(c.HGet(ctx, lock, owner).Val(), " ", 3)
+	if len(parts) < 2 {
+		t.Fatalf("%s's share field %q, want \"<count> <lease end> <nonces>\"", owner, parts)
+	}
+	parts[1] = strconv.FormatInt(ms, 10)
+	if err := c.HSet(ctx, lock, owner, strings.Join(parts, " ")).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // decodeRelease reads the reply of a release script call.
 func decodeRelease(cmd *redis.Cmd) (script.Released, error) { return script.ParseRelease(cmd.Int64()) }
 
@@ -378,12 +401,16 @@ func decodeRelease(cmd *redis.Cmd) (script.Released, error) { return script.Pars
 func TestRetriedAttemptRenewsLease(t *testing.T) {
 	perKind(t, "retried", func(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client, name string) {
 		h := k.hold("owner-" + name)
-		lease := "#e" // the hold's lease field (see kinds/lib.lua)
-		switch {
-		case k.t.Spec.PerHolder:
-			lease = h.Owner() + "#e"
-		case k.t.Spec.Write:
+		lease := "#e" // the hold's lease field (see kinds/lib.lua); a share's is in its own
+		if k.t.Spec.Write {
 			lease = "#We"
+		}
+		getLease := func() int64 {
+			if k.t.Spec.PerHolder {
+				return shareLease(ctx, c, k.keys.Lock, h.Owner())
+			}
+			ms, _ := c.HGet(ctx, k.keys.Lock, lease).Int64()
+			return ms
 		}
 		attempt := func() script.Granted {
 			t.Helper()
@@ -400,11 +427,13 @@ func TestRetriedAttemptRenewsLease(t *testing.T) {
 		attempt()
 		// The first run's lease, as if it had run long before the retry.
 		now := c.Time(ctx).Val().UnixMilli()
-		if err := c.HSet(ctx, k.keys.Lock, lease, now+500).Err(); err != nil {
+		if k.t.Spec.PerHolder {
+			setShareLease(ctx, t, c, k.keys.Lock, h.Owner(), now+500)
+		} else if err := c.HSet(ctx, k.keys.Lock, lease, now+500).Err(); err != nil {
 			t.Fatal(err)
 		}
 		attempt()
-		until, _ := c.HGet(ctx, k.keys.Lock, lease).Int64()
+		until := getLease()
 		if want := now + k.t.TTL.Milliseconds() - 1000; until < want {
 			t.Fatalf("lease after the retry ends at %d, want from the retry on (≥ %d)", until, want)
 		}
@@ -613,7 +642,7 @@ func TestSharesKeptInTheHash(t *testing.T) {
 		a, b := k.hold("a/1"), k.hold("b/1")
 		take(a)
 		now := c.Time(ctx).Val().UnixMilli()
-		if e, _ := c.HGet(ctx, k.keys.Lock, "a/1#e").Int64(); e < now+k.t.TTL.Milliseconds()-1000 || e > now+k.t.TTL.Milliseconds()+1000 {
+		if e := shareLease(ctx, c, k.keys.Lock, "a/1"); e < now+k.t.TTL.Milliseconds()-1000 || e > now+k.t.TTL.Milliseconds()+1000 {
 			t.Fatalf("a's lease field %d, want about the server's time %d and the TTL %s", e, now, k.t.TTL)
 		}
 		take(b)
@@ -630,9 +659,7 @@ func TestSharesKeptInTheHash(t *testing.T) {
 			t.Fatalf("#c = %q after a left, want 1", n)
 		}
 		// b's lease runs out; a release that cannot vouch for it finds so.
-		if err := c.HSet(ctx, k.keys.Lock, "b/1#e", now-1).Err(); err != nil {
-			t.Fatal(err)
-		}
+		setShareLease(ctx, t, c, k.keys.Lock, "b/1", now-1)
 		if code := release(b, false); code != script.Expired {
 			t.Fatalf("release of a share whose lease ran out: %v, want Expired", code)
 		}
@@ -670,9 +697,7 @@ func TestExpiredSharesPruned(t *testing.T) {
 			if !try(k.t.Spec, h).Acquired {
 				t.Fatalf("%s did not take a share", h.Owner())
 			}
-			if err := c.HSet(ctx, k.keys.Lock, h.Owner()+"#e", 1).Err(); err != nil {
-				t.Fatal(err)
-			}
+			setShareLease(ctx, t, c, k.keys.Lock, h.Owner(), 1)
 		}
 		// Who asks: a writer of the read-write lock, a third permit of the semaphore.
 		spec, next := k.t.Spec, k.hold("next/1")

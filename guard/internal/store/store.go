@@ -190,7 +190,7 @@ func (b *base) args(c *Conn) callArgs { return callArgs{id: b.cfg.ID, conn: c} }
 // Layout is the version of the data layout the scripts read and write (see
 // script/lua/acquire.lua): a key another layout wrote makes them fail with an error
 // "GUARDKIT_LAYOUT <found> <want>", writing nothing.
-const Layout = "4"
+const Layout = "5"
 
 // LayoutOf reports whether err is a script's refusal of a key another layout wrote, and
 // the layout found and the one wanted.

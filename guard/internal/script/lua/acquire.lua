@@ -1,6 +1,6 @@
 -- acquire.lua: take a lock, reenter it for the same owner, or report the holder's TTL.
 --
--- KEYS[1] lock hash (layout 4): #v = "4", the layout version; #o = the holder, the owner
+-- KEYS[1] lock hash (layout 5): #v = "5", the layout version; #o = the holder, the owner
 --                     that holds the lock ("" for none); #e = until when (server time,
 --                     ms) its hold lasts: the lock is free once it passed; #n = its hold
 --                     count; #a = nonces of its last applied acquires, newest first,
@@ -49,7 +49,7 @@
 -- PEXPIRE.
 local lock, owner = KEYS[1], ARGV[1]
 local v = redis.call('HMGET', lock, '#o', '#e', '#t', '#n', '#a', '#f', '#w', '#v')
-if v[8] ~= '4' and (v[8] or v[3]) then
+if v[8] ~= '5' and (v[8] or v[3]) then
   return layout_error(v[8])
 end
 local t = redis.call('TIME')
@@ -72,7 +72,7 @@ if not held and ARGV[5] ~= '1' then
   -- earlier hold held, is never sent again but by a retry of that release.
   redis.call('HSET', lock, '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
     '#l', ARGV[7] or '', '#t', token, '#f', record,
-    also(v[8] ~= '4', '#v', '4',
+    also(v[8] ~= '5', '#v', '5',
     also(token == ARGV[8], '#tp', token,
     also(v[7] == '1' and redis.call('LLEN', KEYS[2]) == 0, '#w', ''))))
   redis.call('PEXPIRE', lock, digits(keep_for(ttl)))
@@ -86,7 +86,7 @@ if held then
 end
 -- Polite: the lock is free but others are ahead; queue behind them to be woken (#w makes
 -- the next release pop the queue), and keep the hash that says so.
-redis.call('HSET', lock, '#w', '1', '#v', '4')
+redis.call('HSET', lock, '#w', '1', '#v', '5')
 extend_to(lock, ARGV[4])
 enqueue()
 return {0, -1}

@@ -23,7 +23,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for i = 1, n do
   local v = redis.call('HMGET', keys[2 * i - 1], '#o', '#e', '#t', '#v', '#f')
-  if v[4] ~= '4' and (v[4] or v[3]) then
+  if v[4] ~= '5' and (v[4] or v[3]) then
     return layout_error(v[4])
   end
   if v[1] and v[1] ~= '' and tonumber(v[2]) > now then

@@ -41,7 +41,7 @@ if writer then
 end
 if want == 'w' or (not writer and tonumber(f['#ww'] or 0) > now) then
   for k, _ in pairs(f) do
-    if not string.find(k, '#', 1, true) and tonumber(f[k .. '#e'] or 0) > now then
+    if not string.find(k, '#', 1, true) and tonumber(string.match(f[k], '^%d+ (%d+)') or 0) > now then
       add(k, f[k .. '#t'], f[k .. '#l'])
     end
   end

@@ -50,18 +50,20 @@ local function as_holder(r, holder, owner)
   return r
 end
 
--- undo_holder returns the section of owner's chain whose hold counted the attempt an undo
--- (ARGV[3]) names, for an undo sent as owner: a reentry through Redis counts in the
--- holder's fields (above), and a caller that lost the attempt's reply does not know which
--- holder that was. suffix names a section's field of applied nonces ('#a'). It returns
--- owner itself when no section lists the attempt (the undo then finds nothing to drop).
-local function undo_holder(owner, suffix)
+-- undo_holder returns the section of owner's chain whose share (of a read-write lock or
+-- a semaphore: kinds/lib.lua) counted the attempt an undo (ARGV[3]) names, for an undo
+-- sent as owner: a reentry through Redis counts in the holder's share (above), and a
+-- caller that lost the attempt's reply does not know which holder that was. A share's
+-- field lists its applied nonces after its count and lease, which are digits and never
+-- a nonce. It returns owner itself when no section lists the attempt (the undo then
+-- finds nothing to drop).
+local function undo_holder(owner)
   if ARGV[3] == '' then
     return owner
   end
   local c = chain(owner)
   for i = 1, #c do
-    local a = redis.call('HGET', KEYS[1], c[i] .. suffix)
+    local a = redis.call('HGET', KEYS[1], c[i])
     if a and string.find(' ' .. a .. ' ', ' ' .. ARGV[3] .. ' ', 1, true) then
       return c[i]
     end

@@ -16,7 +16,7 @@
 -- wrote (found: its #v; nil for the first layout, which had none): stop every process of
 -- the old version before starting the new one. The key is left as it is.
 local function layout_error(found)
-  return redis.error_reply('GUARDKIT_LAYOUT ' .. (found or '1') .. ' 4')
+  return redis.error_reply('GUARDKIT_LAYOUT ' .. (found or '1') .. ' 5')
 end
 
 -- noted returns the record f with the entry mark .. nonce appended: ":" and a final
@@ -60,7 +60,7 @@ end
 -- noted), with the layout version, and keeps the hash for the fence retention at least:
 -- for the rarer paths that write nothing else.
 local function note(f, nonce)
-  redis.call('HSET', KEYS[1], '#f', noted(f, ':!', nonce), '#v', '4')
+  redis.call('HSET', KEYS[1], '#f', noted(f, ':!', nonce), '#v', '5')
   extend_to(KEYS[1], ARGV[4])
 end
 
@@ -70,7 +70,7 @@ end
 -- it: note is then made only on the path of an undo.)
 local function refuse_late(f)
   if ARGV[7] and ARGV[7] ~= '' then
-    redis.call('HSET', KEYS[1], '#f', noted(f, ':!', ARGV[7]), '#v', '4')
+    redis.call('HSET', KEYS[1], '#f', noted(f, ':!', ARGV[7]), '#v', '5')
     extend_to(KEYS[1], ARGV[4])
     return true
   end

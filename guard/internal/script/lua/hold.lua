@@ -67,8 +67,10 @@ end
 -- f the fence record and x the release record (fence.lua). absent is the reply for a
 -- caller that holds nothing (-1, or -2 when another owner holds the lock). Returns
 -- release.lua's reply, or nil and the release record with the final release in it when
--- the hold ended: the caller writes that record (#x) and frees what it held.
-local function drop_hold(count, nonces, dropped, holds, applied, drops, f, absent, x)
+-- the hold ended: the caller writes that record (#x) and frees what it held. lease, given
+-- for a share of the read-write lock or the semaphore (kinds/lib.lua), is its lease end:
+-- the share's count, lease and applied nonces are then one field, count (= nonces).
+local function drop_hold(count, nonces, dropped, holds, applied, drops, f, absent, x, lease)
   local nonce, undo = ARGV[2], ARGV[3]
   if undo ~= '' then
     if not holds or not listed(applied, undo) then
@@ -79,8 +81,12 @@ local function drop_hold(count, nonces, dropped, holds, applied, drops, f, absen
     -- and mark it undone in the fence, so that a copy of it that reaches the server
     -- later (resent by a client whose call timed out, or slowed on another connection)
     -- is refused instead of counted anew.
-    f = noted(f, ':!', undo)
-    redis.call('HSET', KEYS[1], nonces, forget(applied, undo), '#f', f)
+    f, applied = noted(f, ':!', undo), forget(applied, undo)
+    if lease then
+      redis.call('HSET', KEYS[1], count, holds .. ' ' .. digits(lease) .. ' ' .. applied, '#f', f)
+    else
+      redis.call('HSET', KEYS[1], nonces, applied, '#f', f)
+    end
   end
   if not holds then
     refuse_late(f)
@@ -94,7 +100,11 @@ local function drop_hold(count, nonces, dropped, holds, applied, drops, f, absen
   end
   if holds ~= '1' then
     -- Remember this nonce among the last few (about 4), newest first, within 100 bytes.
-    redis.call('HSET', KEYS[1], count, digits(tonumber(holds) - 1), dropped, remember(drops, nonce))
+    local n = digits(tonumber(holds) - 1)
+    if lease then
+      n = n .. ' ' .. digits(lease) .. ' ' .. applied
+    end
+    redis.call('HSET', KEYS[1], count, n, dropped, remember(drops, nonce))
     return 2
   end
   return nil, noted(x, ':', nonce)

@@ -9,8 +9,9 @@
 -- ARGV[4] the value that field must have, "" for any (the owner of an exclusive or fair
 --         lock, or a writer)
 -- ARGV[5] fence retention in milliseconds
--- ARGV[6] the hash field of the hold's applied attempt nonces ('#a'; '<owner>#a' for a
---         reader; '#Wa' for a writer)
+-- ARGV[6] the hash field of the hold's applied attempt nonces ('#a'; '#Wa' for a writer;
+--         '<owner>' for a share, whose field lists them after its count and lease: see
+--         kinds/lib.lua)
 -- ARGV[7] the nonce of the attempt whose grant is raised: a hold that this attempt did
 --         not make or count (it was undone here, and the owner holds the lock again by
 --         another attempt) is left alone
@@ -43,7 +44,7 @@ if held and v[4] then
 end
 if not held then
   if record then
-    redis.call('HSET', lock, '#f', record, '#v', '4')
+    redis.call('HSET', lock, '#f', record, '#v', '5')
     extend_to(lock, ARGV[5])
   end
   return 0

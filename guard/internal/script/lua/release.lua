@@ -38,7 +38,7 @@
 -- is two commands: HMGET and HSET.
 local lock, owner = KEYS[1], ARGV[1]
 local v = redis.call('HMGET', lock, '#o', '#n', '#a', '#r', '#f', '#e', '#w', '#v', '#t', '#x')
-if v[8] ~= '4' and (v[8] or v[9]) then
+if v[8] ~= '5' and (v[8] or v[9]) then
   return layout_error(v[8])
 end
 local holder = v[1]

@@ -11,7 +11,7 @@
 -- the key was written by another layout.
 local lock = KEYS[1]
 local v = redis.call('HMGET', lock, '#o', '#e', '#v', '#t')
-if v[3] ~= '4' and (v[3] or v[4]) then
+if v[3] ~= '5' and (v[3] or v[4]) then
   return layout_error(v[3])
 end
 if v[1] ~= ARGV[1] then

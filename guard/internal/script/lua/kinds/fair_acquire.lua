@@ -10,7 +10,7 @@
 -- claimed passes to the next owner. A try (ARGV[5] "2") never jumps the queue.
 local lock, owner, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local v = redis.call('HMGET', lock, '#o', '#e', '#t', '#n', '#a', '#f', '#w', '#v', '#g')
-if v[8] ~= '4' and (v[8] or v[3]) then
+if v[8] ~= '5' and (v[8] or v[3]) then
   return layout_error(v[8])
 end
 local now, t = clock()
@@ -54,7 +54,7 @@ if not held then
     -- held, and a quorum, which writes #tq and #tp, serves no fair lock.
     redis.call('HSET', lock, '#o', owner, '#e', digits(now + ttl), '#n', '1', '#a', ARGV[3],
       '#l', ARGV[9] or '', '#t', token, '#f', record,
-      also(v[8] ~= '4', '#v', '4', also(granted and granted ~= '', '#g', '')))
+      also(v[8] ~= '5', '#v', '5', also(granted and granted ~= '', '#g', '')))
     -- A new hold: its TTL, which covers the fence retention (keep_for), replaces the
     -- key's (as acquire.lua's grant; a claim or a reentry never shortens it).
     redis.call('PEXPIRE', lock, digits(keep_for(ttl)))

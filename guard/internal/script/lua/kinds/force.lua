@@ -26,14 +26,14 @@ if #fields > 0 then
       version = fields[i + 1]
     end
   end
-  if version ~= '4' then
+  if version ~= '5' then
     return layout_error(version) -- another version's holds are its own to end
   end
 end
 local now, t = clock()
 local fence, record = new_token(redis.call('HGET', KEYS[1], '#f'), t)
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], '#v', '4', '#f', record)
+redis.call('HSET', KEYS[1], '#v', '5', '#f', record)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 if ARGV[7] == 'f' then
   grant_next(ARGV[8], now, t, record)

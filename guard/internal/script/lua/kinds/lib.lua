@@ -3,16 +3,18 @@
 -- layout and the replies are those of acquire.lua, release.lua and renew.lua (see
 -- kind.go), with every kind's keys:
 --
--- KEYS[1] lock hash:   #v = "4", the layout version; #f = the fence record and #x the
+-- KEYS[1] lock hash:   #v = "5", the layout version; #f = the fence record and #x the
 --                      release record (fence.lua); #w = present while Lockers may be
 --                      queued (someone had to wait).
 --                      The read-write lock and the semaphore keep every hold in the hash
---                      (layout 4; layout 3 kept the leases in a sorted set beside it).
---                      A share (a reader, a permit): <owner> = the owner's hold count;
---                      <owner>#e = until when (server time, ms) its lease runs: the share
---                      counts only before then; <owner>#a = nonces of its last applied
---                      acquires, <owner>#r = of its last releases that left it holding
---                      (newest first, within 100 bytes); <owner>#t = the fencing token of
+--                      (since layout 4; layout 3 kept the leases in a sorted set beside
+--                      it). A share (a reader, a permit): <owner> = "<count> <lease end>
+--                      <nonces>" (layout 5; layout 4 had a field for each): the owner's
+--                      hold count, until when (server time, ms) its lease runs — the share
+--                      counts only before then — and the nonces of its last applied
+--                      acquires, space-separated (newest first, within 100 bytes; a nonce
+--                      is never all digits: share_of); <owner>#r = the nonces of its last
+--                      releases that left it holding; <owner>#t = the fencing token of
 --                      its hold (<owner>#tq: the same, once a quorum Locker confirmed it:
 --                      see raise.lua; <owner>#tp: the same, when it is the quorum Locker's
 --                      proposal); <owner>#l = the hold's label, when it has one (ARGV[9]:
@@ -57,7 +59,19 @@ end
 
 -- drop_share deletes the fields of owner's share (a reader's hold, a permit).
 local function drop_share(o)
-  redis.call('HDEL', KEYS[1], o, o .. '#a', o .. '#r', o .. '#t', o .. '#tq', o .. '#tp', o .. '#l', o .. '#e')
+  redis.call('HDEL', KEYS[1], o, o .. '#t', o .. '#r', o .. '#tq', o .. '#tp', o .. '#l')
+end
+
+-- share_of returns the hold count (a string), the lease end (ms) and the applied attempt
+-- nonces of a share whose field holds s (see above).
+local function share_of(s)
+  local n, e, a = string.match(s, '^(%d+) (%d+) ?(.*)$')
+  return n, tonumber(e), a
+end
+
+-- lease_of returns the lease end (ms) of a share whose field holds s, 0 for none.
+local function lease_of(s)
+  return tonumber(s and string.match(s, '^%d+ (%d+)') or 0)
 end
 
 -- drop_dead drops the share of o, whose lease ran out, from the hash and from its share
@@ -93,7 +107,7 @@ local function prune(now)
   local top, first, n = 0, 0, 0
   for k, _ in pairs(f) do
     if not string.find(k, '#', 1, true) then
-      local e = tonumber(f[k .. '#e'] or 0)
+      local e = lease_of(f[k])
       if e > now then
         n = n + 1
         top = math.max(top, e)
@@ -116,14 +130,14 @@ local function prune(now)
 end
 
 -- begin starts an acquisition of a read-write lock (rw) or a semaphore: it reads the
--- caller's chain (its hold count and lease fields) in the lock hash, then the fence
+-- caller's chain (the shares of its sections) in the lock hash, then the fence
 -- record, the layout version, the share count and, of a read-write lock, the writer's
 -- #W, #We and #ww, and the server clock. A share of the chain whose lease ran out is
 -- dropped. Returns false and the reply when the attempt was undone before it got here
 -- (its caller left: {0, -1}) or the key was written by another layout; else the time in
 -- ms and TIME's reply, the fence record, the share count, the live holder in the chain
--- (nil for none), and the HMGET reply with the index k of the share count (the version
--- at k - 1, the writer's fields from k + 1 on).
+-- (nil for none), the HMGET reply with the index k of the share count (the version at
+-- k - 1, the writer's fields from k + 1 on), and the holder's share field.
 local function begin(rw)
   local owner = ARGV[1]
   local c, n, v = nil, 1, nil
@@ -136,24 +150,24 @@ local function begin(rw)
     -- The common case, an owner directly in its root: its own fields alone.
     c = {owner}
     if rw then
-      v = redis.call('HMGET', KEYS[1], owner, owner .. '#e', '#f', '#v', '#c', '#W', '#We', '#ww')
+      v = redis.call('HMGET', KEYS[1], owner, '#f', '#v', '#c', '#W', '#We', '#ww')
     else
-      v = redis.call('HMGET', KEYS[1], owner, owner .. '#e', '#f', '#v', '#c')
+      v = redis.call('HMGET', KEYS[1], owner, '#f', '#v', '#c')
     end
   else
     local fields = {}
     for j = 1, n do
-      fields[j], fields[n + j] = c[j], c[j] .. '#e'
+      fields[j] = c[j]
     end
-    fields[2 * n + 1], fields[2 * n + 2], fields[2 * n + 3] = '#f', '#v', '#c'
+    fields[n + 1], fields[n + 2], fields[n + 3] = '#f', '#v', '#c'
     if rw then
-      fields[2 * n + 4], fields[2 * n + 5], fields[2 * n + 6] = '#W', '#We', '#ww'
+      fields[n + 4], fields[n + 5], fields[n + 6] = '#W', '#We', '#ww'
     end
     v = redis.call('HMGET', KEYS[1], unpack(fields))
   end
-  local k = 2 * n + 3
+  local k = n + 3
   local f, version, count = v[k - 2], v[k - 1], tonumber(v[k] or 0)
-  if version ~= '4' and (version or f or count > 0) then
+  if version ~= '5' and (version or f or count > 0) then
     return false, layout_error(version)
   end
   if undone(f) then
@@ -162,8 +176,8 @@ local function begin(rw)
   local now, t = clock()
   for j = 1, n do
     if v[j] then
-      if tonumber(v[n + j] or 0) > now then
-        return now, t, f, count, c[j], v, k
+      if lease_of(v[j]) > now then
+        return now, t, f, count, c[j], v, k, v[j]
       end
       -- A share of the chain whose lease ran out: it goes, so that a new hold starts
       -- afresh (and its section no longer counts).
@@ -202,6 +216,20 @@ local function reenter(holder, owner, count, nonces, token, lease, now)
   return as_holder({1, v[3], holds}, holder, owner)
 end
 
+-- reenter_share counts one more hold of holder's share (its field holds s) for owner,
+-- once per attempt nonce (ARGV[3]), and renews its lease (never shortening it), in one
+-- HSET; returns acquire.lua's reentry reply.
+local function reenter_share(holder, owner, s, now)
+  local holds, ends, nonces = share_of(s)
+  holds, ends = tonumber(holds), math.max(ends, now + tonumber(ARGV[2]))
+  if not listed(nonces, ARGV[3]) then
+    holds, nonces = holds + 1, remember(nonces, ARGV[3])
+  end
+  redis.call('HSET', KEYS[1], holder, digits(holds) .. ' ' .. digits(ends) .. ' ' .. nonces)
+  keep_hash(ends - now, false)
+  return as_holder({1, redis.call('HGET', KEYS[1], holder .. '#t'), holds}, holder, owner)
+end
+
 -- take_share gives owner a new share (a reader's hold, a permit) from now, in one HSET:
 -- the fields every share has, then those only some need (the layout version on a hash
 -- that lacks it, fresh; the label; the token as the quorum's proposal it is). count is
@@ -210,16 +238,18 @@ end
 local function take_share(owner, now, t, f, count, alone, fresh)
   local token, record = new_token(f, t, ARGV[10])
   local label = ARGV[9] and ARGV[9] ~= '' and owner .. '#l'
-  redis.call('HSET', KEYS[1], owner, '1', owner .. '#a', ARGV[3], owner .. '#e', digits(now + tonumber(ARGV[2])),
+  redis.call('HSET', KEYS[1], owner, '1 ' .. digits(now + tonumber(ARGV[2])) .. ' ' .. ARGV[3],
     owner .. '#t', token, '#c', digits(count + 1), '#f', record,
-    also(fresh, '#v', '4', also(label, label, ARGV[9], also(token == ARGV[10], owner .. '#tp', token))))
+    also(fresh, '#v', '5', also(label, label, ARGV[9], also(token == ARGV[10], owner .. '#tp', token))))
   keep_hash(tonumber(ARGV[2]), alone)
   return tonumber(token)
 end
 
--- renew_lease renews a hold whose lease field is lease (ends: its value) for ARGV[2]
--- ms from now unless it already ran out, never shortening it; renew.lua's reply.
-local function renew_lease(lease, ends)
+-- renew_lease renews a hold whose lease ends at ends (ms) for ARGV[2] ms from now unless
+-- it already ran out, never shortening it: the field lease is set to the new end between
+-- before and after (a share's count and nonces; "" for the writer's #We). Returns
+-- renew.lua's reply.
+local function renew_lease(lease, ends, before, after)
   local now = clock()
   ends = tonumber(ends or 0)
   if ends <= now then
@@ -227,7 +257,7 @@ local function renew_lease(lease, ends)
   end
   local d = now + tonumber(ARGV[2])
   if d > ends then
-    redis.call('HSET', KEYS[1], lease, digits(d))
+    redis.call('HSET', KEYS[1], lease, before .. digits(d) .. after)
     ends = d
   end
   keep_hash(ends - now, false)
@@ -251,20 +281,23 @@ end
 -- wakes it too, or every Locker when a writer waits (#ww), since the queue does not say
 -- which of them the writer is in. Returns release.lua's reply (-1 for a share not held).
 local function release_share(rw)
-  local lock, owner = KEYS[1], undo_holder(ARGV[1], '#a')
-  local nonces, dropped = owner .. '#a', owner .. '#r'
-  local v = redis.call('HMGET', lock, owner, nonces, dropped, owner .. '#e', '#w', '#W', '#ww', '#f', '#v', '#x', '#c')
-  if v[9] ~= '4' and (v[9] or v[1]) then
-    return layout_error(v[9])
+  local lock, owner = KEYS[1], undo_holder(ARGV[1])
+  local dropped = owner .. '#r'
+  local v = redis.call('HMGET', lock, owner, dropped, '#w', '#W', '#ww', '#f', '#v', '#x', '#c')
+  if v[7] ~= '5' and (v[7] or v[1]) then
+    return layout_error(v[7])
   end
-  local count = tonumber(v[11] or 0)
-  local holds = v[1]
-  if holds and expired(v[4]) then
-    -- Its lease ran out: the share is gone (as prune drops it), and the caller told so.
-    count = drop_dead(owner, count)
-    holds = false
+  local count = tonumber(v[9] or 0)
+  local holds, ends, applied
+  if v[1] then
+    holds, ends, applied = share_of(v[1])
+    if expired(ends) then
+      -- Its lease ran out: the share is gone (as prune drops it), and the caller told so.
+      count = drop_dead(owner, count)
+      holds = false
+    end
   end
-  local r, record = drop_hold(owner, nonces, dropped, holds, v[2], v[3], v[8], -1, v[10])
+  local r, record = drop_hold(owner, owner, dropped, holds, applied, v[2], v[6], -1, v[8], ends)
   if r ~= nil and r ~= 1 then
     return r
   end
@@ -274,7 +307,7 @@ local function release_share(rw)
     drop_share(owner)
     redis.call('HSET', lock, '#x', record, '#c', digits(math.max(count, 0)))
   end
-  local waited, writer, mark = v[5], v[6], v[7]
+  local waited, writer, mark = v[3], v[4], v[5]
   if count <= 0 and (not writer or writer == '') and not mark then
     -- Nobody else holds and no writer waits: the hash's TTL keeps only the fence record
     -- now, for the retention from this release.
@@ -309,7 +342,7 @@ end
 local function release_write()
   local lock, owner = KEYS[1], ARGV[1]
   local v = redis.call('HMGET', lock, '#Wn', '#Wa', '#Wr', '#We', '#W', '#ww', '#w', '#f', '#v', '#x', '#c')
-  if v[9] ~= '4' and (v[9] or v[5]) then
+  if v[9] ~= '5' and (v[9] or v[5]) then
     return layout_error(v[9])
   end
   local writer = v[5]
@@ -375,7 +408,7 @@ local function grant_next(sharded, now, t, f)
   redis.call('HDEL', KEYS[4], o)
   local ttl, id = string.match(e, '^%d+ (%d+) (.*)$')
   local token, record = new_token(f, t)
-  redis.call('HSET', KEYS[1], '#v', '4', '#o', o, '#e', digits(now + tonumber(ttl)), '#n', '1', '#a', '',
+  redis.call('HSET', KEYS[1], '#v', '5', '#o', o, '#e', digits(now + tonumber(ttl)), '#n', '1', '#a', '',
     '#r', '', '#l', '', '#t', token, '#tq', '', '#tp', '', '#g', o, '#f', record)
   extend_to(KEYS[1], digits(keep_for(tonumber(ttl))))
   publish(id, sharded)

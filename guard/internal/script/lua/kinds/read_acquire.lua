@@ -7,12 +7,12 @@
 -- The common case, a lock nobody else holds or waits for, is four commands: HMGET, TIME,
 -- HSET and PEXPIRE.
 local owner = ARGV[1]
-local now, t, f, count, holder, v, k = begin(true)
+local now, t, f, count, holder, v, k, share = begin(true)
 if not now then
   return t -- undone before it got here (its caller left), or another layout's key
 end
 if holder then
-  return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder .. '#e', now)
+  return reenter_share(holder, owner, share, now)
 end
 local writer, mark = writing(v[k + 1], v[k + 2], now), tonumber(v[k + 3] or 0)
 -- Busy while another owner writes, or while a writer waits when nobody writes.
@@ -31,4 +31,4 @@ end
 if v[k + 3] and not writer and mark <= now then
   redis.call('HDEL', KEYS[1], '#ww') -- a mark its writer left behind: it keeps nobody out
 end
-return take_share(owner, now, t, f, count, count <= 0 and not writer, v[k - 1] ~= '4')
+return take_share(owner, now, t, f, count, count <= 0 and not writer, v[k - 1] ~= '5')

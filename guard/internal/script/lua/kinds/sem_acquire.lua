@@ -6,12 +6,12 @@
 -- The common case, a permit free by the count of shares the hash records (#c), is four
 -- commands: HMGET, TIME, HSET and PEXPIRE (or PEXPIRE GT when others hold).
 local owner = ARGV[1]
-local now, t, f, count, holder, v, k = begin(false)
+local now, t, f, count, holder, v, k, share = begin(false)
 if not now then
   return t -- undone before it got here (its caller left), or another layout's key
 end
 if holder then
-  return reenter(holder, owner, holder, holder .. '#a', holder .. '#t', holder .. '#e', now)
+  return reenter_share(holder, owner, share, now)
 end
 if count >= tonumber(ARGV[7]) then
   -- The count says full: it may still count holders whose leases ran out.
@@ -28,4 +28,4 @@ if ARGV[5] == '1' then
   enqueue()
   return {0, -1}
 end
-return take_share(owner, now, t, f, count, count <= 0, v[k - 1] ~= '4')
+return take_share(owner, now, t, f, count, count <= 0, v[k - 1] ~= '5')

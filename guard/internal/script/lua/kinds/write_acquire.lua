@@ -51,7 +51,7 @@ local token, record = new_token(f, t, ARGV[10])
 -- proposal it is.
 redis.call('HSET', lock, '#W', owner, '#We', digits(now + tonumber(ARGV[2])), '#Wn', '1', '#Wa', ARGV[3],
   '#Wl', ARGV[9] or '', '#t', token, '#f', record,
-  also(v[k - 1] ~= '4', '#v', '4', also(token == ARGV[10], '#tp', token)))
+  also(v[k - 1] ~= '5', '#v', '5', also(token == ARGV[10], '#tp', token)))
 if mark then
   redis.call('HDEL', lock, '#ww')
 end

@@ -4,4 +4,4 @@ local v = redis.call('HMGET', KEYS[1], '#W', '#We')
 if v[1] ~= ARGV[1] then
   return 0
 end
-return renew_lease('#We', v[2])
+return renew_lease('#We', v[2], '', '')
