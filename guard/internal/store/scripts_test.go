@@ -726,3 +726,141 @@ func TestExpiredSharesPruned(t *testing.T) {
 		}
 	})
 }
+
+// TestSharesCommonCaseOnlyWhenItIs: a share's acquire and release do their common case
+// with few functions made (kinds/lib.lua's take_fast and release_fast) and leave every
+// other case to the general path. Each case here fails when the common case's check for
+// it is cut: a reentry counted (not a second share over the first), a release that
+// leaves a hold (not the share freed), the retry of that release (counted once, by its
+// nonce in #r), a release someone waited for (the queue popped), a reader refused while
+// a writer holds or waits, and a writer's own read share released without cutting the
+// hash's TTL below the write lease (the fence retention shorter than the TTL here).
+func TestSharesCommonCaseOnlyWhenItIs(t *testing.T) {
+	perKind(t, "common", func(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client, name string) {
+		if !k.t.Spec.PerHolder {
+			return
+		}
+		attempt := func(spec *Spec, h *Hold, nonce string) script.Granted {
+			t.Helper()
+			v, err := k.cn.RunScript(ctx, spec.Acquire, k.args.acquire(h, nonce, MannerTry), true).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := script.ParseAcquire(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		release := func(spec *Spec, h *Hold, nonce string) script.Released {
+			t.Helper()
+			args := append(k.args.release(h, nonce, ""), argNoWon, "1") // valid, the hash's TTL not vouched for
+			code, err := decodeRelease(k.cn.RunScript(ctx, spec.Release, args, true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return code
+		}
+		h := k.hold("solo")
+		if g := attempt(k.t.Spec, h, "n.1"); !g.Acquired || g.Holds != 1 {
+			t.Fatalf("first attempt: %+v", g)
+		}
+		if g := attempt(k.t.Spec, h, "n.2"); !g.Acquired || g.Holds != 2 || k.holds(ctx, c, "solo") != "2" {
+			t.Fatalf("the owner's second attempt: %+v, holds %q; want its share reentered, 2 holds", g, k.holds(ctx, c, "solo"))
+		}
+		if code := release(k.t.Spec, h, "r.1"); code != script.StillHeld || k.holds(ctx, c, "solo") != "1" {
+			t.Fatalf("first of two releases: %v, holds %q; want StillHeld, 1 hold", code, k.holds(ctx, c, "solo"))
+		}
+		if code := release(k.t.Spec, h, "r.1"); code != script.StillHeld || k.holds(ctx, c, "solo") != "1" {
+			t.Fatalf("that release retried: %v, holds %q; want StillHeld, the hold kept", code, k.holds(ctx, c, "solo"))
+		}
+		if code := release(k.t.Spec, h, "r.2"); code != script.Freed {
+			t.Fatalf("the last release: %v, want Freed", code)
+		}
+		if name == "read" {
+			readerAndWriter(t, ctx, k, c, attempt, release)
+		}
+		// Someone waited: the last release of a share taken once pops the queue.
+		once := k.hold("once")
+		if g := attempt(k.t.Spec, once, "o.1"); !g.Acquired {
+			t.Fatalf("attempt: %+v", g)
+		}
+		if err := c.HSet(ctx, k.keys.Lock, "#w", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.RPush(ctx, k.keys.Queue, "other-locker").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if code := release(k.t.Spec, once, "o.r"); code != script.HandedOn || c.LLen(ctx, k.keys.Queue).Val() != 0 {
+			t.Fatalf("the last release, a Locker queued: %v, queue %d long; want HandedOn, the queue popped", code, c.LLen(ctx, k.keys.Queue).Val())
+		}
+	})
+}
+
+// readerAndWriter is TestSharesCommonCaseOnlyWhenItIs's part for the read-write lock: a
+// reader refused while a writer holds or waits, and the writer's own read share.
+func readerAndWriter(t *testing.T, ctx context.Context, k *kindRig, c *redis.Client,
+	attempt func(*Spec, *Hold, string) script.Granted, release func(*Spec, *Hold, string) script.Released) {
+	t.Helper()
+	w := kinds["write"].spec
+	writer := k.hold("writer")
+	if g := attempt(&w, writer, "w.1"); !g.Acquired {
+		t.Fatalf("the writer's attempt on a free lock: %+v", g)
+	}
+	if g := attempt(k.t.Spec, k.hold("reader"), "n.3"); g.Acquired {
+		t.Fatalf("a reader while the writer holds: %+v; want it refused", g)
+	}
+	// The writer also reads; its read share's release leaves the hash to the write
+	// lease, which runs longer than the fence retention. (The refused reader set #w, as
+	// a busy attempt does; without it the release is the common case but for the
+	// writer.)
+	if err := c.HDel(ctx, k.keys.Lock, "#w").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if g := attempt(k.t.Spec, writer, "w.2"); !g.Acquired {
+		t.Fatalf("the writer's read: %+v", g)
+	}
+	st := *k.t
+	st.Retention = time.Second
+	st.Fill()
+	shortly := &Hold{Keys: k.keys, Terms: &st, Section: "writer"} // the writer, with that retention
+	shortly.Box("writer", nil)
+	args := append(k.args.release(shortly, "w.r", ""), argNoWon, "1")
+	if code, err := decodeRelease(k.cn.RunScript(ctx, k.t.Spec.Release, args, true)); err != nil || code != script.Freed {
+		t.Fatalf("the writer's read release: %v, %v", code, err)
+	}
+	if pttl := c.PTTL(ctx, k.keys.Lock).Val(); pttl < 20*time.Second {
+		t.Fatalf("the hash's TTL after the writer's read share left: %s, want the write lease's (30s) at least", pttl)
+	}
+	if code := release(&w, writer, "w.r2"); code != script.Freed {
+		t.Fatalf("the writer's release: %v", code)
+	}
+	// A writer waiting (its mark, the hash kept as long) keeps new readers out; a reader
+	// that entered before leaves the hash to the mark, not to the retention alone.
+	early := &Hold{Keys: k.keys, Terms: shortly.Terms, Section: "early"}
+	early.Box("early", nil)
+	if g := attempt(k.t.Spec, early, "e.1"); !g.Acquired {
+		t.Fatalf("a reader on a free lock: %+v", g)
+	}
+	if err := c.HSet(ctx, k.keys.Lock, "#ww", c.Time(ctx).Val().UnixMilli()+10000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PExpire(ctx, k.keys.Lock, 10500*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if g := attempt(k.t.Spec, k.hold("late-reader"), "n.4"); g.Acquired {
+		t.Fatalf("a reader while a writer waits: %+v; want it refused", g)
+	}
+	if err := c.HDel(ctx, k.keys.Lock, "#w").Err(); err != nil { // set by the refusal
+		t.Fatal(err)
+	}
+	if code := release(k.t.Spec, early, "e.r"); code != script.Freed {
+		t.Fatalf("the early reader's release: %v", code)
+	}
+	if pttl := c.PTTL(ctx, k.keys.Lock).Val(); pttl < 5*time.Second {
+		t.Fatalf("the hash's TTL after the early reader left: %s, want the waiting writer's mark's (10s)", pttl)
+	}
+	if err := c.HDel(ctx, k.keys.Lock, "#ww").Err(); err != nil {
+		t.Fatal(err)
+	}
+}

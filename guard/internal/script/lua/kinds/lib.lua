@@ -129,7 +129,8 @@ local function prune(now)
   return top, first, n, writer ~= nil
 end
 
--- begin starts an acquisition of a read-write lock (rw) or a semaphore: it reads the
+-- begin starts an acquisition of a read-write lock (rw) or a semaphore (the general
+-- path, after take_fast declined: read, when given, is what take_fast read): it reads the
 -- caller's chain (the shares of its sections) in the lock hash, then the fence
 -- record, the layout version, the share count and, of a read-write lock, the writer's
 -- #W, #We and #ww, and the server clock. A share of the chain whose lease ran out is
@@ -138,9 +139,9 @@ end
 -- ms and TIME's reply, the fence record, the share count, the live holder in the chain
 -- (nil for none), the HMGET reply with the index k of the share count (the version at
 -- k - 1, the writer's fields from k + 1 on), and the holder's share field.
-local function begin(rw)
+local function begin(rw, read)
   local owner = ARGV[1]
-  local c, n, v = nil, 1, nil
+  local c, n, v = nil, 1, read
   local i = string.find(owner, '/', 1, true)
   if i and string.find(owner, '/', i + 1, true) then
     c = chain(owner) -- sections between the root and the owner may hold
@@ -149,7 +150,9 @@ local function begin(rw)
   if n == 1 then
     -- The common case, an owner directly in its root: its own fields alone.
     c = {owner}
-    if rw then
+    if v then
+      -- take_fast read it
+    elseif rw then
       v = redis.call('HMGET', KEYS[1], owner, '#f', '#v', '#c', '#W', '#We', '#ww')
     else
       v = redis.call('HMGET', KEYS[1], owner, '#f', '#v', '#c')
@@ -245,6 +248,64 @@ local function take_share(owner, now, t, f, count, alone, fresh)
   return tonumber(token)
 end
 
+-- take_fast is an acquisition's common case, done with few of the functions here made (a
+-- script makes its functions again on every call; the general path's are made only when
+-- it runs): a share, taken by an owner directly in its root (no section between them)
+-- that holds none here, of a lock no writer holds or waits for and, of a semaphore, with
+-- a permit free by the count of shares (#c), the attempt neither polite nor undone. It
+-- does what begin and take_share do then. Returns the reply; or nil, when the case is
+-- another, with begin's HMGET reply when it read it (it writes nothing then).
+local function take_fast(rw)
+  local owner = ARGV[1]
+  local i = string.find(owner, '/', 1, true)
+  if (i and string.find(owner, '/', i + 1, true)) or ARGV[5] == '1' then
+    return nil
+  end
+  local v
+  if rw then
+    v = redis.call('HMGET', KEYS[1], owner, '#f', '#v', '#c', '#W', '#We', '#ww')
+  else
+    v = redis.call('HMGET', KEYS[1], owner, '#f', '#v', '#c')
+  end
+  local f, count = v[2], tonumber(v[4] or 0)
+  if v[1] or (v[3] ~= '5' and (v[3] or f or count > 0)) or (f and string.find(f, '!', 1, true)) then
+    return nil, v -- a share of the owner's, another layout's key, or undo marks to look at
+  end
+  if rw then
+    if (v[5] and v[5] ~= '') or v[7] then
+      return nil, v -- a writer's fields (live or not) or a waiting writer's mark
+    end
+  elseif count >= tonumber(ARGV[7]) then
+    return nil, v -- full by the count
+  end
+  local t = redis.call('TIME')
+  return take_share(owner, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t, f, count, count <= 0, v[3] ~= '5')
+end
+
+-- release_fast is a release's common case, done with few of the functions here made (see
+-- take_fast): the last hold of a share whose lease its caller vouches for (release.lua's
+-- ARGV[8]), released once before none of its holds (no #r), not an undo, of a lock nobody
+-- else holds by the count (#c), no writer holds or waits for, and nobody waited for. It
+-- does what release_share does then. Returns the reply; or nil, when the case is another,
+-- with release_share's HMGET reply when it read it (it writes nothing then).
+local function release_fast()
+  if ARGV[3] ~= '' or (ARGV[8] ~= '1' and ARGV[8] ~= '2') then
+    return nil
+  end
+  local owner = ARGV[1]
+  local v = redis.call('HMGET', KEYS[1], owner, owner .. '#r', '#w', '#W', '#ww', '#f', '#v', '#x', '#c')
+  if v[7] ~= '5' or not v[1] or string.sub(v[1], 1, 2) ~= '1 ' or v[2] or v[3] == '1' or
+    tonumber(v[9] or 0) > 1 or (v[4] and v[4] ~= '') or v[5] then
+    return nil, v
+  end
+  drop_share(owner)
+  redis.call('HSET', KEYS[1], '#x', noted(v[8], ':', ARGV[2]), '#c', '0')
+  if ARGV[8] ~= '2' then
+    redis.call('PEXPIRE', KEYS[1], retention())
+  end
+  return 1
+end
+
 -- renew_lease renews a hold whose lease ends at ends (ms) for ARGV[2] ms from now unless
 -- it already ran out, never shortening it: the field lease is set to the new end between
 -- before and after (a share's count and nonces; "" for the writer's #We). Returns
@@ -280,10 +341,11 @@ end
 -- the first queued Locker, and the last reader leaving a read-write lock nobody writes
 -- wakes it too, or every Locker when a writer waits (#ww), since the queue does not say
 -- which of them the writer is in. Returns release.lua's reply (-1 for a share not held).
-local function release_share(rw)
+-- read, when given, is release_fast's HMGET reply (the caller's own share: no undo).
+local function release_share(rw, read)
   local lock, owner = KEYS[1], undo_holder(ARGV[1])
   local dropped = owner .. '#r'
-  local v = redis.call('HMGET', lock, owner, dropped, '#w', '#W', '#ww', '#f', '#v', '#x', '#c')
+  local v = read or redis.call('HMGET', lock, owner, dropped, '#w', '#W', '#ww', '#f', '#v', '#x', '#c')
   if v[7] ~= '5' and (v[7] or v[1]) then
     return layout_error(v[7])
   end

@@ -7,7 +7,11 @@
 -- The common case, a lock nobody else holds or waits for, is four commands: HMGET, TIME,
 -- HSET and PEXPIRE.
 local owner = ARGV[1]
-local now, t, f, count, holder, v, k, share = begin(true)
+local fast, read = take_fast(true)
+if fast then
+  return fast
+end
+local now, t, f, count, holder, v, k, share = begin(true, read)
 if not now then
   return t -- undone before it got here (its caller left), or another layout's key
 end

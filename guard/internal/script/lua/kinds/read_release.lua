@@ -1,3 +1,7 @@
--- read_release.lua (after lib.lua): drop one read hold of ARGV[1] (lib.lua's
--- release_share).
-return release_share(true)
+-- read_release.lua (after lib.lua): drop one read hold of ARGV[1]: the common case in
+-- lib.lua's release_fast, the others in its release_share.
+local fast, read = release_fast()
+if fast then
+  return fast
+end
+return release_share(true, read)

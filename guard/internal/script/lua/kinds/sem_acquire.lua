@@ -6,7 +6,11 @@
 -- The common case, a permit free by the count of shares the hash records (#c), is four
 -- commands: HMGET, TIME, HSET and PEXPIRE (or PEXPIRE GT when others hold).
 local owner = ARGV[1]
-local now, t, f, count, holder, v, k, share = begin(false)
+local fast, read = take_fast(false)
+if fast then
+  return fast
+end
+local now, t, f, count, holder, v, k, share = begin(false, read)
 if not now then
   return t -- undone before it got here (its caller left), or another layout's key
 end
