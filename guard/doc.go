@@ -348,8 +348,8 @@
 // %7D, so every name of a lock shares one Redis Cluster hash tag whatever bytes the key
 // holds. The other kinds add a suffix to the lock's name (":rw", ":sem", ":fair"). A
 // read-write lock or a semaphore keeps every hold in its hash, each reader's or permit's
-// fields named after its owner, its lease deadline among them, with a count of the
-// shares recorded; a fair lock keeps the owners queued for it in two more keys
+// in a field named after its owner (its hold count, lease deadline and nonces; its token
+// and the rarer fields in fields named after it), with a count of the shares recorded; a fair lock keeps the owners queued for it in two more keys
 // (internal/script/lua/kinds/lib.lua describes them). Each acquire, release and renewal is
 // one script call; an uncontended acquire and release make 8 Redis commands between them
 // (a release sent near the end of its lease, or after it, adds a clock read and a TTL).
