@@ -1291,6 +1291,15 @@ func TestReleaseWithinValidityReadsNoClock(t *testing.T) {
 		for round := range 5 {
 			key := fmt.Sprintf("clockless-%d", round)
 			le := mustAcquire(t, l, ctx, key)
+			// A quorum's acquire returns on the majority's grants and goes on to the
+			// last server, whose script reads TIME too: wait for the grant on every
+			// server before counting, or a late grant counts as the release's read.
+			for _, c := range cs {
+				waitUntil(t, 2*time.Second, "the grant on every server", func() bool {
+					o, err := c.HGet(ctx, lockName(key), "#o").Result()
+					return err == nil && o != ""
+				})
+			}
 			before := make([]int64, len(srvs))
 			for i, s := range srvs {
 				before[i] = s.CommandCalls(t)["time"]
