@@ -74,8 +74,10 @@ var (
 
 	// ErrLayout is wrapped by the error of a call that met a lock written by another
 	// version of guardkit, which keeps its data in Redis in another layout (a
-	// *LayoutError): a fleet that mixes versions. Stop every process of the old version
-	// before starting the new one.
+	// *LayoutError): a fleet that mixes versions, or an old lock's hash that outlives
+	// its release by the fence retention. Stop every process of the old version before
+	// starting the new one, then wait out the retention or delete the old locks' keys
+	// (docs/operators.md, "Upgrading across a data layout").
 	ErrLayout = errors.New("guard: lock written by another version of guardkit")
 )
 

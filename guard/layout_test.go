@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,7 +150,9 @@ func TestLayout2FailsLoudly(t *testing.T) {
 // sorted set beside it), never share a lock with this one silently, whatever its kind.
 // A read lock and an exclusive lock an old layout holds give this version's acquire and
 // force release a *LayoutError naming the old layout and 5, and stay as they were (the
-// old layout's own release still frees them); a lock this version wrote, held or
+// old layout's own release still frees them). Released, an old lock's hash keeps its
+// fence record for the fence retention and this version refuses it until the hash
+// expires; then it takes the key with a token above the old record's. A lock this version wrote, held or
 // released, gives the old layout's scripts their layout error ("GUARDKIT_LAYOUT 5 4"),
 // never a grant or a release. (Layout 4's exclusive lock is layout 3's but for its
 // version digit: layout 3's case covers it.)
@@ -217,6 +220,27 @@ func TestLayout3And4FailLoudly(t *testing.T) {
 				if v, err := oldFree(lock); err != nil || v != int64(1) {
 					t.Fatalf("layout %s's release of its own hold: %v, %v; want 1", old, v, err)
 				}
+				// Released, the old hash keeps its fence record and version for the fence
+				// retention: this version still refuses it (its token is the record's, in
+				// the old layout), until the hash expires; then the key is free to it.
+				if _, err := l.TryAcquire(ctx, key, tc.opts...); !errors.Is(err, guard.ErrLayout) {
+					t.Fatalf("TryAcquire of a lock layout %s released: %v; want ErrLayout until its hash expires", old, err)
+				}
+				if ttl := c.PTTL(ctx, lock).Val(); ttl <= 0 {
+					t.Fatalf("layout %s's released hash lives %s; want the fence retention", old, ttl)
+				}
+				f := c.HGet(ctx, lock, "#f").Val()
+				last, err := strconv.ParseInt(f[:strings.IndexFunc(f+":", func(r rune) bool { return r < '0' || r > '9' })], 10, 64)
+				if err != nil {
+					t.Fatalf("layout %s's fence record %q: %v", old, f, err)
+				}
+				c.PExpire(ctx, lock, time.Millisecond) // its fence retention ends
+				waitUntil(t, time.Second, "the old hash to expire", func() bool { return c.Exists(ctx, lock).Val() == 0 })
+				le0 := mustAcquire(t, l, ctx, key, tc.opts...)
+				if le0.Token() <= last {
+					t.Fatalf("token after layout %s's hash expired: %d; want above its last, %d (drawn from the server clock)", old, le0.Token(), last)
+				}
+				mustRelease(t, le0)
 
 				newKey := "new" + old + "-" + tc.kind
 				newLock := lockName(newKey) + tc.suffix

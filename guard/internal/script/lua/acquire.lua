@@ -43,7 +43,7 @@
 --                           the owner reenters that hold, counted as holder's,
 --         {0, pttl[, token]} when another owner holds it (pttl -1: free, left to others),
 --                           with the holder's token (a string),
---         an error "GUARDKIT_LAYOUT <found> 4" when the key was written by another layout.
+--         an error "GUARDKIT_LAYOUT <found> 5" when the key was written by another layout.
 --
 -- The common case, a free lock nobody waits for, is four commands: HMGET, TIME, HSET and
 -- PEXPIRE.

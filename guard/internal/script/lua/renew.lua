@@ -7,7 +7,7 @@
 --
 -- Returns 1 when the owner holds the lock and its lease now runs ARGV[2] from now (or
 -- longer: it is never shortened), and the hash as long (fence.lua's keep_for); 0
--- otherwise; an error "GUARDKIT_LAYOUT <found> 4" when
+-- otherwise; an error "GUARDKIT_LAYOUT <found> 5" when
 -- the key was written by another layout.
 local lock = KEYS[1]
 local v = redis.call('HMGET', lock, '#o', '#e', '#v', '#t')

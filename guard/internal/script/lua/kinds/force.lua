@@ -16,7 +16,7 @@
 -- once.
 --
 -- Returns {the lock's state before (lock_state), the raised token as a string}, or an
--- error "GUARDKIT_LAYOUT <found> 4" when another layout wrote the lock (acquire.lua).
+-- error "GUARDKIT_LAYOUT <found> 5" when another layout wrote the lock (acquire.lua).
 local state = lock_state(ARGV[1])
 local fields = state[2]
 if #fields > 0 then
