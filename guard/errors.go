@@ -248,19 +248,21 @@ func (e *ConfigError) Unwrap() []error { return chain(ErrInvalidConfig, e.Err) }
 // LayoutError reports a lock whose data in Redis another version of guardkit wrote, in a
 // layout this version does not read (see the CHANGELOG): a fleet that mixes versions.
 // Nothing was written to the lock; the other version's hold, if any, is left as it is.
-// Stop every process of the old version before starting the new one. It is the Err of a
-// *RedisError, and unwraps to ErrLayout.
+// Stop every process of the old version before starting the new one; a lock it released
+// keeps its hash, which this version refuses, for the fence retention (see ErrLayout).
+// It is the Err of a *RedisError, and unwraps to ErrLayout.
 type LayoutError struct {
 	Key   string // the lock key
 	Found string // the layout found: "1" for the data of the versions before the lean layout
 	Want  string // the layout this version reads and writes
-	Err   error  // the server's reply
+	Err   error  // the server's reply; nil when Inspect or List read the layout in the lock's data
 }
 
 // Error names the key and both layouts.
 func (e *LayoutError) Error() string {
 	return "guard: lock " + quoteKey(e.Key) + " was written by guardkit data layout " + e.Found +
-		"; this version uses layout " + e.Want + ": stop every process of the old version before starting the new one"
+		"; this version uses layout " + e.Want + ": stop every process of the old version before starting the new one," +
+		" and wait out its locks' fence retention or delete their keys (docs/operators.md, upgrading)"
 }
 
 // Unwrap returns ErrLayout and the server's reply, for errors.Is and errors.As.

@@ -63,7 +63,8 @@ type LockState struct {
 	// majority. Nil for other Lockers.
 	Servers []*LockState
 	// Err is, in a quorum Locker's per-server views, why that server could not be read;
-	// nil otherwise.
+	// for a lock that List returns although another data layout wrote it, its
+	// *LayoutError (its holders and waiters are then not read: see List); nil otherwise.
 	Err error
 }
 
@@ -136,7 +137,11 @@ func (l *Locker) ID() string { return l.id }
 //
 // Errors: ErrInvalidKey, ErrInvalidConfig, ErrClosed, and a *RedisError
 // (ErrUnavailable) when the server could not be read — on a quorum Locker, when fewer
-// than a majority could, its Err saying what each server answered.
+// than a majority could, its Err saying what each server answered. A lock another
+// version of guardkit wrote in another data layout, held or released, fails the read
+// with a *RedisError whose Err is a *LayoutError (errors.Is ErrLayout) rather than show
+// its fields read as this layout's (which could call a held lock free); on a quorum
+// Locker, when a majority of the servers show such a lock.
 func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (*LockState, error) {
 	r, _, err := l.inspectReq(key, opts, "Inspect")
 	if err != nil {
@@ -237,6 +242,12 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 		}
 	}
 	st.Fence = leadingNumber(v[3])
+	if err := otherLayout(r.key, fields); err != nil {
+		// Another version's data: its fields mean what its layout says, and read as this
+		// one's they would show a held lock free. Its fence record leads with the last
+		// token in every layout that has one.
+		return err
+	}
 	st.Contended = fields["#w"] == "1"
 	var aux, aux2 []any
 	if len(v) > 5 {
@@ -259,6 +270,23 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 	}
 	l.markLocal(st, r)
 	return nil
+}
+
+// otherLayout returns the *LayoutError of a lock hash another data layout wrote, as the
+// scripts tell it (acquire.lua): a version field other than this layout's, or none on a
+// hash that has a token or a fence record (the first layout had no version field); nil
+// for this layout's hash or none.
+func otherLayout(key string, fields map[string]string) error {
+	found, ok := fields["#v"]
+	switch {
+	case found == store.Layout:
+		return nil
+	case !ok && fields["#t"] == "" && fields["#f"] == "":
+		return nil
+	case !ok:
+		found = "1"
+	}
+	return &LayoutError{Key: key, Found: found, Want: store.Layout}
 }
 
 // fillHolders fills st's holders, waiters of a fair lock and mode of a read-write lock

@@ -326,3 +326,154 @@ func TestQuorumLayoutFailsLoudly(t *testing.T) {
 		})
 	}
 }
+
+// TestInspectOtherLayout: what an operator reads of a lock another data layout wrote.
+// Its fields mean what that layout says: read as this one's, a read lock layout 3 or 4
+// holds showed free and List passed it over. Inspect and InspectKinds now fail with its
+// *LayoutError, held or released (this version refuses the released hash too, for the
+// fence retention), and List returns it, held or released, with that error as its Err
+// and no holders, beside this layout's locks, which it reads as before.
+func TestInspectOtherLayout(t *testing.T) {
+	srv := redistest.Start(t)
+	l, c := newLocker(t, srv)
+	ctx := context.Background()
+	const oldOwner = "AAAAAAAAAAAAAAAAAAAAAA/old00003"
+	type old struct {
+		layout, key string
+		opts        []guard.Option
+		kind        guard.Kind
+		lock        string
+		keys        []string
+		take, free  *redis.Script
+		tail        []any
+	}
+	var olds []old
+	for _, layout := range []string{"3", "4"} {
+		key := "old-read-" + layout
+		lock := lockName(key) + ":rw"
+		keys := []string{lock, lock + ":queue"}
+		if layout == "3" {
+			keys = append(keys, lock+":holders")
+		}
+		olds = append(olds, old{layout: layout, key: key, opts: []guard.Option{guard.Read()}, kind: guard.KindRead,
+			lock: lock, keys: keys, take: oldScript(t, layout, "read_acquire"), free: oldScript(t, layout, "read_release"),
+			tail: []any{"0", "0"}})
+	}
+	olds = append(olds, old{layout: "3", key: "old-excl-3", kind: guard.KindExclusive, lock: lockName("old-excl-3"),
+		keys: []string{lockName("old-excl-3"), lockName("old-excl-3") + ":queue"},
+		take: oldScript(t, "3", "acquire"), free: oldScript(t, "3", "release")})
+	mine := mustAcquire(t, l, ctx, "this-layout")
+	defer mustRelease(t, mine)
+
+	wantLayout := func(what string, err error, o old) {
+		t.Helper()
+		var le *guard.LayoutError
+		if !errors.Is(err, guard.ErrLayout) || !errors.As(err, &le) || le.Found != o.layout || le.Want != "5" || le.Key != o.key {
+			t.Fatalf("%s of %q, which layout %s wrote: %v; want a *LayoutError for the key, found %s, want 5", what, o.key, o.layout, err, o.layout)
+		}
+	}
+	listAll := func() map[string]*guard.LockState {
+		t.Helper()
+		got := map[string]*guard.LockState{}
+		for cursor := ""; ; {
+			page, next, err := l.List(ctx, "", cursor)
+			if err != nil {
+				t.Fatalf("List with locks of other layouts: %v", err)
+			}
+			for _, st := range page {
+				got[st.Key] = st
+			}
+			if cursor = next; cursor == "" {
+				return got
+			}
+		}
+	}
+	for _, held := range []bool{true, false} {
+		for _, o := range olds {
+			args := []any{oldOwner, 30000, oldOwner + ".a", 10000, "2", "old-locker"}
+			if held {
+				if v, err := o.take.Run(ctx, c, o.keys, append(args, o.tail...)...).Result(); err != nil {
+					t.Fatalf("layout %s's script did not take %q: %v, %v", o.layout, o.key, v, err)
+				}
+			} else if v, err := o.free.Run(ctx, c, o.keys, oldOwner, oldOwner+".r", "", 10000, "old-locker", "0").Result(); err != nil || v != int64(1) {
+				t.Fatalf("layout %s's release of %q: %v, %v", o.layout, o.key, v, err)
+			}
+			_, err := l.Inspect(ctx, o.key, o.opts...)
+			wantLayout(fmt.Sprintf("Inspect (held %v)", held), err, o)
+			_, err = l.InspectKinds(ctx, o.key)
+			wantLayout(fmt.Sprintf("InspectKinds (held %v)", held), err, o)
+		}
+		got := listAll()
+		for _, o := range olds {
+			st := got[o.key]
+			if st == nil {
+				t.Fatalf("List (held %v) passed over %q, which layout %s wrote", held, o.key, o.layout)
+			}
+			wantLayout(fmt.Sprintf("List's Err (held %v)", held), st.Err, o)
+			if st.Kind != o.kind || len(st.Holders) != 0 {
+				t.Fatalf("List (held %v) of %q: kind %s, holders %v; want %s and none read", held, o.key, st.Kind, st.Holders, o.kind)
+			}
+		}
+		if st := got["this-layout"]; st == nil || st.Err != nil || len(st.Holders) != 1 || st.Holders[0].Token != mine.Token() {
+			t.Fatalf("List of this layout's held lock beside old ones: %+v", st)
+		}
+	}
+}
+
+// TestQuorumInspectOtherLayout: on a quorum, a lock another layout wrote on a majority of
+// the servers fails Inspect with its *LayoutError and List returns it with that Err; on
+// one server of three, the majority's view is read from the others and that server's
+// view carries the error.
+func TestQuorumInspectOtherLayout(t *testing.T) {
+	r := startQuorum(t, 3, false)
+	l := r.locker(t, guard.RestartDelay(0))
+	ctx := ctxTimeout(t, 20*time.Second)
+	until := time.Now().Add(time.Hour).UnixMilli()
+	for i, s := range r.servers {
+		c := s.Client(t)
+		if err := c.HSet(ctx, lockName("on-two"), "#v", "4", "#o", "old", "#e", until, "#n", 1, "#t", 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := c.HSet(ctx, lockName("on-one"), "#v", "4", "#o", "old", "#e", until, "#n", 1, "#t", 1).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i == 2 {
+			if err := c.Del(ctx, lockName("on-two")).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, err := l.Inspect(ctx, "on-two")
+	var le *guard.LayoutError
+	if !errors.As(err, &le) || le.Found != "4" || le.Key != "on-two" {
+		t.Fatalf("Inspect of a lock layout 4 wrote on 2 of 3 servers: %v; want its *LayoutError", err)
+	}
+	st, err := l.Inspect(ctx, "on-one")
+	if err != nil {
+		t.Fatalf("Inspect of a lock layout 4 wrote on 1 of 3 servers: %v; want the majority's view", err)
+	}
+	if len(st.Holders) != 0 || len(st.Servers) != 3 || !errors.As(st.Servers[0].Err, &le) || st.Servers[1].Err != nil || st.Servers[2].Err != nil {
+		t.Fatalf("Inspect of a lock layout 4 wrote on server 0 only: holders %v, servers %+v; want free, server 0's view its *LayoutError", st.Holders, st.Servers)
+	}
+	got := map[string]*guard.LockState{}
+	for cursor := ""; ; {
+		page, next, err := l.List(ctx, "on-*", cursor)
+		if err != nil {
+			t.Fatalf("List with a lock of another layout on a majority: %v", err)
+		}
+		for _, st := range page {
+			got[st.Key] = st
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	if st := got["on-two"]; st == nil || !errors.As(st.Err, &le) || le.Found != "4" || len(st.Servers) != 3 {
+		t.Fatalf("List of a lock layout 4 wrote on 2 of 3 servers: %+v; want it with its *LayoutError and each server's view", st)
+	}
+	if st := got["on-one"]; st == nil || st.Err != nil || !errors.As(st.Servers[0].Err, &le) {
+		t.Fatalf("List of a lock layout 4 wrote on 1 of 3 servers: %+v; want it, the majority's view free, server 0's its *LayoutError", st)
+	}
+}

@@ -30,6 +30,11 @@ const listScanCount = 1000
 // quorum Locker a lock is returned once, from the last server that holds it, with the
 // majority's view and each server's; one whose copies change during the listing (a
 // server that catches up on a hold after its answer came late) may be returned twice.
+// A lock that another version of guardkit wrote in another data layout is returned
+// whether it is held or not, with no holders or waiters and its *LayoutError as Err:
+// this version can neither read nor take it until its hash expires (an old lock's hash
+// outlives its release by the fence retention; docs/operators.md, "Upgrading across a
+// data layout"), and a listing is how to find such locks.
 // A server that cannot be scanned is passed over: what a majority holds is on another,
 // and returned from there unless that server answered an earlier page's reads and
 // failed only at its own scan.
@@ -109,9 +114,13 @@ func (l *Locker) readPage(ctx context.Context, reqs []inspectReq, i int) ([]*Loc
 	return locks, nil
 }
 
-// listed reports whether st shows a lock held or waited for.
+// listed reports whether st shows a lock held or waited for, or one another data layout
+// wrote, which this version can neither read nor take until it is gone.
 func listed(st *LockState) bool {
-	return st.Err == nil && (len(st.Holders) > 0 || len(st.Waiters) > 0 || st.WriterWaiting > 0)
+	if st.Err != nil {
+		return layoutOnly(st)
+	}
+	return len(st.Holders) > 0 || len(st.Waiters) > 0 || st.WriterWaiting > 0
 }
 
 func anyListed(views []*LockState) bool {

@@ -17,13 +17,15 @@ type readFunc func(ctx context.Context, c *store.Conn, reqs []inspectReq) []*Loc
 
 // read reads reqs with read on the store's servers and returns each one's state — on a
 // quorum, the majority's view, with each server's views (else nil) — or a *RedisError
-// with op when a lock could not be read.
+// with op when a lock could not be read. A lock that another data layout wrote fails
+// the read with its *LayoutError, but for a listing: List returns it with that error as
+// its Err, so that one old lock does not hide the others (see layoutOnly).
 func (l *Locker) read(ctx context.Context, op string, reqs []inspectReq, read readFunc) ([]*LockState, [][]*LockState, error) {
 	servers, need := l.st.Servers()
 	if len(servers) == 1 {
 		states := read(ctx, servers[0].Conn, reqs)
 		for _, st := range states {
-			if st.Err != nil {
+			if st.Err != nil && !(op == "list" && layoutOnly(st)) {
 				return nil, nil, redisError(op, st.Key, st.Err)
 			}
 		}
@@ -71,6 +73,20 @@ func majority(op string, r inspectReq, views []*LockState, need int, addrs []str
 		}
 	}
 	if len(read) < need {
+		// Another layout's lock on a majority: what an old version's quorum hold is.
+		var layout []*LockState
+		for _, v := range views {
+			if layoutOnly(v) {
+				layout = append(layout, v)
+			}
+		}
+		switch {
+		case len(layout) >= need && op == "list":
+			return &LockState{Key: r.key, Kind: layout[0].Kind, Time: layout[0].Time, Fence: layout[0].Fence,
+				Err: layout[0].Err, Servers: views}, nil
+		case len(layout) >= need:
+			return nil, redisError(op, r.key, layout[0].Err)
+		}
 		return nil, &RedisError{Op: op, Key: r.key, Err: store.NewQuorumError(op, need, addrs, errs)}
 	}
 	st := &LockState{Key: r.key, Kind: read[0].Kind, Time: read[0].Time, Servers: views}
@@ -178,4 +194,11 @@ func nth(ds []time.Duration, n int) time.Duration {
 	ds = append([]time.Duration(nil), ds...)
 	sort.Slice(ds, func(i, j int) bool { return ds[i] > ds[j] })
 	return ds[n-1]
+}
+
+// layoutOnly reports whether st could not be read only because another data layout
+// wrote it (its Err is a *LayoutError that Inspect found in the lock's fields).
+func layoutOnly(st *LockState) bool {
+	le, ok := st.Err.(*LayoutError)
+	return ok && le.Err == nil
 }

@@ -480,6 +480,35 @@ func TestFenceOutlived(t *testing.T) {
 	}
 }
 
+// A lock another version of guardkit wrote (another data layout) is listed as such, not
+// as free, and inspect and unlock name the layouts rather than read or end it.
+func TestOtherLayout(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	until := time.Now().Add(time.Hour).UnixMilli()
+	if err := c.HSet(context.Background(), "guard:{order:7}", "#v", "4", "#o", "old", "#e", until, "#n", 1, "#t", 1, "#f", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := guardkit(t, "", "--addr", srv.Addr(), "ls")
+	if code != 0 || !strings.Contains(out, "order:7") || !strings.Contains(out, "guardkit data layout 4, not 5") {
+		t.Errorf("ls with a lock of layout 4: status %d, %s%s; want it listed as layout 4's", code, out, errOut)
+	}
+	out, errOut, code = guardkit(t, "", "--addr", srv.Addr(), "ls", "--json")
+	var locks []jsonLock
+	if code != 0 || json.Unmarshal([]byte(out), &locks) != nil || len(locks) != 1 || !strings.Contains(locks[0].Error, "data layout 4") {
+		t.Errorf("ls --json with a lock of layout 4: status %d, %s%s; want it with its error", code, out, errOut)
+	}
+	for _, cmd := range [][]string{{"inspect", "order:7"}, {"unlock", "--force", "--yes", "order:7"}} {
+		out, errOut, code = guardkit(t, "", append([]string{"--addr", srv.Addr()}, cmd...)...)
+		if code == 0 || !strings.Contains(errOut, "data layout 4") || strings.Contains(out, "free") {
+			t.Errorf("%s of a lock of layout 4: status %d, %s%s; want a failure naming the layout", cmd[0], code, out, errOut)
+		}
+	}
+	if o := c.HGet(context.Background(), "guard:{order:7}", "#o").Val(); o != "old" {
+		t.Errorf("layout 4's hold after the command: holder %q; want it as it was", o)
+	}
+}
+
 // A lock whose key is longer than the default MaxKeyLen is listed, inspected and ended.
 func TestLongKey(t *testing.T) {
 	srv := redistest.Start(t)

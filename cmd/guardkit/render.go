@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -245,6 +246,15 @@ func writeList(w io.Writer, locks []*guard.LockState, waited map[*guard.LockStat
 	}
 	fmt.Fprintln(tw, head+"HELD FOR\tTTL\tHELD BY")
 	for _, st := range locks {
+		if le := (*guard.LayoutError)(nil); errors.As(st.Err, &le) {
+			// Another version's lock: nothing of it is read (guard.List).
+			line := fmt.Sprintf("%s\t%s\t?\t?\t", st.Key, st.Kind)
+			if waited != nil {
+				line += "-\t"
+			}
+			fmt.Fprintf(tw, "%s-\t-\tguardkit data layout %s, not %s (docs/operators.md: upgrading)\n", line, le.Found, le.Want)
+			continue
+		}
 		held, ttl, first := summary(st)
 		waiters := strconv.Itoa(len(st.Waiters))
 		if st.WriterWaiting > 0 {
