@@ -98,9 +98,8 @@ func TestQuorumBasics(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 
 	le := mustAcquire(t, a, ctx, "basics")
-	if got := r.holders(t, "basics"); got != 3 {
-		t.Fatalf("lock held on %d servers, want 3", got)
-	}
+	// Acquire returns on the majority's grants; the last server's comes when it comes.
+	waitUntil(t, 2*time.Second, "the lock held on all 3 servers", func() bool { return r.holders(t, "basics") == 3 })
 	// Every server carries the lease's token after the write-back (a server that
 	// answered after the majority is told it just after).
 	for _, s := range r.servers {
@@ -144,9 +143,8 @@ func TestQuorumBasics(t *testing.T) {
 		t.Fatalf("next token %d not above %d", w.Token(), le.Token())
 	}
 	mustRelease(t, w)
-	if got := r.holders(t, "basics"); got != 0 {
-		t.Fatalf("lock left on %d servers after release", got)
-	}
+	// Release returns on the majority's answers and goes on to the last server.
+	waitUntil(t, 2*time.Second, "the lock released on every server", func() bool { return r.holders(t, "basics") == 0 })
 }
 
 func TestQuorumConfig(t *testing.T) {
