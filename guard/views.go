@@ -73,21 +73,7 @@ func majority(op string, r inspectReq, views []*LockState, need int, addrs []str
 		}
 	}
 	if len(read) < need {
-		// Another layout's lock on a majority: what an old version's quorum hold is.
-		var layout []*LockState
-		for _, v := range views {
-			if layoutOnly(v) {
-				layout = append(layout, v)
-			}
-		}
-		switch {
-		case len(layout) >= need && op == "list":
-			return &LockState{Key: r.key, Kind: layout[0].Kind, Time: layout[0].Time, Fence: layout[0].Fence,
-				Err: layout[0].Err, Servers: views}, nil
-		case len(layout) >= need:
-			return nil, redisError(op, r.key, layout[0].Err)
-		}
-		return nil, &RedisError{Op: op, Key: r.key, Err: store.NewQuorumError(op, need, addrs, errs)}
+		return tooFewRead(op, r, views, need, addrs, errs)
 	}
 	st := &LockState{Key: r.key, Kind: read[0].Kind, Time: read[0].Time, Servers: views}
 	type seen struct {
@@ -194,6 +180,27 @@ func nth(ds []time.Duration, n int) time.Duration {
 	ds = append([]time.Duration(nil), ds...)
 	sort.Slice(ds, func(i, j int) bool { return ds[i] > ds[j] })
 	return ds[n-1]
+}
+
+// tooFewRead is majority's answer when fewer than need servers could be read (errs, by
+// server): when a majority of the views show a lock another data layout wrote (what an
+// old version's quorum hold is), the lock with that *LayoutError as its Err for a
+// listing, else that error; otherwise a *RedisError saying what each server answered.
+func tooFewRead(op string, r inspectReq, views []*LockState, need int, addrs []string, errs []error) (*LockState, error) {
+	var layout []*LockState
+	for _, v := range views {
+		if layoutOnly(v) {
+			layout = append(layout, v)
+		}
+	}
+	switch {
+	case len(layout) < need:
+		return nil, &RedisError{Op: op, Key: r.key, Err: store.NewQuorumError(op, need, addrs, errs)}
+	case op == "list":
+		return &LockState{Key: r.key, Kind: layout[0].Kind, Time: layout[0].Time, Fence: layout[0].Fence,
+			Err: layout[0].Err, Servers: views}, nil
+	}
+	return nil, redisError(op, r.key, layout[0].Err)
 }
 
 // layoutOnly reports whether st could not be read only because another data layout
