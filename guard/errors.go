@@ -76,8 +76,8 @@ var (
 	// version of guardkit, which keeps its data in Redis in another layout (a
 	// *LayoutError): a fleet that mixes versions, or an old lock's hash that outlives
 	// its release by the fence retention. Stop every process of the old version before
-	// starting the new one, then wait out the retention or delete the old locks' keys
-	// (docs/operators.md, "Upgrading across a data layout").
+	// starting the new one, and in between delete the old locks' keys, or wait out the
+	// retention (docs/operators.md, "Upgrading across a data layout").
 	ErrLayout = errors.New("guard: lock written by another version of guardkit")
 )
 
@@ -261,8 +261,8 @@ type LayoutError struct {
 // Error names the key and both layouts.
 func (e *LayoutError) Error() string {
 	return "guard: lock " + quoteKey(e.Key) + " was written by guardkit data layout " + e.Found +
-		"; this version uses layout " + e.Want + ": stop every process of the old version before starting the new one," +
-		" and wait out its locks' fence retention or delete their keys (docs/operators.md, upgrading)"
+		"; this version uses layout " + e.Want + ": stop every process of the old version before starting the new one" +
+		" (its released locks are refused for their fence retention unless their keys are deleted: docs/operators.md, upgrading)"
 }
 
 // Unwrap returns ErrLayout and the server's reply, for errors.Is and errors.As.
