@@ -113,6 +113,14 @@ func (d *Dog[L]) Remove(ctx context.Context, e *Entry[L], wait bool) {
 	e.stopped = true
 	if e.index >= 0 && e.index < len(d.q) && d.q[e.index] == e {
 		heap.Remove(&d.q, e.index)
+		if len(d.q) == 0 && !d.until.IsZero() {
+			// The goroutine sleeps until this lease's renewal: wake it to linger from
+			// now, not from then (its end stops the force-release listening, Busy).
+			select {
+			case d.wake <- struct{}{}:
+			default:
+			}
+		}
 	}
 	inflight := e.inflight
 	d.mu.Unlock()

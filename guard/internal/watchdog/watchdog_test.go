@@ -313,6 +313,37 @@ func TestSoon(t *testing.T) {
 	}
 }
 
+// The goroutine, asleep until the only lease's renewal, lingers from the lease's
+// removal, not from the renewal it will not send: Busy(false) comes within the linger,
+// not an interval later (it came an hour later here, and under load TestBusy met it).
+func TestBusyEndsAfterLastRemoved(t *testing.T) {
+	ended := make(chan struct{})
+	r := &recorder{}
+	cfg := r.config()
+	cfg.Busy = func(on bool) {
+		if !on {
+			close(ended)
+		}
+	}
+	d := New(cfg)
+	defer d.Close()
+	a := &lease{name: "a", interval: time.Hour}
+	d.Add(&a.e, a, time.Now())
+	waitFor(t, "the goroutine asleep until a's renewal", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.until.After(time.Now().Add(time.Minute))
+	})
+	removed := time.Now()
+	d.Remove(context.Background(), &a.e, false)
+	select {
+	case <-ended:
+		t.Logf("ended %s after the last lease's removal (linger %s)", time.Since(removed), linger)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the goroutine did not end within 5s of the last lease's removal: it sleeps until the removed lease's renewal")
+	}
+}
+
 // Busy is told when the goroutine starts, with the first lease, and when it ends after
 // lingering with none, in that order.
 func TestBusy(t *testing.T) {
