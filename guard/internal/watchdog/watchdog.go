@@ -98,10 +98,7 @@ func (d *Dog[L]) Add(e *Entry[L], lease L, sent time.Time) {
 	case !d.until.IsZero() && e.next.Before(d.until):
 		// The goroutine sleeps past e's first renewal: wake it to sleep less. (Usually
 		// it wakes sooner anyway, so most leases cost it nothing.)
-		select {
-		case d.wake <- struct{}{}:
-		default:
-		}
+		d.wakeUp()
 	}
 }
 
@@ -116,10 +113,7 @@ func (d *Dog[L]) Remove(ctx context.Context, e *Entry[L], wait bool) {
 		if len(d.q) == 0 && !d.until.IsZero() {
 			// The goroutine sleeps until this lease's renewal: wake it to linger from
 			// now, not from then (its end stops the force-release listening, Busy).
-			select {
-			case d.wake <- struct{}{}:
-			default:
-			}
+			d.wakeUp()
 		}
 	}
 	inflight := e.inflight
@@ -160,6 +154,12 @@ func (d *Dog[L]) Soon(e *Entry[L]) {
 	}
 	e.next = time.Now()
 	heap.Fix(&d.q, e.index)
+	d.wakeUp()
+}
+
+// wakeUp wakes the sleeping goroutine to look at the queue again; a wake-up already
+// pending does.
+func (d *Dog[L]) wakeUp() {
 	select {
 	case d.wake <- struct{}{}:
 	default:
