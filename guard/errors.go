@@ -277,6 +277,23 @@ func redisError(op, key string, err error) *RedisError {
 	return &RedisError{Op: op, Key: key, Err: err}
 }
 
+// otherLayout returns the *LayoutError of a lock hash another data layout wrote, as the
+// scripts tell it (acquire.lua): a version field other than this layout's, or none on a
+// hash that has a token or a fence record (the first layout had no version field); nil
+// for this layout's hash or none.
+func otherLayout(key string, fields map[string]string) error {
+	found, ok := fields["#v"]
+	switch {
+	case found == store.Layout:
+		return nil
+	case !ok && fields["#t"] == "" && fields["#f"] == "":
+		return nil
+	case !ok:
+		found = "1"
+	}
+	return &LayoutError{Key: key, Found: found, Want: store.Layout}
+}
+
 // RedisError reports a failed Redis call, or a write that too few replicas acknowledged
 // in time (SyncReplicas).
 type RedisError struct {

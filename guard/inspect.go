@@ -272,23 +272,6 @@ func (l *Locker) parseState(st *LockState, r inspectReq, reply any) error {
 	return nil
 }
 
-// otherLayout returns the *LayoutError of a lock hash another data layout wrote, as the
-// scripts tell it (acquire.lua): a version field other than this layout's, or none on a
-// hash that has a token or a fence record (the first layout had no version field); nil
-// for this layout's hash or none.
-func otherLayout(key string, fields map[string]string) error {
-	found, ok := fields["#v"]
-	switch {
-	case found == store.Layout:
-		return nil
-	case !ok && fields["#t"] == "" && fields["#f"] == "":
-		return nil
-	case !ok:
-		found = "1"
-	}
-	return &LayoutError{Key: key, Found: found, Want: store.Layout}
-}
-
 // fillHolders fills st's holders, waiters of a fair lock and mode of a read-write lock
 // from the lock's hash fields and the kind's extra replies (aux, aux2), at the server's
 // time nowMs.

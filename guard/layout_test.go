@@ -372,22 +372,6 @@ func TestInspectOtherLayout(t *testing.T) {
 			t.Fatalf("%s of %q, which layout %s wrote: %v; want a *LayoutError for the key, found %s, want 5", what, o.key, o.layout, err, o.layout)
 		}
 	}
-	listAll := func() map[string]*guard.LockState {
-		t.Helper()
-		got := map[string]*guard.LockState{}
-		for cursor := ""; ; {
-			page, next, err := l.List(ctx, "", cursor)
-			if err != nil {
-				t.Fatalf("List with locks of other layouts: %v", err)
-			}
-			for _, st := range page {
-				got[st.Key] = st
-			}
-			if cursor = next; cursor == "" {
-				return got
-			}
-		}
-	}
 	for _, held := range []bool{true, false} {
 		for _, o := range olds {
 			args := []any{oldOwner, 30000, oldOwner + ".a", 10000, "2", "old-locker"}
@@ -403,7 +387,7 @@ func TestInspectOtherLayout(t *testing.T) {
 			_, err = l.InspectKinds(ctx, o.key)
 			wantLayout(fmt.Sprintf("InspectKinds (held %v)", held), err, o)
 		}
-		got := listAll()
+		got := listedByKey(t, l, ctx, "")
 		for _, o := range olds {
 			st := got[o.key]
 			if st == nil {
@@ -457,23 +441,24 @@ func TestQuorumInspectOtherLayout(t *testing.T) {
 	if len(st.Holders) != 0 || len(st.Servers) != 3 || !errors.As(st.Servers[0].Err, &le) || st.Servers[1].Err != nil || st.Servers[2].Err != nil {
 		t.Fatalf("Inspect of a lock layout 4 wrote on server 0 only: holders %v, servers %+v; want free, server 0's view its *LayoutError", st.Holders, st.Servers)
 	}
-	got := map[string]*guard.LockState{}
-	for cursor := ""; ; {
-		page, next, err := l.List(ctx, "on-*", cursor)
-		if err != nil {
-			t.Fatalf("List with a lock of another layout on a majority: %v", err)
-		}
-		for _, st := range page {
-			got[st.Key] = st
-		}
-		if cursor = next; cursor == "" {
-			break
-		}
-	}
+	got := listedByKey(t, l, ctx, "on-*")
 	if st := got["on-two"]; st == nil || !errors.As(st.Err, &le) || le.Found != "4" || len(st.Servers) != 3 {
 		t.Fatalf("List of a lock layout 4 wrote on 2 of 3 servers: %+v; want it with its *LayoutError and each server's view", st)
 	}
 	if st := got["on-one"]; st == nil || st.Err != nil || !errors.As(st.Servers[0].Err, &le) {
 		t.Fatalf("List of a lock layout 4 wrote on 1 of 3 servers: %+v; want it, the majority's view free, server 0's its *LayoutError", st)
 	}
+}
+
+// listedByKey returns the locks that List(pattern) returns, through every page (listAll),
+// by key.
+func listedByKey(t *testing.T, l *guard.Locker, ctx context.Context, pattern string) map[string]*guard.LockState {
+	t.Helper()
+	got := map[string]*guard.LockState{}
+	listAll(t, l, ctx, pattern, func(page []*guard.LockState) {
+		for _, st := range page {
+			got[st.Key] = st
+		}
+	})
+	return got
 }
